@@ -1,0 +1,179 @@
+package v1
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Defaults for the optional spec fields.
+const (
+	// DefaultImage is the http-server image used when spec.image is empty. It is the image the
+	// original operator deployed; it listens on 8080.
+	DefaultImage = "docker.io/measutosh/http-server:latest"
+	// DefaultContainerPort is where DefaultImage listens.
+	DefaultContainerPort int32 = 8080
+	// DefaultServiceType is used when spec.serviceType is empty.
+	DefaultServiceType = ServiceTypeClusterIP
+	// MaxConfigMapDataBytes bounds the summed size of configMapData keys and values: the
+	// apiserver rejects a ConfigMap over 1 MiB (k8s.io/kubernetes validation.MaxSecretSize,
+	// which ConfigMaps share).
+	MaxConfigMapDataBytes = 1024 * 1024
+	// ConfigMountPath is where the ConfigMap's keys appear as files in each pod.
+	ConfigMountPath = "/config"
+	// ConfigMapSuffix is appended to the CR's name to name its ConfigMap, as the original did.
+	ConfigMapSuffix = "-configmap"
+)
+
+// Desired is a KindCustomHttp's validated desired state with every default filled in: the
+// single input of the Pulumi program (package infra). It is a plain value, comparable by
+// Digest, and holds no Kubernetes object metadata beyond the identity.
+type Desired struct {
+	Namespace     string            `json:"namespace"`
+	Name          string            `json:"name"`
+	ReplicaCount  int32             `json:"replicaCount"`
+	Port          int32             `json:"port"`
+	ContainerPort int32             `json:"containerPort"`
+	Image         string            `json:"image"`
+	ServiceType   ServiceType       `json:"serviceType"`
+	ConfigMapData map[string]string `json:"configMapData,omitempty"`
+}
+
+// ConfigMapName is the name of the ConfigMap the stack owns: "<name>-configmap".
+func (d Desired) ConfigMapName() string { return d.Name + ConfigMapSuffix }
+
+// Resolve validates obj and returns its desired state with defaults applied. The error, when
+// not nil, is an *InvalidSpecError listing every problem found, each naming the field and what
+// to change; it means the object cannot be reconciled until its spec changes.
+func Resolve(obj *KindCustomHttp) (Desired, error) {
+	errs := Validate(obj)
+	if len(errs) > 0 {
+		return Desired{}, &InvalidSpecError{Errors: errs}
+	}
+	s := obj.Spec
+	d := Desired{
+		Namespace:     obj.Namespace,
+		Name:          obj.Name,
+		ReplicaCount:  *s.ReplicaCount,
+		Port:          *s.Port,
+		ContainerPort: DefaultContainerPort,
+		Image:         s.Image,
+		ServiceType:   s.ServiceType,
+	}
+	if s.ContainerPort != nil {
+		d.ContainerPort = *s.ContainerPort
+	}
+	if d.Image == "" {
+		d.Image = DefaultImage
+	}
+	if d.ServiceType == "" {
+		d.ServiceType = DefaultServiceType
+	}
+	if len(s.ConfigMapData) > 0 {
+		d.ConfigMapData = make(map[string]string, len(s.ConfigMapData))
+		for k, v := range s.ConfigMapData {
+			d.ConfigMapData[k] = v
+		}
+	}
+	return d, nil
+}
+
+// Validate checks obj against the rules the CRD's OpenAPI schema also enforces at admission
+// (config/crd), plus those the schema cannot express. It never panics on any input and
+// returns nil when obj is valid.
+func Validate(obj *KindCustomHttp) field.ErrorList {
+	var errs field.ErrorList
+	meta := field.NewPath("metadata")
+	// The CR's name is also the Service's name, so it must be a DNS-1035 label (at most 63
+	// characters, lower case, starting with a letter); the apiserver would reject the Service
+	// otherwise, after the ConfigMap and Deployment already exist.
+	if obj.Name == "" {
+		errs = append(errs, field.Required(meta.Child("name"), "the object needs a name"))
+	} else {
+		for _, msg := range validation.IsDNS1035Label(obj.Name) {
+			errs = append(errs, field.Invalid(meta.Child("name"), obj.Name,
+				msg+" (the name is also the Service's name)"))
+		}
+	}
+	if obj.Namespace == "" {
+		errs = append(errs, field.Required(meta.Child("namespace"), "KindCustomHttp is namespaced: set metadata.namespace"))
+	} else {
+		for _, msg := range validation.IsDNS1123Label(obj.Namespace) {
+			errs = append(errs, field.Invalid(meta.Child("namespace"), obj.Namespace, msg))
+		}
+	}
+
+	spec := field.NewPath("spec")
+	s := obj.Spec
+	if s.ReplicaCount == nil {
+		errs = append(errs, field.Required(spec.Child("replicaCount"), "set the number of pods, 0 or more"))
+	} else if *s.ReplicaCount < 0 {
+		errs = append(errs, field.Invalid(spec.Child("replicaCount"), *s.ReplicaCount, "must be 0 or more"))
+	}
+	if s.Port == nil {
+		errs = append(errs, field.Required(spec.Child("port"), "set the Service port, 1 to 65535"))
+	} else {
+		errs = append(errs, validatePort(spec.Child("port"), *s.Port)...)
+	}
+	if s.ContainerPort != nil {
+		errs = append(errs, validatePort(spec.Child("containerPort"), *s.ContainerPort)...)
+	}
+	if s.Image != "" && strings.TrimSpace(s.Image) != s.Image || strings.ContainsAny(s.Image, " \t\r\n") {
+		errs = append(errs, field.Invalid(spec.Child("image"), s.Image, "an image reference has no white space"))
+	}
+	switch s.ServiceType {
+	case "", ServiceTypeClusterIP, ServiceTypeNodePort, ServiceTypeLoadBalancer, ServiceTypeHeadless:
+	default:
+		errs = append(errs, field.NotSupported(spec.Child("serviceType"), s.ServiceType,
+			[]string{string(ServiceTypeClusterIP), string(ServiceTypeNodePort), string(ServiceTypeLoadBalancer), string(ServiceTypeHeadless)}))
+	}
+	errs = append(errs, validateConfigMapData(spec.Child("configMapData"), s.ConfigMapData)...)
+	return errs
+}
+
+func validatePort(p *field.Path, port int32) field.ErrorList {
+	if port < 1 || port > 65535 {
+		return field.ErrorList{field.Invalid(p, port, "must be between 1 and 65535")}
+	}
+	return nil
+}
+
+// validateConfigMapData applies the apiserver's own ConfigMap key rule (each key becomes a
+// file name under /config) and size limit, in a stable order so messages do not flap.
+func validateConfigMapData(p *field.Path, data map[string]string) field.ErrorList {
+	var errs field.ErrorList
+	keys := make([]string, 0, len(data))
+	size := 0
+	for k, v := range data {
+		keys = append(keys, k)
+		size += len(k) + len(v)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, msg := range validation.IsConfigMapKey(k) {
+			errs = append(errs, field.Invalid(p.Key(k), k, msg+" (each key becomes a file name under "+ConfigMountPath+")"))
+		}
+	}
+	if size > MaxConfigMapDataBytes {
+		errs = append(errs, field.TooLong(p, fmt.Sprintf("%d bytes", size), MaxConfigMapDataBytes))
+	}
+	return errs
+}
+
+// InvalidSpecError says a KindCustomHttp cannot be reconciled as written. Its message lists
+// every problem; the watcher puts it into the Stalled condition and does not retry until the
+// spec changes.
+type InvalidSpecError struct {
+	Errors field.ErrorList
+}
+
+func (e *InvalidSpecError) Error() string {
+	msgs := make([]string, len(e.Errors))
+	for i, err := range e.Errors {
+		msgs[i] = err.Error()
+	}
+	return "invalid KindCustomHttp: " + strings.Join(msgs, "; ")
+}

@@ -1,0 +1,171 @@
+// Package infra is the Pulumi program of one KindCustomHttp: a pure function from its desired
+// state to the ConfigMap, Deployment and Service it declares. It is the only package that
+// declares Kubernetes resources; the watcher, the laptop commands and the tests all run the
+// same program.
+package infra
+
+import (
+	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
+	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
+	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+)
+
+// ProgramVersion names what this program declares. Bump it whenever a change here would
+// change a stack's resources for an unchanged spec: the watcher includes it in the digest of
+// what it applied, so a bump re-runs up on every stack once, and nothing else does.
+const ProgramVersion = "1"
+
+// Label keys and values on every object the program declares. Selector uses only name and
+// instance (the Deployment selector is immutable); instance is the CR's name, so two
+// KindCustomHttps in one namespace never select each other's pods (the original hard-coded
+// app: measutosh-http-server for all).
+const (
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// AppName is the value of LabelName.
+	AppName = "http-server"
+	// ManagedBy is the value of LabelManagedBy; the watcher selects owned objects by it.
+	ManagedBy = "pulumi-operator"
+)
+
+// Names of the pod template's parts, kept from the original operator where it had them.
+const (
+	ContainerName = "http-server"
+	PortName      = "http"
+	VolumeName    = "config-volume"
+)
+
+// Stack output keys.
+const (
+	OutputNamespace      = "namespace"
+	OutputConfigMapName  = "configMapName"
+	OutputDeploymentName = "deploymentName"
+	OutputServiceName    = "serviceName"
+	OutputClusterIP      = "clusterIP"
+)
+
+// Pulumi logical resource names, stable for the life of a stack: renaming one would make
+// Pulumi replace the object.
+const (
+	resConfigMap  = "configmap"
+	resDeployment = "deployment"
+	resService    = "service"
+)
+
+// SelectorLabels returns the labels that select d's pods.
+func SelectorLabels(d api.Desired) map[string]string {
+	return map[string]string{LabelName: AppName, LabelInstance: d.Name}
+}
+
+// Labels returns the labels put on every object of d: SelectorLabels plus managed-by.
+func Labels(d api.Desired) map[string]string {
+	l := SelectorLabels(d)
+	l[LabelManagedBy] = ManagedBy
+	return l
+}
+
+// Program returns the Pulumi program for d. It reads nothing but d, so two calls with equal
+// inputs declare the same resources.
+//
+// Await choices: the Deployment keeps Pulumi's default await (up returns once the new pods
+// are available, so Ready means serving); the Service skips its await, which only waits for
+// endpoints that the available pods already guarantee and costs about 10 s per create.
+// patchForce lets an up take back fields changed by hand (kubectl scale, edit), which is how
+// drift is repaired.
+func Program(d api.Desired) pulumi.RunFunc {
+	return func(ctx *pulumi.Context) error {
+		labels := pulumi.ToStringMap(Labels(d))
+		selector := pulumi.ToStringMap(SelectorLabels(d))
+		meta := func(name string, annotations map[string]string) *metav1.ObjectMetaArgs {
+			a := map[string]string{"pulumi.com/patchForce": "true"}
+			for k, v := range annotations {
+				a[k] = v
+			}
+			return &metav1.ObjectMetaArgs{
+				Name:        pulumi.String(name),
+				Namespace:   pulumi.String(d.Namespace),
+				Labels:      labels,
+				Annotations: pulumi.ToStringMap(a),
+			}
+		}
+		// Names are fixed (the original's), so a replacement must delete first.
+		opts := []pulumi.ResourceOption{pulumi.DeleteBeforeReplace(true)}
+
+		cm, err := corev1.NewConfigMap(ctx, resConfigMap, &corev1.ConfigMapArgs{
+			Metadata: meta(d.ConfigMapName(), nil),
+			Data:     pulumi.ToStringMap(d.ConfigMapData),
+		}, opts...)
+		if err != nil {
+			return err
+		}
+
+		dep, err := appsv1.NewDeployment(ctx, resDeployment, &appsv1.DeploymentArgs{
+			Metadata: meta(d.Name, nil),
+			Spec: &appsv1.DeploymentSpecArgs{
+				Replicas: pulumi.Int(int(d.ReplicaCount)),
+				Selector: &metav1.LabelSelectorArgs{MatchLabels: selector},
+				Template: &corev1.PodTemplateSpecArgs{
+					Metadata: &metav1.ObjectMetaArgs{Labels: labels},
+					Spec: &corev1.PodSpecArgs{
+						Containers: corev1.ContainerArray{&corev1.ContainerArgs{
+							Name:  pulumi.String(ContainerName),
+							Image: pulumi.String(d.Image),
+							Ports: corev1.ContainerPortArray{&corev1.ContainerPortArgs{
+								Name:          pulumi.String(PortName),
+								ContainerPort: pulumi.Int(int(d.ContainerPort)),
+								Protocol:      pulumi.String("TCP"),
+							}},
+							VolumeMounts: corev1.VolumeMountArray{&corev1.VolumeMountArgs{
+								Name:      pulumi.String(VolumeName),
+								MountPath: pulumi.String(api.ConfigMountPath),
+								ReadOnly:  pulumi.Bool(true),
+							}},
+						}},
+						Volumes: corev1.VolumeArray{&corev1.VolumeArgs{
+							Name: pulumi.String(VolumeName),
+							ConfigMap: &corev1.ConfigMapVolumeSourceArgs{
+								Name: cm.Metadata.Name().Elem(),
+							},
+						}},
+					},
+				},
+			},
+		}, opts...)
+		if err != nil {
+			return err
+		}
+
+		svcSpec := &corev1.ServiceSpecArgs{
+			Type:     pulumi.String(string(d.ServiceType)),
+			Selector: selector,
+			Ports: corev1.ServicePortArray{&corev1.ServicePortArgs{
+				Name:       pulumi.String(PortName),
+				Port:       pulumi.Int(int(d.Port)),
+				TargetPort: pulumi.String(PortName),
+				Protocol:   pulumi.String("TCP"),
+			}},
+		}
+		if d.ServiceType == api.ServiceTypeHeadless {
+			svcSpec.Type = pulumi.String(string(api.ServiceTypeClusterIP))
+			svcSpec.ClusterIP = pulumi.String("None")
+		}
+		svc, err := corev1.NewService(ctx, resService, &corev1.ServiceArgs{
+			Metadata: meta(d.Name, map[string]string{"pulumi.com/skipAwait": "true"}),
+			Spec:     svcSpec,
+		}, opts...)
+		if err != nil {
+			return err
+		}
+
+		ctx.Export(OutputNamespace, pulumi.String(d.Namespace))
+		ctx.Export(OutputConfigMapName, cm.Metadata.Name().Elem())
+		ctx.Export(OutputDeploymentName, dep.Metadata.Name().Elem())
+		ctx.Export(OutputServiceName, svc.Metadata.Name().Elem())
+		ctx.Export(OutputClusterIP, svc.Spec.ClusterIP().Elem())
+		return nil
+	}
+}

@@ -1,0 +1,234 @@
+// Command pulumi-operator reconciles KindCustomHttp custom resources
+// (groupsp.measutosh.dev/v1) by running Pulumi: one stack per object, holding its
+// Deployment, Service and ConfigMap. `watch` runs the reconciler; see README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/pulumi-operator/pulumi-operator/stack"
+	"github.com/pulumi-operator/pulumi-operator/watcher"
+)
+
+// DefaultProject is the Pulumi project name when no Pulumi.yaml is found. It must equal the
+// name in the repository's Pulumi.yaml, so the watcher and the laptop reach the same stacks.
+const DefaultProject = "kindcustomhttp"
+
+// config is everything the flags and environment say, before any client is built.
+type config struct {
+	kubeconfig   string
+	backendURL   string
+	projectFile  string
+	stateDir     string
+	pulumiPath   string
+	clusterName  string
+	namespace    string
+	workers      int
+	resync       time.Duration
+	logFormat    string
+	verbose      bool
+	explicitFile bool
+}
+
+func main() {
+	if err := newApp().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "pulumi-operator:", err)
+		os.Exit(1)
+	}
+}
+
+func newApp() *cli.App {
+	cfg := &config{}
+	home, _ := os.UserHomeDir()
+	return &cli.App{
+		Name:  "pulumi-operator",
+		Usage: "reconcile KindCustomHttp resources with Pulumi stacks",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Destination: &cfg.kubeconfig,
+				Usage: "kubeconfig `FILE`; empty: in-cluster config, then ~/.kube/config"},
+			&cli.StringFlag{Name: "backend-url", EnvVars: []string{"PULUMI_BACKEND_URL"}, Destination: &cfg.backendURL,
+				Usage: "Pulumi state backend `URL` (file://DIR, postgres://, s3://, ...); default: Pulumi.yaml's backend, else file://<state-dir>/backend"},
+			&cli.StringFlag{Name: "project-file", EnvVars: []string{"PULUMI_OPERATOR_PROJECT_FILE"}, Value: "Pulumi.yaml", Destination: &cfg.projectFile,
+				Usage: "Pulumi project `FILE` giving the project name and backend; a missing default file means project " + DefaultProject},
+			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"PULUMI_OPERATOR_STATE_DIR"}, Value: filepath.Join(home, ".pulumi-operator"), Destination: &cfg.stateDir,
+				Usage: "`DIR` for per-stack workspaces and the default file backend"},
+			&cli.StringFlag{Name: "pulumi", EnvVars: []string{"PULUMI_OPERATOR_PULUMI"}, Destination: &cfg.pulumiPath,
+				Usage: "pulumi CLI `PATH`; default: the pinned CLI next to this binary"},
+			&cli.StringFlag{Name: "cluster-name", EnvVars: []string{"PULUMI_OPERATOR_CLUSTER_NAME"}, Destination: &cfg.clusterName,
+				Usage: "`NAME` of this cluster in stack names (a DNS label); default: the first 12 hex digits of the kube-system namespace's UID"},
+			&cli.StringFlag{Name: "log-format", EnvVars: []string{"PULUMI_OPERATOR_LOG_FORMAT"}, Value: "text", Destination: &cfg.logFormat,
+				Usage: "log `FORMAT`: text or json"},
+			&cli.BoolFlag{Name: "verbose", EnvVars: []string{"PULUMI_OPERATOR_VERBOSE"}, Destination: &cfg.verbose,
+				Usage: "debug logs"},
+		},
+		Before: func(c *cli.Context) error {
+			cfg.explicitFile = c.IsSet("project-file")
+			return setupLogging(cfg)
+		},
+		Commands: []*cli.Command{{
+			Name:  "watch",
+			Usage: "reconcile KindCustomHttp objects of the cluster until stopped (SIGINT/SIGTERM)",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "namespace", EnvVars: []string{"WATCH_NAMESPACE"}, Destination: &cfg.namespace,
+					Usage: "watch only `NAMESPACE`; default all namespaces"},
+				&cli.IntFlag{Name: "workers", EnvVars: []string{"PULUMI_OPERATOR_WORKERS"}, Value: 2, Destination: &cfg.workers,
+					Usage: "`N` objects reconciled at once (each runs one pulumi process)"},
+				&cli.DurationFlag{Name: "resync", EnvVars: []string{"PULUMI_OPERATOR_RESYNC"}, Value: 10 * time.Minute, Destination: &cfg.resync,
+					Usage: "informer resync `PERIOD`; an unchanged object starts no Pulumi run"},
+			},
+			Action: func(c *cli.Context) error { return runWatch(c.Context, cfg) },
+		}},
+	}
+}
+
+func setupLogging(cfg *config) error {
+	level := slog.LevelInfo
+	if cfg.verbose {
+		level = slog.LevelDebug
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch cfg.logFormat {
+	case "text":
+		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, opts)))
+	case "json":
+		slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, opts)))
+	default:
+		return fmt.Errorf("--log-format %q: want text or json", cfg.logFormat)
+	}
+	return nil
+}
+
+func runWatch(parent context.Context, cfg *config) error {
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rc, err := restConfig(cfg.kubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	mgr, salt, err := newStackManager(ctx, cfg, client)
+	if err != nil {
+		return err
+	}
+	if p, err := stack.FindKubernetesPlugin(); err != nil {
+		slog.Warn("Kubernetes provider plugin not found: every up will fail with reason PluginMissing until it is installed", "err", err)
+	} else {
+		slog.Info("Kubernetes provider plugin found", "path", p)
+	}
+	w := watcher.New(client, mgr, watcher.Options{Namespace: cfg.namespace, Resync: cfg.resync, DigestSalt: salt})
+	return w.Run(ctx, cfg.workers)
+}
+
+// restConfig loads kubeconfig (a path, or KUBECONFIG's list) and otherwise the in-cluster
+// config, then ~/.kube/config: client-go's own loading rules.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" && !strings.Contains(kubeconfig, string(os.PathListSeparator)) {
+		rules.ExplicitPath = kubeconfig
+	}
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load Kubernetes client config (set --kubeconfig or KUBECONFIG, or run in a cluster): %w", err)
+	}
+	rc.UserAgent = "pulumi-operator"
+	return rc, nil
+}
+
+// newStackManager resolves the project, backend, CLI and cluster name into a stack.Manager.
+// The second result is the digest salt: what besides the spec decides an up's outcome.
+func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface) (*stack.Manager, string, error) {
+	project := DefaultProject
+	backend := cfg.backendURL
+	if _, err := os.Stat(cfg.projectFile); err == nil || cfg.explicitFile {
+		pf, err := stack.LoadProjectFile(cfg.projectFile)
+		if err != nil {
+			return nil, "", err
+		}
+		project = pf.Name
+		if backend == "" {
+			backend = pf.BackendURL
+		}
+	}
+	if backend == "" {
+		backend = "file://" + filepath.Join(cfg.stateDir, "backend")
+	}
+	pulumiPath := cfg.pulumiPath
+	if pulumiPath == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, "", fmt.Errorf("find pinned pulumi CLI: %w (pass --pulumi)", err)
+		}
+		pulumiPath = filepath.Join(filepath.Dir(exe), "pulumi")
+	}
+	cluster := cfg.clusterName
+	if cluster == "" {
+		var err error
+		if cluster, err = clusterNameFromUID(ctx, client); err != nil {
+			return nil, "", err
+		}
+	}
+	env := map[string]string{}
+	if cfg.kubeconfig != "" {
+		// The provider plugin must reach the same cluster as the watcher.
+		env["KUBECONFIG"] = absList(cfg.kubeconfig)
+	}
+	mgr, err := stack.New(stack.Config{
+		Project:     project,
+		BackendURL:  backend,
+		WorkRoot:    filepath.Join(cfg.stateDir, "workspaces"),
+		PulumiPath:  pulumiPath,
+		ClusterName: cluster,
+		Env:         env,
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	slog.Info("stack manager ready", "project", project, "backend", stack.RedactURL(backend),
+		"cluster", cluster, "pulumi", pulumiPath, "pulumiVersion", mgr.CLIVersion().String())
+	return mgr, stack.RedactURL(backend), nil
+}
+
+// clusterNameFromUID names the cluster by its kube-system namespace's UID: stable for the
+// life of the cluster and different between clusters, so clusters sharing a backend never
+// share a stack.
+func clusterNameFromUID(ctx context.Context, client dynamic.Interface) (string, error) {
+	ns, err := client.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).
+		Get(ctx, "kube-system", metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("read namespace kube-system to name the cluster (or pass --cluster-name): %w", err)
+	}
+	uid := strings.ReplaceAll(string(ns.GetUID()), "-", "")
+	if len(uid) < 12 {
+		return "", errors.New("read namespace kube-system: its UID is too short to name the cluster; pass --cluster-name")
+	}
+	return uid[:12], nil
+}
+
+func absList(list string) string {
+	parts := filepath.SplitList(list)
+	for i, p := range parts {
+		if a, err := filepath.Abs(p); err == nil {
+			parts[i] = a
+		}
+	}
+	return strings.Join(parts, string(os.PathListSeparator))
+}

@@ -1,0 +1,484 @@
+// Package stack runs Pulumi through the Automation API: one stack per KindCustomHttp, each
+// in a workspace directory of its own, against one backend. It is the only package that
+// imports Pulumi's auto package.
+package stack
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/blang/semver"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
+)
+
+// PinnedCLIVersion is the pulumi CLI version the project builds (hack/tools/pulumi) and tests
+// against. A different CLI works if it is at least the Automation API's minimum; New logs
+// nothing about it, callers may compare Manager.CLIVersion.
+const PinnedCLIVersion = "3.255.0"
+
+// Sentinel errors; test with errors.Is.
+var (
+	// ErrNoPassphrase means the passphrase secrets provider is in use but neither
+	// PULUMI_CONFIG_PASSPHRASE nor PULUMI_CONFIG_PASSPHRASE_FILE is set. Without this check
+	// the CLI would fail late with a less clear message.
+	ErrNoPassphrase = errors.New("no passphrase for stack secrets: set PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE (a file holding it, e.g. mounted from a Kubernetes Secret)")
+	// ErrLocked means another update (a laptop up, a second operator) holds the stack's lock.
+	// It is a wait, not a failure: retry later.
+	ErrLocked = errors.New("stack is locked by another update")
+	// ErrPluginMissing means the engine could not find a resource provider plugin (the
+	// Kubernetes provider) and may not download one.
+	ErrPluginMissing = errors.New("a Pulumi resource provider plugin is not installed")
+)
+
+// Config says how to reach the pulumi CLI and the backend. The zero value is not usable: set
+// at least Project, BackendURL, WorkRoot and PulumiPath.
+type Config struct {
+	// Project is the Pulumi project name (Pulumi.yaml "name"), e.g. "pulumi-operator".
+	Project string
+	// BackendURL is where state lives: file:///abs/dir, postgres://..., s3://..., or
+	// https://api.pulumi.com. A file:// directory is created if missing.
+	BackendURL string
+	// WorkRoot is a local directory; each stack gets WorkRoot/<stack name> as its workspace
+	// directory, so concurrent stacks never share workspace files.
+	WorkRoot string
+	// PulumiPath is the pulumi CLI binary to run.
+	PulumiPath string
+	// SecretsProvider is "passphrase" (the default when empty) or a KMS URL
+	// (awskms://..., gcpkms://..., ...). Only "passphrase" needs a passphrase.
+	SecretsProvider string
+	// Env is added to the CLI's environment (and so to the provider plugins'), e.g. KUBECONFIG.
+	Env map[string]string
+	// Progress, when not nil, receives the CLI's progress output of every operation.
+	Progress io.Writer
+	// ClusterName identifies the Kubernetes cluster in stack names (see Name): a DNS label,
+	// by default derived from the kube-system namespace's UID by the caller.
+	ClusterName string
+}
+
+// Manager runs Pulumi operations on the stacks of one project and backend. It is safe for
+// concurrent use on different stacks; operations on one stack are serialized by Pulumi's
+// lock (a second concurrent one fails with ErrLocked).
+type Manager struct {
+	cfg Config
+	cmd auto.PulumiCommand
+	env map[string]string
+}
+
+// New checks cfg and the pulumi CLI (it runs `pulumi version` once) and returns a Manager.
+// It fails with ErrNoPassphrase when a passphrase is needed and not given, and when the CLI
+// cannot be run or is older than the Automation API supports.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Project == "" {
+		return nil, errors.New("configure stack manager: empty Pulumi project name")
+	}
+	if err := tokens.ValidateProjectName(cfg.Project); err != nil {
+		return nil, fmt.Errorf("configure stack manager: project name %q: %w", cfg.Project, err)
+	}
+	if cfg.SecretsProvider == "" {
+		cfg.SecretsProvider = "passphrase"
+	}
+	if cfg.SecretsProvider == "passphrase" && !hasPassphrase(cfg.Env) {
+		return nil, ErrNoPassphrase
+	}
+	if cfg.WorkRoot == "" {
+		return nil, errors.New("configure stack manager: empty workspace root directory")
+	}
+	if msgs := validation.IsDNS1123Label(cfg.ClusterName); len(msgs) > 0 {
+		return nil, fmt.Errorf("configure stack manager: cluster name %q: %s", cfg.ClusterName, msgs[0])
+	}
+	backend, err := prepareBackend(cfg.BackendURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.BackendURL = backend
+	cmd, err := pulumiCommand(cfg.PulumiPath, cfg.WorkRoot)
+	if err != nil {
+		return nil, err
+	}
+	env := map[string]string{
+		// No network here and none wanted: never look for CLI updates, never download a
+		// plugin behind the user's back (a missing one is reported as ErrPluginMissing).
+		"PULUMI_SKIP_UPDATE_CHECK":                     "true",
+		"PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+		"PULUMI_DIY_BACKEND_NO_LEGACY_WARNING":         "true",
+	}
+	for k, v := range cfg.Env {
+		env[k] = v
+	}
+	return &Manager{cfg: cfg, cmd: cmd, env: env}, nil
+}
+
+// CLIVersion is the version of the pulumi CLI the Manager runs.
+func (m *Manager) CLIVersion() semver.Version { return m.cmd.Version() }
+
+// Project is the Pulumi project name.
+func (m *Manager) Project() string { return m.cfg.Project }
+
+// QualifiedName is how status shows a stack: "<project>/<stack>".
+func (m *Manager) QualifiedName(stack string) string { return m.cfg.Project + "/" + stack }
+
+func hasPassphrase(env map[string]string) bool {
+	for _, k := range []string{"PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE"} {
+		if _, ok := env[k]; ok {
+			return true
+		}
+		if _, ok := os.LookupEnv(k); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// prepareBackend checks the backend URL and creates a file:// backend's directory.
+func prepareBackend(raw string) (string, error) {
+	if raw == "" {
+		return "", errors.New("configure stack manager: empty backend URL")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return "", fmt.Errorf("configure stack manager: backend URL %q: want file:///dir, postgres://, s3://, gs://, azblob:// or https://", RedactURL(raw))
+	}
+	if u.Scheme != "file" {
+		return raw, nil
+	}
+	dir := u.Path
+	if u.Host != "" && u.Host != "localhost" { // file://relative/dir
+		dir = filepath.Join(u.Host, u.Path)
+	}
+	if dir == "" {
+		return "", fmt.Errorf("configure stack manager: backend URL %q names no directory", raw)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("configure stack manager: backend directory %q: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return "", fmt.Errorf("create backend directory: %w", err)
+	}
+	return "file://" + abs, nil
+}
+
+// RedactURL hides a password in a URL so it can appear in errors and logs.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// pulumiCommand wraps the CLI at path. The Automation API expects the binary at
+// <root>/bin/pulumi; when path is laid out otherwise, a symlink under workRoot provides that
+// shape.
+func pulumiCommand(path, workRoot string) (auto.PulumiCommand, error) {
+	if path == "" {
+		return nil, errors.New("configure stack manager: no pulumi CLI path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("resolve pulumi CLI path: %w", err)
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("find pulumi CLI: %w (build it with `make tools`, or pass --pulumi)", err)
+	}
+	root := filepath.Dir(filepath.Dir(abs))
+	if filepath.Base(filepath.Dir(abs)) != "bin" || filepath.Base(abs) != "pulumi" {
+		root = filepath.Join(workRoot, ".pulumi-cli")
+		link := filepath.Join(root, "bin", "pulumi")
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			return nil, fmt.Errorf("link pulumi CLI: %w", err)
+		}
+		_ = os.Remove(link)
+		if err := os.Symlink(abs, link); err != nil {
+			return nil, fmt.Errorf("link pulumi CLI: %w", err)
+		}
+	}
+	cmd, err := auto.NewPulumiCommand(&auto.PulumiCommandOptions{Root: root})
+	if err != nil {
+		return nil, fmt.Errorf("run pulumi CLI %s: %w", abs, err)
+	}
+	return cmd, nil
+}
+
+// Result describes one finished operation.
+type Result struct {
+	// Operation is "up", "preview" or "destroy".
+	Operation string
+	Start     time.Time
+	End       time.Time
+	// Changes counts resources by kind of change: "create", "update", "delete", "same", ...
+	Changes map[string]int
+	// Outputs are the stack outputs after an up, secrets shown as "[secret]".
+	Outputs map[string]string
+}
+
+// Changed reports whether the operation created, updated, replaced or deleted anything.
+func (r Result) Changed() bool {
+	for op, n := range r.Changes {
+		if op != string(apitype.OpSame) && n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Manager) workspaceOptions(stackName string, program pulumi.RunFunc) ([]auto.LocalWorkspaceOption, error) {
+	dir := filepath.Join(m.cfg.WorkRoot, stackName)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create workspace directory: %w", err)
+	}
+	proj := workspace.Project{
+		Name:    tokens.PackageName(m.cfg.Project),
+		Runtime: workspace.NewProjectRuntimeInfo("go", nil),
+		Backend: &workspace.ProjectBackend{URL: m.cfg.BackendURL},
+	}
+	return []auto.LocalWorkspaceOption{
+		auto.WorkDir(dir),
+		auto.Pulumi(m.cmd),
+		auto.Project(proj),
+		auto.SecretsProvider(m.cfg.SecretsProvider),
+		auto.EnvVars(m.env),
+		auto.Program(program),
+	}, nil
+}
+
+func (m *Manager) open(ctx context.Context, stackName string, program pulumi.RunFunc, create bool) (auto.Stack, error) {
+	opts, err := m.workspaceOptions(stackName, program)
+	if err != nil {
+		return auto.Stack{}, err
+	}
+	ws, err := auto.NewLocalWorkspace(ctx, opts...)
+	if err != nil {
+		return auto.Stack{}, fmt.Errorf("open workspace of stack %s: %w", stackName, classify(err))
+	}
+	var st auto.Stack
+	if create {
+		st, err = auto.UpsertStack(ctx, stackName, ws)
+	} else {
+		st, err = auto.SelectStack(ctx, stackName, ws)
+	}
+	if err != nil {
+		return auto.Stack{}, err
+	}
+	return st, nil
+}
+
+func (m *Manager) streams() []io.Writer {
+	if m.cfg.Progress == nil {
+		return nil
+	}
+	return []io.Writer{m.cfg.Progress}
+}
+
+// StackName is the stack of the KindCustomHttp namespace/name in this Manager's cluster (see
+// Name for the rule).
+func (m *Manager) StackName(namespace, name string) (string, error) {
+	return Name(m.cfg.ClusterName, namespace, name)
+}
+
+// Up brings the stack of d up to date with infra.Program(d).
+func (m *Manager) Up(ctx context.Context, d api.Desired) (Result, error) {
+	name, err := m.StackName(d.Namespace, d.Name)
+	if err != nil {
+		return Result{Operation: "up"}, err
+	}
+	return m.UpProgram(ctx, name, infra.Program(d))
+}
+
+// Preview shows what Up(d) would change, changing nothing.
+func (m *Manager) Preview(ctx context.Context, d api.Desired) (Result, error) {
+	name, err := m.StackName(d.Namespace, d.Name)
+	if err != nil {
+		return Result{Operation: "preview"}, err
+	}
+	return m.PreviewProgram(ctx, name, infra.Program(d))
+}
+
+// UpProgram creates the stack if needed and runs `pulumi up` with program. Errors: ErrLocked when
+// another update holds the lock, ErrPluginMissing when a provider plugin is absent, otherwise
+// the CLI's error, trimmed to its "error:" lines.
+func (m *Manager) UpProgram(ctx context.Context, stackName string, program pulumi.RunFunc) (Result, error) {
+	res := Result{Operation: "up", Start: time.Now()}
+	st, err := m.open(ctx, stackName, program, true)
+	if err != nil {
+		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
+	}
+	opts := []optup.Option{optup.SuppressProgress()}
+	if w := m.streams(); w != nil {
+		opts = []optup.Option{optup.ProgressStreams(w...)}
+	}
+	up, err := st.Up(ctx, opts...)
+	res.End = time.Now()
+	if err != nil {
+		return res, fmt.Errorf("up stack %s: %w", stackName, classify(err))
+	}
+	if up.Summary.ResourceChanges != nil {
+		res.Changes = *up.Summary.ResourceChanges
+	}
+	res.Outputs = make(map[string]string, len(up.Outputs))
+	for k, v := range up.Outputs {
+		if v.Secret {
+			res.Outputs[k] = "[secret]"
+			continue
+		}
+		res.Outputs[k] = fmt.Sprint(v.Value)
+	}
+	return res, nil
+}
+
+// PreviewProgram runs `pulumi preview` of program against the stack, creating the stack if needed
+// (an empty stack previews as all creates). It changes no resource.
+func (m *Manager) PreviewProgram(ctx context.Context, stackName string, program pulumi.RunFunc) (Result, error) {
+	res := Result{Operation: "preview", Start: time.Now()}
+	st, err := m.open(ctx, stackName, program, true)
+	if err != nil {
+		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
+	}
+	opts := []optpreview.Option{optpreview.SuppressProgress()}
+	if w := m.streams(); w != nil {
+		opts = []optpreview.Option{optpreview.ProgressStreams(w...)}
+	}
+	pr, err := st.Preview(ctx, opts...)
+	res.End = time.Now()
+	if err != nil {
+		return res, fmt.Errorf("preview stack %s: %w", stackName, classify(err))
+	}
+	res.Changes = make(map[string]int, len(pr.ChangeSummary))
+	for op, n := range pr.ChangeSummary {
+		res.Changes[string(op)] = n
+	}
+	return res, nil
+}
+
+// Destroy deletes every resource of the stack and then removes the stack from the backend.
+// A stack that does not exist is already destroyed: Destroy returns a zero Result and nil.
+// The stack is removed only after destroy succeeded, so a failed destroy leaves the state
+// that records what still exists.
+func (m *Manager) Destroy(ctx context.Context, stackName string) (Result, error) {
+	res := Result{Operation: "destroy", Start: time.Now()}
+	noop := func(*pulumi.Context) error { return nil }
+	st, err := m.open(ctx, stackName, noop, false)
+	if err != nil {
+		if auto.IsSelectStack404Error(err) {
+			res.End = time.Now()
+			return res, nil
+		}
+		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
+	}
+	opts := []optdestroy.Option{optdestroy.SuppressProgress(), optdestroy.Remove()}
+	if w := m.streams(); w != nil {
+		opts = []optdestroy.Option{optdestroy.ProgressStreams(w...), optdestroy.Remove()}
+	}
+	d, err := st.Destroy(ctx, opts...)
+	res.End = time.Now()
+	if err != nil {
+		return res, fmt.Errorf("destroy stack %s: %w", stackName, classify(err))
+	}
+	if d.Summary.ResourceChanges != nil {
+		res.Changes = *d.Summary.ResourceChanges
+	}
+	if err := os.RemoveAll(filepath.Join(m.cfg.WorkRoot, stackName)); err != nil {
+		return res, fmt.Errorf("remove workspace directory of stack %s: %w", stackName, err)
+	}
+	return res, nil
+}
+
+// Exists reports whether the backend holds the stack.
+func (m *Manager) Exists(ctx context.Context, stackName string) (bool, error) {
+	noop := func(*pulumi.Context) error { return nil }
+	_, err := m.open(ctx, stackName, noop, false)
+	if err == nil {
+		return true, nil
+	}
+	if auto.IsSelectStack404Error(err) {
+		return false, nil
+	}
+	return false, fmt.Errorf("select stack %s: %w", stackName, classify(err))
+}
+
+// OperationError is a failed CLI run, reduced to what a person needs: the CLI's "error:"
+// lines (or the end of its output), not its whole progress log.
+type OperationError struct {
+	// Summary is the trimmed message, at most maxSummary bytes.
+	Summary string
+	// Err is the Automation API's error, with the full output.
+	Err error
+	kind error
+}
+
+// maxSummary bounds OperationError.Summary: status conditions and events must stay small.
+const maxSummary = 1024
+
+func (e *OperationError) Error() string { return e.Summary }
+
+// Unwrap gives both the sentinel kind (ErrLocked, ErrPluginMissing) and the original error.
+func (e *OperationError) Unwrap() []error {
+	if e.kind != nil {
+		return []error{e.kind, e.Err}
+	}
+	return []error{e.Err}
+}
+
+// classify turns an Automation API error into an *OperationError carrying ErrLocked or
+// ErrPluginMissing where they apply. It must see the auto package's own error value: the
+// auto.Is* helpers do not unwrap.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	oe := &OperationError{Err: err, Summary: summarize(err.Error())}
+	switch {
+	case auto.IsConcurrentUpdateError(err):
+		oe.kind = ErrLocked
+	case pluginMissing(err.Error()):
+		oe.kind = ErrPluginMissing
+		oe.Summary = "the Kubernetes provider plugin (pulumi-resource-kubernetes) is not installed: put it on PATH or install it with `pulumi plugin install resource kubernetes` (" + oe.Summary + ")"
+	}
+	if len(oe.Summary) > maxSummary {
+		oe.Summary = oe.Summary[:maxSummary] + "..."
+	}
+	return oe
+}
+
+func pluginMissing(msg string) bool {
+	return strings.Contains(msg, "no resource plugin") ||
+		strings.Contains(msg, "could not find latest version for provider") ||
+		(strings.Contains(msg, "plugin") && strings.Contains(msg, "not found"))
+}
+
+// summarize keeps the lines of a CLI error that say what went wrong.
+func summarize(msg string) string {
+	var keep []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(msg, "\n") {
+		l := strings.TrimSpace(line)
+		if strings.HasPrefix(l, "error:") && !seen[l] {
+			seen[l] = true
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) > 0 {
+		return strings.Join(keep, "; ")
+	}
+	first, _, _ := bytes.Cut([]byte(strings.TrimSpace(msg)), []byte("\n"))
+	return string(first)
+}

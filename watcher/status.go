@@ -1,0 +1,79 @@
+package watcher
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+)
+
+// Condition types, with kstatus meaning (sigs.k8s.io/cli-utils/pkg/kstatus): Ready is True
+// when the stack is up to date with the current generation; Reconciling is True while work
+// toward it is under way or being retried; Stalled is True when nothing will change until the
+// user changes the spec.
+const (
+	ConditionReady       = "Ready"
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
+)
+
+// Condition reasons (CamelCase, as metav1.Condition requires).
+const (
+	// ReasonSucceeded: the last up of the current generation succeeded.
+	ReasonSucceeded = "Succeeded"
+	// ReasonProgressing: an up or destroy is running.
+	ReasonProgressing = "Progressing"
+	// ReasonInvalidSpec: the spec breaks a rule; the message says which field and why.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonUpdateFailed: Pulumi failed; retried with backoff.
+	ReasonUpdateFailed = "UpdateFailed"
+	// ReasonUpdateConflict: another update holds the stack's lock; retried with backoff.
+	ReasonUpdateConflict = "UpdateConflict"
+	// ReasonPluginMissing: the Kubernetes provider plugin is not installed where the operator
+	// runs; retried with backoff, so installing it is enough.
+	ReasonPluginMissing = "PluginMissing"
+	// ReasonRetrying: Reconciling stays True while a failure is retried.
+	ReasonRetrying = "Retrying"
+	// ReasonDestroyFailed: deleting the objects failed; the finalizer stays until it succeeds.
+	ReasonDestroyFailed = "DestroyFailed"
+)
+
+// setCondition sets one condition on st through apimachinery's helper, which keeps
+// lastTransitionTime unless the status flips.
+func setCondition(st *api.KindCustomHttpStatus, generation int64, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type:               typ,
+		Status:             status,
+		Reason:             reason,
+		Message:            msg,
+		ObservedGeneration: generation,
+	})
+}
+
+// markReady: the stack is up to date.
+func markReady(st *api.KindCustomHttpStatus, gen int64, msg string) {
+	setCondition(st, gen, ConditionReady, metav1.ConditionTrue, ReasonSucceeded, msg)
+	setCondition(st, gen, ConditionReconciling, metav1.ConditionFalse, ReasonSucceeded, msg)
+	setCondition(st, gen, ConditionStalled, metav1.ConditionFalse, ReasonSucceeded, msg)
+}
+
+// markReconciling: work toward generation gen has started.
+func markReconciling(st *api.KindCustomHttpStatus, gen int64, msg string) {
+	setCondition(st, gen, ConditionReady, metav1.ConditionUnknown, ReasonProgressing, msg)
+	setCondition(st, gen, ConditionReconciling, metav1.ConditionTrue, ReasonProgressing, msg)
+	setCondition(st, gen, ConditionStalled, metav1.ConditionFalse, ReasonProgressing, msg)
+}
+
+// markFailed: a retryable failure with the given reason.
+func markFailed(st *api.KindCustomHttpStatus, gen int64, reason, msg string) {
+	setCondition(st, gen, ConditionReady, metav1.ConditionFalse, reason, msg)
+	setCondition(st, gen, ConditionReconciling, metav1.ConditionTrue, ReasonRetrying, "retrying with backoff: "+msg)
+	setCondition(st, gen, ConditionStalled, metav1.ConditionFalse, reason, msg)
+}
+
+// markStalled: nothing happens until the spec changes.
+func markStalled(st *api.KindCustomHttpStatus, gen int64, reason, msg string) {
+	setCondition(st, gen, ConditionReady, metav1.ConditionFalse, reason, msg)
+	setCondition(st, gen, ConditionReconciling, metav1.ConditionFalse, reason, msg)
+	setCondition(st, gen, ConditionStalled, metav1.ConditionTrue, reason, msg)
+}
