@@ -1,11 +1,20 @@
 package v1
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
+	kjson "sigs.k8s.io/json"
 )
+
+func describe(u *unstructured.Unstructured) string {
+	if u.GetNamespace() == "" {
+		return u.GetName()
+	}
+	return u.GetNamespace() + "/" + u.GetName()
+}
 
 // FromUnstructured converts an object from the dynamic client or a YAML file into a
 // KindCustomHttp. It fails, naming the field, when the apiVersion or kind is not
@@ -20,9 +29,20 @@ func FromUnstructured(u *unstructured.Unstructured) (*KindCustomHttp, error) {
 		return nil, fmt.Errorf("convert KindCustomHttp: apiVersion %q kind %q is not %s %s",
 			u.GetAPIVersion(), u.GetKind(), GroupVersion.String(), Kind)
 	}
+	// Through JSON with sigs.k8s.io/json, the decoder the apiserver itself uses: its errors
+	// name the field path (spec.port) and its strict mode reports unknown fields, where
+	// runtime.DefaultUnstructuredConverter only says "unrecognized type".
+	b, err := json.Marshal(u.Object)
+	if err != nil {
+		return nil, fmt.Errorf("convert KindCustomHttp %s: %w", describe(u), err)
+	}
 	obj := &KindCustomHttp{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, obj, true); err != nil {
-		return nil, fmt.Errorf("convert KindCustomHttp %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	strict, err := kjson.UnmarshalStrict(b, obj)
+	if err != nil {
+		return nil, fmt.Errorf("convert KindCustomHttp %s: %w", describe(u), err)
+	}
+	if len(strict) > 0 {
+		return nil, fmt.Errorf("convert KindCustomHttp %s: %w", describe(u), errors.Join(strict...))
 	}
 	return obj, nil
 }

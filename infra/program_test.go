@@ -1,0 +1,176 @@
+package infra
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+)
+
+// mocks records every resource the program declares and answers like the apiserver would
+// (inputs echoed, a cluster IP for a non-headless Service).
+type mocks struct {
+	mu        sync.Mutex
+	resources map[string]map[string]any // by resource type token
+	names     map[string]string         // logical name by type token
+}
+
+func (m *mocks) NewResource(args pulumi.MockResourceArgs) (string, resource.PropertyMap, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.resources[args.TypeToken] = args.Inputs.Mappable()
+	m.names[args.TypeToken] = args.Name
+	out := args.Inputs.Copy()
+	if args.TypeToken == "kubernetes:core/v1:Service" {
+		spec := out["spec"].ObjectValue()
+		if _, ok := spec["clusterIP"]; !ok {
+			spec["clusterIP"] = resource.NewStringProperty("10.96.0.10")
+		}
+	}
+	return args.Name + "-id", out, nil
+}
+
+func (m *mocks) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) {
+	return args.Args, nil
+}
+
+func run(t *testing.T, d api.Desired) *mocks {
+	t.Helper()
+	m := &mocks{resources: map[string]map[string]any{}, names: map[string]string{}}
+	if err := pulumi.RunErr(Program(d), pulumi.WithMocks("kindcustomhttp", "test", m)); err != nil {
+		t.Fatalf("program failed: %v", err)
+	}
+	return m
+}
+
+// get walks a decoded property map: get(m, "spec", "template", "spec").
+func get(t *testing.T, v any, path ...any) any {
+	t.Helper()
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			mv, ok := v.(map[string]any)
+			if !ok {
+				t.Fatalf("at %q: %T is not an object", k, v)
+			}
+			v = mv[k]
+		case int:
+			av, ok := v.([]any)
+			if !ok || len(av) <= k {
+				t.Fatalf("at [%d]: %v is not an array that long", k, v)
+			}
+			v = av[k]
+		}
+	}
+	return v
+}
+
+func TestProgram(t *testing.T) {
+	base := api.Desired{Namespace: "peerns", Name: "kindcustomhttp-sample", ReplicaCount: 2, Port: 80,
+		ContainerPort: 8080, Image: api.DefaultImage, ServiceType: api.ServiceTypeClusterIP,
+		ConfigMapData: map[string]string{"hostports": "localhost,8080\n"}}
+	tests := map[string]struct {
+		mutate        func(*api.Desired)
+		replicas      float64
+		port          float64
+		containerPort float64
+		serviceType   string
+		clusterIP     any
+		image         string
+	}{
+		"sample defaults": {func(*api.Desired) {}, 2, 80, 8080, "ClusterIP", nil, api.DefaultImage},
+		"headless, own image and port": {func(d *api.Desired) {
+			d.ServiceType, d.Image, d.ContainerPort, d.Port = api.ServiceTypeHeadless, "example.com/srv:v2", 9000, 8443
+		}, 2, 8443, 9000, "ClusterIP", "None", "example.com/srv:v2"},
+		"zero replicas, NodePort": {func(d *api.Desired) {
+			d.ReplicaCount, d.ServiceType = 0, api.ServiceTypeNodePort
+		}, 0, 80, 8080, "NodePort", nil, api.DefaultImage},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			d := base
+			tc.mutate(&d)
+			m := run(t, d)
+			cm := m.resources["kubernetes:core/v1:ConfigMap"]
+			dep := m.resources["kubernetes:apps/v1:Deployment"]
+			svc := m.resources["kubernetes:core/v1:Service"]
+			if cm == nil || dep == nil || svc == nil || len(m.resources) != 3 {
+				t.Fatalf("want exactly a ConfigMap, a Deployment and a Service, got %v", m.names)
+			}
+			for typ, want := range map[string]string{
+				"kubernetes:core/v1:ConfigMap":  d.Name + "-configmap",
+				"kubernetes:apps/v1:Deployment": d.Name,
+				"kubernetes:core/v1:Service":    d.Name,
+			} {
+				r := m.resources[typ]
+				if got := get(t, r, "metadata", "name"); got != want {
+					t.Errorf("%s name = %v, want %s", typ, got, want)
+				}
+				if got := get(t, r, "metadata", "namespace"); got != d.Namespace {
+					t.Errorf("%s namespace = %v, want %s", typ, got, d.Namespace)
+				}
+				for k, v := range Labels(d) {
+					if got := get(t, r, "metadata", "labels", k); got != v {
+						t.Errorf("%s label %s = %v, want %s", typ, k, got, v)
+					}
+				}
+			}
+			if got := get(t, cm, "data", "hostports"); got != "localhost,8080\n" {
+				t.Errorf("ConfigMap data hostports = %v", got)
+			}
+			if got := get(t, dep, "spec", "replicas"); got != tc.replicas {
+				t.Errorf("replicas = %v, want %v", got, tc.replicas)
+			}
+			sel := get(t, dep, "spec", "selector", "matchLabels").(map[string]any)
+			if sel[LabelInstance] != d.Name || sel[LabelName] != AppName || len(sel) != 2 {
+				t.Errorf("selector = %v: must select by name and instance only", sel)
+			}
+			tmplLabels := get(t, dep, "spec", "template", "metadata", "labels").(map[string]any)
+			for k, v := range sel {
+				if tmplLabels[k] != v {
+					t.Errorf("pod template label %s = %v, selector wants %v", k, tmplLabels[k], v)
+				}
+			}
+			c := get(t, dep, "spec", "template", "spec", "containers", 0)
+			if get(t, c, "image") != tc.image || get(t, c, "name") != ContainerName {
+				t.Errorf("container = %v", c)
+			}
+			if get(t, c, "ports", 0, "containerPort") != tc.containerPort || get(t, c, "ports", 0, "name") != PortName {
+				t.Errorf("container port = %v, want %v named %s", get(t, c, "ports"), tc.containerPort, PortName)
+			}
+			if get(t, c, "volumeMounts", 0, "mountPath") != "/config" || get(t, c, "volumeMounts", 0, "name") != VolumeName {
+				t.Errorf("volume mount = %v", get(t, c, "volumeMounts"))
+			}
+			vol := get(t, dep, "spec", "template", "spec", "volumes", 0)
+			if get(t, vol, "name") != VolumeName || get(t, vol, "configMap", "name") != d.Name+"-configmap" {
+				t.Errorf("volume = %v", vol)
+			}
+			if get(t, svc, "spec", "type") != tc.serviceType {
+				t.Errorf("service type = %v, want %s", get(t, svc, "spec", "type"), tc.serviceType)
+			}
+			if got := get(t, svc, "spec", "clusterIP"); got != tc.clusterIP {
+				t.Errorf("clusterIP = %v, want %v", got, tc.clusterIP)
+			}
+			if get(t, svc, "spec", "ports", 0, "port") != tc.port || get(t, svc, "spec", "ports", 0, "targetPort") != PortName {
+				t.Errorf("service port = %v: want %v targeting the named container port", get(t, svc, "spec", "ports"), tc.port)
+			}
+			svcSel := get(t, svc, "spec", "selector").(map[string]any)
+			if svcSel[LabelInstance] != d.Name || len(svcSel) != 2 {
+				t.Errorf("service selector = %v", svcSel)
+			}
+		})
+	}
+}
+
+// Two CRs in one namespace must never select each other's pods (the original operator's
+// hard-coded app label made them do so).
+func TestSelectorsDifferPerCR(t *testing.T) {
+	a := api.Desired{Namespace: "ns", Name: "a"}
+	b := api.Desired{Namespace: "ns", Name: "b"}
+	if SelectorLabels(a)[LabelInstance] == SelectorLabels(b)[LabelInstance] {
+		t.Fatal("two CRs share a selector")
+	}
+}
