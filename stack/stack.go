@@ -277,6 +277,10 @@ func (m *Manager) open(ctx context.Context, stackName string, program pulumi.Run
 		st, err = auto.SelectStack(ctx, stackName, ws)
 	}
 	if err != nil {
+		if !create && auto.IsSelectStack404Error(err) {
+			// Looking must not leave a workspace behind for a stack that does not exist.
+			_ = os.RemoveAll(filepath.Join(m.cfg.WorkRoot, stackName))
+		}
 		return auto.Stack{}, err
 	}
 	return st, nil

@@ -1,0 +1,170 @@
+// Package testenv gives tests the real parts they run against: the repository's pinned pulumi
+// CLI, the local simulated cluster started by `make cluster`, and the Kubernetes provider
+// plugin. When a part is absent a test says SKIP with the reason; under CI=true a missing CLI
+// or cluster is a failure instead, because `make test` always provides them.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+)
+
+// RepoRoot is the repository's top directory.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func missing(t testing.TB, what string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("FAIL: %s (CI runs `make test`, which must provide it)", what)
+	}
+	t.Skipf("SKIP: %s", what)
+}
+
+// PulumiCLI returns the pinned pulumi CLI built by `make tools` (bin/pulumi), or
+// $PULUMI_OPERATOR_PULUMI.
+func PulumiCLI(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv("PULUMI_OPERATOR_PULUMI")
+	if p == "" {
+		p = filepath.Join(RepoRoot(), "bin", "pulumi")
+	}
+	if _, err := os.Stat(p); err != nil {
+		missing(t, "no pulumi CLI at "+p+": run `make tools`")
+	}
+	return p
+}
+
+// Kubeconfig returns the local cluster's kubeconfig: $PULUMI_OPERATOR_TEST_KUBECONFIG, else
+// .local/cluster/kubeconfig (written by `make cluster`).
+func Kubeconfig(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv("PULUMI_OPERATOR_TEST_KUBECONFIG")
+	if p == "" {
+		p = filepath.Join(RepoRoot(), ".local", "cluster", "kubeconfig")
+	}
+	if _, err := os.Stat(p); err != nil {
+		missing(t, "no local cluster kubeconfig at "+p+": run `make cluster`")
+	}
+	abs, _ := filepath.Abs(p)
+	return abs
+}
+
+// RequireKubernetesPlugin skips the test, loudly, when find (stack.FindKubernetesPlugin)
+// reports the Kubernetes provider plugin absent: it is in no registry this project can reach.
+func RequireKubernetesPlugin(t testing.TB, find func() (string, error)) string {
+	t.Helper()
+	p, err := find()
+	if err != nil {
+		t.Skipf("SKIP: needs the Kubernetes provider plugin: %v", err)
+	}
+	return p
+}
+
+// Cluster is a connection to the local cluster.
+type Cluster struct {
+	Kubeconfig string
+	Config     *rest.Config
+	Client     dynamic.Interface
+}
+
+// Connect connects to the local cluster (see Kubeconfig).
+func Connect(t testing.TB) *Cluster {
+	t.Helper()
+	kc := Kubeconfig(t)
+	rc, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatalf("load kubeconfig %s: %v", kc, err)
+	}
+	rc.QPS, rc.Burst = 200, 400
+	c, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Cluster{Kubeconfig: kc, Config: rc, Client: c}
+}
+
+var (
+	crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	nsGVR  = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+)
+
+// InstallCRD creates or updates the CRD from config/crd and waits until it is Established.
+func (c *Cluster) InstallCRD(t testing.TB) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(RepoRoot(), "config", "crd", "groupsp.measutosh.dev_kindcustomhttps.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(b, &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cur, err := c.Client.Resource(crdGVR).Get(ctx, u.GetName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = c.Client.Resource(crdGVR).Create(ctx, u, metav1.CreateOptions{})
+	case err == nil:
+		u.SetResourceVersion(cur.GetResourceVersion())
+		_, err = c.Client.Resource(crdGVR).Update(ctx, u, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		t.Fatalf("install CRD: %v", err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		cur, err := c.Client.Resource(crdGVR).Get(ctx, u.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		conds, _, _ := unstructured.NestedSlice(cur.Object, "status", "conditions")
+		for _, x := range conds {
+			m := x.(map[string]any)
+			if m["type"] == "Established" && m["status"] == "True" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("CRD never became Established: %v", err)
+	}
+}
+
+// Namespace creates a namespace named after the test (with a unique suffix) and deletes it
+// when the test ends.
+func (c *Cluster) Namespace(t testing.TB) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	name = strings.Trim(name, "-") + fmt.Sprintf("-%d", time.Now().UnixNano()%1_000_000)
+	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace",
+		"metadata": map[string]any{"name": name}}}
+	if _, err := c.Client.Resource(nsGVR).Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = c.Client.Resource(nsGVR).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}

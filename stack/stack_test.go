@@ -1,0 +1,252 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+)
+
+// newManager returns a Manager on the real pinned CLI with a fresh file backend.
+func newManager(t *testing.T) (*Manager, string) {
+	t.Helper()
+	dir := t.TempDir()
+	backend := filepath.Join(dir, "backend")
+	m, err := New(Config{
+		Project:     "kindcustomhttp",
+		BackendURL:  "file://" + backend,
+		WorkRoot:    filepath.Join(dir, "workspaces"),
+		PulumiPath:  testenv.PulumiCLI(t),
+		ClusterName: "test",
+		Env:         map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test-passphrase"},
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return m, backend
+}
+
+// program needs no provider plugin: it only exports its input.
+func program(greeting string, sleep time.Duration) pulumi.RunFunc {
+	return func(ctx *pulumi.Context) error {
+		time.Sleep(sleep)
+		ctx.Export("greeting", pulumi.String(greeting))
+		return nil
+	}
+}
+
+func stackFiles(t *testing.T, backend string) []string {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", "*.json"))
+	return matches
+}
+
+func TestUpPreviewDestroy(t *testing.T) {
+	m, backend := newManager(t)
+	ctx := context.Background()
+	name, err := m.StackName("peerns", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pre, err := m.PreviewProgram(ctx, name, program("hello", 0))
+	if err != nil {
+		t.Fatalf("preview: %v", err)
+	}
+	if pre.Changes["create"] != 1 { // the stack resource itself
+		t.Fatalf("preview of a new stack = %v, want 1 create", pre.Changes)
+	}
+
+	up, err := m.UpProgram(ctx, name, program("hello", 0))
+	if err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	if up.Outputs["greeting"] != "hello" || !up.Changed() {
+		t.Fatalf("up = %+v", up)
+	}
+	if got := stackFiles(t, backend); len(got) != 1 || !strings.HasSuffix(got[0], name+".json") {
+		t.Fatalf("backend holds %v, want the state of %s", got, name)
+	}
+
+	again, err := m.UpProgram(ctx, name, program("hello", 0))
+	if err != nil {
+		t.Fatalf("second up: %v", err)
+	}
+	if again.Changed() {
+		t.Fatalf("an unchanged program changed %v", again.Changes)
+	}
+
+	// A preview changes nothing: the state still holds the applied output, not the previewed one.
+	if _, err = m.PreviewProgram(ctx, name, program("bye", 0)); err != nil {
+		t.Fatalf("preview: %v", err)
+	}
+	state, err := os.ReadFile(stackFiles(t, backend)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(state), `"hello"`) || strings.Contains(string(state), `"bye"`) {
+		t.Fatalf("preview wrote to the stack's state:\n%s", state)
+	}
+	if exists, err := m.Exists(ctx, name); err != nil || !exists {
+		t.Fatalf("Exists = %v, %v", exists, err)
+	}
+
+	if _, err := m.Destroy(ctx, name); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	if got := stackFiles(t, backend); len(got) != 0 {
+		t.Fatalf("destroy left stack state %v", got)
+	}
+	if exists, err := m.Exists(ctx, name); err != nil || exists {
+		t.Fatalf("after destroy Exists = %v, %v", exists, err)
+	}
+	if _, err := os.Stat(filepath.Join(m.cfg.WorkRoot, name)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("destroy left the workspace directory: %v", err)
+	}
+	// A second destroy of a stack that is gone is not an error (a retried delete).
+	if _, err := m.Destroy(ctx, name); err != nil {
+		t.Fatalf("destroy of a removed stack: %v", err)
+	}
+}
+
+func TestTwoStacksAtOnce(t *testing.T) {
+	m, backend := newManager(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	outs := make([]string, 2)
+	for i, n := range []string{"a", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name, _ := m.StackName("ns", n)
+			res, err := m.UpProgram(context.Background(), name, program("from-"+n, 0))
+			errs[i], outs[i] = err, res.Outputs["greeting"]
+		}()
+	}
+	wg.Wait()
+	for i, n := range []string{"a", "b"} {
+		if errs[i] != nil || outs[i] != "from-"+n {
+			t.Fatalf("stack %s: %q, %v", n, outs[i], errs[i])
+		}
+	}
+	if got := stackFiles(t, backend); len(got) != 2 {
+		t.Fatalf("backend holds %v, want two stacks", got)
+	}
+}
+
+// A second update of a stack that is being updated gets ErrLocked, not a generic failure.
+func TestLockedStack(t *testing.T) {
+	m, _ := newManager(t)
+	name, _ := m.StackName("ns", "locked")
+	ctx := context.Background()
+	if _, err := m.UpProgram(ctx, name, program("x", 0)); err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan error, 1)
+	go func() {
+		_, err := m.UpProgram(ctx, name, program("y", 8*time.Second))
+		slow <- err
+	}()
+	var err error
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		_, err = m.UpProgram(ctx, name, program("z", 0))
+		if err != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("concurrent up error = %v, want ErrLocked", err)
+	}
+	if err := <-slow; err != nil {
+		t.Fatalf("the slow up failed: %v", err)
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	cli := testenv.PulumiCLI(t)
+	dir := t.TempDir()
+	ok := Config{Project: "p", BackendURL: "file://" + dir, WorkRoot: dir, PulumiPath: cli, ClusterName: "c",
+		Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"}}
+	tests := map[string]struct {
+		mutate func(*Config)
+		want   string
+	}{
+		"no project":      {func(c *Config) { c.Project = "" }, "project"},
+		"bad project":     {func(c *Config) { c.Project = "a b" }, "project name"},
+		"no backend":      {func(c *Config) { c.BackendURL = "" }, "backend URL"},
+		"backend no URL":  {func(c *Config) { c.BackendURL = "/just/a/dir" }, "want file:///dir"},
+		"password hidden": {func(c *Config) { c.BackendURL = "::postgres://u:hunter2@h/db" }, "backend URL"},
+		"no workroot":     {func(c *Config) { c.WorkRoot = "" }, "workspace root"},
+		"no CLI":          {func(c *Config) { c.PulumiPath = filepath.Join(dir, "nope") }, "make tools"},
+		"bad cluster":     {func(c *Config) { c.ClusterName = "Not_A_Label" }, "cluster name"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := ok
+			tc.mutate(&c)
+			_, err := New(c)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New error = %v, want one containing %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Fatalf("error shows the backend password: %v", err)
+			}
+		})
+	}
+}
+
+// A missing passphrase is a clear error before any CLI run, never a prompt or a hang.
+func TestNoPassphrase(t *testing.T) {
+	cli := testenv.PulumiCLI(t)
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "")
+	os.Unsetenv("PULUMI_CONFIG_PASSPHRASE")
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE_FILE", "")
+	os.Unsetenv("PULUMI_CONFIG_PASSPHRASE_FILE")
+	dir := t.TempDir()
+	_, err := New(Config{Project: "p", BackendURL: "file://" + dir, WorkRoot: dir, PulumiPath: cli, ClusterName: "c"})
+	if !errors.Is(err, ErrNoPassphrase) {
+		t.Fatalf("New without passphrase = %v, want ErrNoPassphrase", err)
+	}
+	// Another secrets provider needs no passphrase.
+	if _, err := New(Config{Project: "p", BackendURL: "file://" + dir, WorkRoot: dir, PulumiPath: cli, ClusterName: "c",
+		SecretsProvider: "awskms://alias/x"}); err != nil {
+		t.Fatalf("New with a KMS secrets provider: %v", err)
+	}
+}
+
+// The engine asks for the plugin version of the SDK in go.mod; KubernetesPluginVersion must
+// name the same one, or FindKubernetesPlugin would look for the wrong directory.
+func TestKubernetesPluginVersionMatchesSDK(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`github.com/pulumi/pulumi-kubernetes/sdk/v4 v(\S+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("go.mod does not require github.com/pulumi/pulumi-kubernetes/sdk/v4")
+	}
+	if string(m[1]) != KubernetesPluginVersion {
+		t.Fatalf("go.mod has v%s, KubernetesPluginVersion is %s", m[1], KubernetesPluginVersion)
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	msg := "failed to run update: exit status 255\ncode: 255\nstdout: Updating...\n    error: boom\nstderr: error: boom\nerror: update failed\n"
+	if got := summarize(msg); got != "error: boom; error: update failed" {
+		t.Fatalf("summarize = %q", got)
+	}
+	if got := summarize("first line\nsecond"); got != "first line" {
+		t.Fatalf("summarize without error lines = %q", got)
+	}
+}
