@@ -1,0 +1,338 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+// programStacks runs the real pulumi CLI and file backend, but with a program that needs no
+// provider plugin (it exports what infra.Program would name), so the watcher's whole loop is
+// tested where the Kubernetes provider is absent. failures > 0 makes that many ups fail, which
+// the real CLI cannot be made to do on demand.
+type programStacks struct {
+	*stack.Manager
+	ups      atomic.Int32
+	failures atomic.Int32
+}
+
+func (p *programStacks) Up(ctx context.Context, d api.Desired) (stack.Result, error) {
+	p.ups.Add(1)
+	if p.failures.Add(-1) >= 0 {
+		now := time.Now()
+		return stack.Result{Operation: "up", Start: now, End: now}, errors.New("injected failure: backend unreachable")
+	}
+	name, err := p.StackName(d.Namespace, d.Name)
+	if err != nil {
+		return stack.Result{}, err
+	}
+	return p.UpProgram(ctx, name, func(ctx *pulumi.Context) error {
+		ctx.Export(infra.OutputDeploymentName, pulumi.String(d.Name))
+		ctx.Export(infra.OutputConfigMapName, pulumi.String(d.ConfigMapName()))
+		ctx.Export(infra.OutputServiceName, pulumi.String(d.Name))
+		ctx.Export("replicas", pulumi.Int(int(d.ReplicaCount)))
+		return nil
+	})
+}
+
+type fixture struct {
+	cluster *testenv.Cluster
+	stacks  *programStacks
+	backend string
+	ns      string
+	cr      dynamic.ResourceInterface
+}
+
+func start(t *testing.T) *fixture {
+	t.Helper()
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	dir := t.TempDir()
+	backend := filepath.Join(dir, "backend")
+	m, err := stack.New(stack.Config{
+		Project: "kindcustomhttp", BackendURL: "file://" + backend, WorkRoot: filepath.Join(dir, "ws"),
+		PulumiPath: testenv.PulumiCLI(t), ClusterName: "test",
+		Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{cluster: c, stacks: &programStacks{Manager: m}, backend: backend, ns: c.Namespace(t)}
+	f.cr = c.Client.Resource(api.GroupVersionResource).Namespace(f.ns)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	w := New(c.Client, f.stacks, Options{Namespace: f.ns, Resync: time.Second, Logger: log})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, 2) }()
+	t.Cleanup(func() {
+		// Delete what the test left while the watcher still runs, so finalizers are removed.
+		_ = f.cr.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+		_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true,
+			func(ctx context.Context) (bool, error) {
+				l, err := f.cr.List(ctx, metav1.ListOptions{})
+				return err == nil && len(l.Items) == 0, nil
+			})
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return f
+}
+
+func (f *fixture) create(t *testing.T, name, specYAML string) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	doc := fmt.Sprintf("apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n%s", name, f.ns, specYAML)
+	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.cr.Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create %s: %v", name, err)
+	}
+}
+
+// waitFor polls the object until cond holds, failing with the last status seen.
+func (f *fixture) waitFor(t *testing.T, name, what string, cond func(*api.KindCustomHttp) bool) *api.KindCustomHttp {
+	t.Helper()
+	var last *api.KindCustomHttp
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true,
+		func(ctx context.Context) (bool, error) {
+			u, err := f.cr.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			o, err := api.FromUnstructured(u)
+			if err != nil {
+				return false, err
+			}
+			last = o
+			return cond(o), nil
+		})
+	if err != nil {
+		b, _ := yaml.Marshal(last)
+		t.Fatalf("%s never happened (%v); last object:\n%s", what, err, b)
+	}
+	return last
+}
+
+func cond(o *api.KindCustomHttp, typ string) metav1.Condition {
+	for _, c := range o.Status.Conditions {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
+
+func readyAt(gen int64) func(*api.KindCustomHttp) bool {
+	return func(o *api.KindCustomHttp) bool {
+		c := cond(o, ConditionReady)
+		return c.Status == metav1.ConditionTrue && o.Status.ObservedGeneration == gen && c.ObservedGeneration == gen
+	}
+}
+
+func (f *fixture) stackFiles(t *testing.T) []string {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(f.backend, ".pulumi", "stacks", "kindcustomhttp", "*.json"))
+	return m
+}
+
+func TestReconcileLifecycle(t *testing.T) {
+	f := start(t)
+	f.create(t, "web", "  replicaCount: 2\n  port: 80\n  configMapData:\n    hostports: |\n      localhost,8080\n")
+	o := f.waitFor(t, "web", "Ready at generation 1", readyAt(1))
+
+	if !strings.Contains(strings.Join(o.Finalizers, ","), Finalizer) {
+		t.Fatalf("finalizers = %v, want %s", o.Finalizers, Finalizer)
+	}
+	if want := "kindcustomhttp/test." + f.ns + ".web"; o.Status.Stack != want {
+		t.Errorf("status.stack = %q, want %q", o.Status.Stack, want)
+	}
+	if o.Status.Outputs == nil || o.Status.Outputs.DeploymentName != "web" || o.Status.Outputs.ConfigMapName != "web-configmap" {
+		t.Errorf("status.outputs = %+v", o.Status.Outputs)
+	}
+	lu := o.Status.LastUpdate
+	if lu == nil || lu.Kind != "up" || lu.Result != "succeeded" || lu.ResourceChanges["create"] != 1 || lu.EndTime.Before(&lu.StartTime) {
+		t.Errorf("status.lastUpdate = %+v", lu)
+	}
+	for _, typ := range []string{ConditionReconciling, ConditionStalled} {
+		if c := cond(o, typ); c.Status != metav1.ConditionFalse {
+			t.Errorf("%s = %+v, want False", typ, c)
+		}
+	}
+	if got := f.stackFiles(t); len(got) != 1 {
+		t.Fatalf("backend stacks = %v, want one", got)
+	}
+
+	// Resyncs every second: nothing changed, so no Pulumi run.
+	ups := f.stacks.ups.Load()
+	time.Sleep(3 * time.Second)
+	if got := f.stacks.ups.Load(); got != ups {
+		t.Fatalf("%d ups during resyncs of an unchanged object, want 0", got-ups)
+	}
+
+	// A spec change is applied and reported at the new generation.
+	patch := []byte(`{"spec":{"replicaCount":3}}`)
+	if _, err := f.cr.Patch(context.Background(), "web", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	o = f.waitFor(t, "web", "Ready at generation 2", readyAt(2))
+	if f.stacks.ups.Load() != ups+1 {
+		t.Errorf("ups after one change = %d, want %d", f.stacks.ups.Load(), ups+1)
+	}
+	if o.Status.LastUpdate.ResourceChanges["same"] != 1 {
+		t.Errorf("lastUpdate after change = %+v", o.Status.LastUpdate)
+	}
+
+	// Delete destroys the stack, removes it from the backend, then lets the object go.
+	if err := f.cr.Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true,
+		func(ctx context.Context) (bool, error) {
+			_, err := f.cr.Get(ctx, "web", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+	if err != nil {
+		t.Fatalf("object not gone after delete: %v", err)
+	}
+	if got := f.stackFiles(t); len(got) != 0 {
+		t.Fatalf("stack state left after delete: %v", got)
+	}
+}
+
+// A spec the CRD admits but the Go rules reject is Stalled with a message that names the
+// field, is not retried, and is reconciled once fixed.
+func TestInvalidSpecStalls(t *testing.T) {
+	f := start(t)
+	f.create(t, "bad", "  replicaCount: 1\n  port: 80\n  configMapData:\n    a/b: x\n")
+	o := f.waitFor(t, "bad", "Stalled", func(o *api.KindCustomHttp) bool {
+		return cond(o, ConditionStalled).Status == metav1.ConditionTrue
+	})
+	c := cond(o, ConditionStalled)
+	if c.Reason != ReasonInvalidSpec || !strings.Contains(c.Message, "spec.configMapData[a/b]") {
+		t.Fatalf("Stalled = %+v, want reason %s naming the key", c, ReasonInvalidSpec)
+	}
+	if r := cond(o, ConditionReady); r.Status != metav1.ConditionFalse || r.Reason != ReasonInvalidSpec {
+		t.Fatalf("Ready = %+v", r)
+	}
+	rv := o.ResourceVersion
+	time.Sleep(3 * time.Second) // three resyncs
+	if n := f.stacks.ups.Load(); n != 0 {
+		t.Fatalf("%d ups for an invalid spec, want 0", n)
+	}
+	u, err := f.cr.Get(context.Background(), "bad", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.GetResourceVersion() != rv {
+		t.Fatal("the status of a stalled object kept being rewritten")
+	}
+
+	patch := []byte(`{"spec":{"configMapData":{"a/b":null,"hostports":"x,1"}}}`)
+	if _, err := f.cr.Patch(context.Background(), "bad", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	o = f.waitFor(t, "bad", "Ready after the fix", readyAt(2))
+	if c := cond(o, ConditionStalled); c.Status != metav1.ConditionFalse {
+		t.Fatalf("Stalled after fix = %+v", c)
+	}
+}
+
+// A failed up is reported (Ready False, Reconciling True) and retried with backoff until it
+// succeeds.
+func TestUpFailureIsRetried(t *testing.T) {
+	f := start(t)
+	f.stacks.failures.Store(2)
+	f.create(t, "flaky", "  replicaCount: 1\n  port: 80\n")
+	sawFailure := false
+	o := f.waitFor(t, "flaky", "Ready after retries", func(o *api.KindCustomHttp) bool {
+		if c := cond(o, ConditionReady); c.Reason == ReasonUpdateFailed && strings.Contains(c.Message, "injected failure") &&
+			cond(o, ConditionReconciling).Status == metav1.ConditionTrue && o.Status.LastUpdate != nil &&
+			o.Status.LastUpdate.Result == "failed" {
+			sawFailure = true
+		}
+		return readyAt(1)(o)
+	})
+	if !sawFailure {
+		t.Error("the failed up was never reported in status")
+	}
+	if n := f.stacks.ups.Load(); n != 3 {
+		t.Errorf("ups = %d, want 3 (two failures, one success)", n)
+	}
+	if o.Status.LastUpdate.Result != "succeeded" {
+		t.Errorf("lastUpdate = %+v", o.Status.LastUpdate)
+	}
+}
+
+// The CRD itself rejects what it can at admission, with the original sample still accepted.
+func TestCRDValidation(t *testing.T) {
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	ns := c.Namespace(t)
+	cr := c.Client.Resource(api.GroupVersionResource).Namespace(ns)
+	tests := map[string]struct {
+		name, spec string
+		want       string
+	}{
+		"port zero":             {"a", "replicaCount: 1\n  port: 0", "spec.port"},
+		"port too high":         {"a", "replicaCount: 1\n  port: 70000", "spec.port"},
+		"negative replicas":     {"a", "replicaCount: -1\n  port: 80", "spec.replicaCount"},
+		"missing port":          {"a", "replicaCount: 1", "spec.port"},
+		"unknown service type":  {"a", "replicaCount: 1\n  port: 80\n  serviceType: External", "spec.serviceType"},
+		"name not a DNS label":  {"a.b", "replicaCount: 1\n  port: 80", "Service's name"},
+		"containerPort too low": {"a", "replicaCount: 1\n  port: 80\n  containerPort: 0", "spec.containerPort"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			u := &unstructured.Unstructured{}
+			doc := fmt.Sprintf("apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: %q}\nspec:\n  %s\n", tc.name, tc.spec)
+			if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+				t.Fatal(err)
+			}
+			_, err := cr.Create(context.Background(), u, metav1.CreateOptions{})
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("create error = %v, want Invalid naming %q", err, tc.want)
+			}
+		})
+	}
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "samples", "groupsp_v1_kindcustomhttp.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(b, &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	u.SetNamespace(ns)
+	if _, err := cr.Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the original sample is rejected: %v", err)
+	}
+	// No watcher runs here, so no finalizer was added: the object can simply go.
+	_ = cr.Delete(context.Background(), u.GetName(), metav1.DeleteOptions{})
+}
