@@ -81,7 +81,7 @@ func start(t *testing.T) *fixture {
 	f := &fixture{cluster: c, stacks: &programStacks{Manager: m}, backend: backend, ns: c.Namespace(t)}
 	f.cr = c.Client.Resource(api.GroupVersionResource).Namespace(f.ns)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
+	if os.Getenv("PULUMI_OPERATOR_TEST_LOGS") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	w := New(c.Client, f.stacks, Options{Namespace: f.ns, Resync: time.Second, Logger: log})

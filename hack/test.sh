@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The project's test command (`make test`): starts a local simulated cluster of its own
+# (.local/test-cluster, ports apart from `make cluster`'s), runs every Go test against it and
+# the pinned pulumi CLI, stops the cluster, and prints every skipped test with its reason.
+#
+# Usage: hack/test.sh [go test args...]   (default ./...)
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${REPO_ROOT}"
+
+export CLUSTER_DIR="${REPO_ROOT}/.local/test-cluster"
+export CLUSTER_ETCD_PORT=33790 CLUSTER_ETCD_PEER_PORT=33800 CLUSTER_APISERVER_PORT=36443
+export CLUSTER_CONTROLLER_MANAGER_PORT=36257 CLUSTER_SCHEDULER_PORT=36259 CLUSTER_KWOK_PORT=36250
+
+hack/cluster-down.sh --purge >/dev/null 2>&1 || true
+trap 'hack/cluster-down.sh --purge >/dev/null 2>&1 || true' EXIT
+hack/cluster-up.sh
+
+export PULUMI_OPERATOR_TEST_KUBECONFIG="${CLUSTER_DIR}/kubeconfig"
+export PULUMI_OPERATOR_PULUMI="${REPO_ROOT}/bin/pulumi"
+log="${REPO_ROOT}/.local/test.log"
+mkdir -p "$(dirname "${log}")"
+
+status=0
+go test -count=1 -timeout 30m -v "${@:-./...}" >"${log}" 2>&1 || status=$?
+# Package results and failures in full; passing test lines only as a count.
+grep -E '^(ok|FAIL|---|panic:|\s+\S+_test\.go:[0-9]+:)|^\s+--- ' "${log}" | grep -v -- '--- PASS' || true
+
+passed=$(grep -cE '^\s*--- PASS' "${log}" || true)
+failed=$(grep -cE '^\s*--- FAIL' "${log}" || true)
+skipped=$(grep -cE '^\s*--- SKIP' "${log}" || true)
+if [[ "${skipped}" -gt 0 ]]; then
+	echo
+	echo "================ SKIPPED (${skipped}) ================"
+	grep -A1 -E '^\s*--- SKIP' "${log}" | grep -vE '^--$' || true
+	echo "======================================================"
+fi
+if grep -q '^FAIL' "${log}" && [[ "${failed}" -eq 0 ]]; then
+	failed=1 # a package that failed to build or panicked outside a test
+fi
+echo
+echo "full log: ${log}"
+echo "${passed} passed, ${failed} failed, ${skipped} skipped"
+exit "${status}"

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+)
+
+// The watch command's configuration errors must say what to fix, before touching anything.
+func TestWatchConfigErrors(t *testing.T) {
+	kc := testenv.Kubeconfig(t)
+	cli := testenv.PulumiCLI(t)
+	dir := t.TempDir()
+	badProject := filepath.Join(dir, "Pulumi.yaml")
+	if err := os.WriteFile(badProject, []byte("name: [not, a, name]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		"no passphrase": {
+			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "watch"},
+			want: "PULUMI_CONFIG_PASSPHRASE",
+		},
+		"bad log format": {
+			args: []string{"--log-format", "xml", "watch"},
+			want: "--log-format",
+		},
+		"missing explicit project file": {
+			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
+			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "--project-file", filepath.Join(dir, "nope.yaml"), "watch"},
+			want: "nope.yaml",
+		},
+		"invalid project file": {
+			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
+			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "--project-file", badProject, "watch"},
+			want: badProject,
+		},
+		"no pulumi CLI": {
+			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
+			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", filepath.Join(dir, "bin", "pulumi"), "watch"},
+			want: "make tools",
+		},
+		"bad cluster name": {
+			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
+			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "--cluster-name", "Bad_Name", "watch"},
+			want: "cluster name",
+		},
+		"unreadable kubeconfig": {
+			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
+			args: []string{"--kubeconfig", filepath.Join(dir, "missing-kubeconfig"), "watch"},
+			want: "kubeconfig",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			for _, k := range []string{"PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE", "KUBECONFIG", "PULUMI_BACKEND_URL"} {
+				t.Setenv(k, "")
+				os.Unsetenv(k)
+			}
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			err := newApp().Run(append([]string{"pulumi-operator"}, tc.args...))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
