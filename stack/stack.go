@@ -117,9 +117,9 @@ func New(cfg Config) (*Manager, error) {
 	env := map[string]string{
 		// No network here and none wanted: never look for CLI updates, never download a
 		// plugin behind the user's back (a missing one is reported as ErrPluginMissing).
-		"PULUMI_SKIP_UPDATE_CHECK":                     "true",
+		"PULUMI_SKIP_UPDATE_CHECK":                    "true",
 		"PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-		"PULUMI_DIY_BACKEND_NO_LEGACY_WARNING":         "true",
+		"PULUMI_DIY_BACKEND_NO_LEGACY_WARNING":        "true",
 	}
 	for k, v := range cfg.Env {
 		env[k] = v
@@ -425,7 +425,7 @@ type OperationError struct {
 	// Summary is the trimmed message, at most maxSummary bytes.
 	Summary string
 	// Err is the Automation API's error, with the full output.
-	Err error
+	Err  error
 	kind error
 }
 
