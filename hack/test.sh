@@ -33,7 +33,7 @@ skipped=$(grep -cE '^\s*--- SKIP' "${log}" || true)
 if [[ "${skipped}" -gt 0 ]]; then
 	echo
 	echo "================ SKIPPED (${skipped}) ================"
-	grep -A1 -E '^\s*--- SKIP' "${log}" | grep -vE '^--$' || true
+	grep -E '^\s*--- SKIP|_test\.go:[0-9]+: SKIP' "${log}" || true
 	echo "======================================================"
 fi
 if grep -q '^FAIL' "${log}" && [[ "${failed}" -eq 0 ]]; then
