@@ -221,11 +221,15 @@ func (w *Watcher) reconcileStack(ctx context.Context, u *unstructured.Unstructur
 	}
 
 	w.log.Info("running up", "object", klogRef(u), "stack", stackName, "generation", gen)
-	if err := w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) {
-		st.Stack = w.stacks.QualifiedName(stackName)
-		markReconciling(st, gen, "pulumi up of stack "+stackName+" is running")
-	}); err != nil {
-		return err
+	// A retry keeps the failure it retries visible (Ready False, Reconciling True "Retrying")
+	// instead of flipping status to Progressing and back on every attempt.
+	if !retrying(cr) {
+		if err := w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) {
+			st.Stack = w.stacks.QualifiedName(stackName)
+			markReconciling(st, gen, "pulumi up of stack "+stackName+" is running")
+		}); err != nil {
+			return err
+		}
 	}
 	res, upErr := w.stacks.Up(ctx, d)
 	statusErr := w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) {
@@ -256,6 +260,13 @@ func upToDate(cr *api.KindCustomHttp, digest string) bool {
 	st := cr.Status
 	return st.ObservedGeneration == cr.Generation && st.AppliedDigest == digest &&
 		meta.IsStatusConditionTrue(st.Conditions, ConditionReady)
+}
+
+// retrying reports whether the status already shows a failed attempt at the current
+// generation that is being retried.
+func retrying(cr *api.KindCustomHttp) bool {
+	c := meta.FindStatusCondition(cr.Status.Conditions, ConditionReconciling)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonRetrying && c.ObservedGeneration == cr.Generation
 }
 
 // digest is the SHA-256 of everything that decides what an up does: the desired state, the
