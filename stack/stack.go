@@ -299,13 +299,21 @@ func (m *Manager) StackName(namespace, name string) (string, error) {
 	return Name(m.cfg.ClusterName, namespace, name)
 }
 
+// UpOptions change how an up runs.
+type UpOptions struct {
+	// Refresh reads the live objects into the state before diffing (`pulumi up --refresh`), so
+	// that changes made outside Pulumi (drift) are seen and undone. It costs one read per
+	// resource.
+	Refresh bool
+}
+
 // Up brings the stack of d up to date with infra.Program(d).
-func (m *Manager) Up(ctx context.Context, d api.Desired) (Result, error) {
+func (m *Manager) Up(ctx context.Context, d api.Desired, opts UpOptions) (Result, error) {
 	name, err := m.StackName(d.Namespace, d.Name)
 	if err != nil {
 		return Result{Operation: "up"}, err
 	}
-	return m.UpProgram(ctx, name, infra.Program(d))
+	return m.UpProgram(ctx, name, infra.Program(d), opts)
 }
 
 // Preview shows what Up(d) would change, changing nothing.
@@ -320,7 +328,7 @@ func (m *Manager) Preview(ctx context.Context, d api.Desired) (Result, error) {
 // UpProgram creates the stack if needed and runs `pulumi up` with program. Errors: ErrLocked when
 // another update holds the lock, ErrPluginMissing when a provider plugin is absent, otherwise
 // the CLI's error, trimmed to its "error:" lines.
-func (m *Manager) UpProgram(ctx context.Context, stackName string, program pulumi.RunFunc) (Result, error) {
+func (m *Manager) UpProgram(ctx context.Context, stackName string, program pulumi.RunFunc, upOpts UpOptions) (Result, error) {
 	res := Result{Operation: "up", Start: time.Now()}
 	st, err := m.open(ctx, stackName, program, true)
 	if err != nil {
@@ -329,6 +337,9 @@ func (m *Manager) UpProgram(ctx context.Context, stackName string, program pulum
 	opts := []optup.Option{optup.SuppressProgress()}
 	if w := m.streams(); w != nil {
 		opts = []optup.Option{optup.ProgressStreams(w...)}
+	}
+	if upOpts.Refresh {
+		opts = append(opts, optup.Refresh())
 	}
 	up, err := st.Up(ctx, opts...)
 	res.End = time.Now()
@@ -406,6 +417,21 @@ func (m *Manager) Destroy(ctx context.Context, stackName string) (Result, error)
 	return res, nil
 }
 
+// CancelLock removes the stack's lock (`pulumi cancel`). Only call it for a lock whose owner
+// is known to be gone: an update still running would go on without a lock, and two updates at
+// once can corrupt the state.
+func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
+	noop := func(*pulumi.Context) error { return nil }
+	st, err := m.open(ctx, stackName, noop, false)
+	if err != nil {
+		return fmt.Errorf("select stack %s: %w", stackName, classify(err))
+	}
+	if err := st.Cancel(ctx); err != nil {
+		return fmt.Errorf("cancel lock of stack %s: %w", stackName, classify(err))
+	}
+	return nil
+}
+
 // Exists reports whether the backend holds the stack.
 func (m *Manager) Exists(ctx context.Context, stackName string) (bool, error) {
 	noop := func(*pulumi.Context) error { return nil }
@@ -424,6 +450,9 @@ func (m *Manager) Exists(ctx context.Context, stackName string) (bool, error) {
 type OperationError struct {
 	// Summary is the trimmed message, at most maxSummary bytes.
 	Summary string
+	// Locks are the locks a DIY backend (file, postgres, s3, ...) reported holding the stack
+	// when the error is ErrLocked; Pulumi Cloud reports none.
+	Locks []Lock
 	// Err is the Automation API's error, with the full output.
 	Err  error
 	kind error
@@ -453,6 +482,7 @@ func classify(err error) error {
 	switch {
 	case auto.IsConcurrentUpdateError(err):
 		oe.kind = ErrLocked
+		oe.Locks = parseLocks(err.Error())
 	case pluginMissing(err.Error()):
 		oe.kind = ErrPluginMissing
 		oe.Summary = "the Kubernetes provider plugin (pulumi-resource-kubernetes) is not installed: put it on PATH or install it with `pulumi plugin install resource kubernetes` (" + oe.Summary + ")"

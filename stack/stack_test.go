@@ -66,7 +66,7 @@ func TestUpPreviewDestroy(t *testing.T) {
 		t.Fatalf("preview of a new stack = %v, want 1 create", pre.Changes)
 	}
 
-	up, err := m.UpProgram(ctx, name, program("hello", 0))
+	up, err := m.UpProgram(ctx, name, program("hello", 0), UpOptions{})
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
@@ -77,7 +77,7 @@ func TestUpPreviewDestroy(t *testing.T) {
 		t.Fatalf("backend holds %v, want the state of %s", got, name)
 	}
 
-	again, err := m.UpProgram(ctx, name, program("hello", 0))
+	again, err := m.UpProgram(ctx, name, program("hello", 0), UpOptions{})
 	if err != nil {
 		t.Fatalf("second up: %v", err)
 	}
@@ -128,7 +128,7 @@ func TestTwoStacksAtOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			name, _ := m.StackName("ns", n)
-			res, err := m.UpProgram(context.Background(), name, program("from-"+n, 0))
+			res, err := m.UpProgram(context.Background(), name, program("from-"+n, 0), UpOptions{})
 			errs[i], outs[i] = err, res.Outputs["greeting"]
 		}()
 	}
@@ -148,18 +148,18 @@ func TestLockedStack(t *testing.T) {
 	m, _ := newManager(t)
 	name, _ := m.StackName("ns", "locked")
 	ctx := context.Background()
-	if _, err := m.UpProgram(ctx, name, program("x", 0)); err != nil {
+	if _, err := m.UpProgram(ctx, name, program("x", 0), UpOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	slow := make(chan error, 1)
 	go func() {
-		_, err := m.UpProgram(ctx, name, program("y", 8*time.Second))
+		_, err := m.UpProgram(ctx, name, program("y", 8*time.Second), UpOptions{})
 		slow <- err
 	}()
 	var err error
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		_, err = m.UpProgram(ctx, name, program("z", 0))
+		_, err = m.UpProgram(ctx, name, program("z", 0), UpOptions{})
 		if err != nil {
 			break
 		}
@@ -168,8 +168,75 @@ func TestLockedStack(t *testing.T) {
 	if !errors.Is(err, ErrLocked) {
 		t.Fatalf("concurrent up error = %v, want ErrLocked", err)
 	}
+	var oe *OperationError
+	host, _ := os.Hostname()
+	if !errors.As(err, &oe) || len(oe.Locks) != 1 || oe.Locks[0].Host != host || oe.Locks[0].Pid <= 0 ||
+		time.Since(oe.Locks[0].Created) > time.Minute {
+		t.Fatalf("lock details = %+v, want one lock of this host taken just now", oe)
+	}
 	if err := <-slow; err != nil {
 		t.Fatalf("the slow up failed: %v", err)
+	}
+}
+
+// A lock left by a pulumi process that was killed (SIGKILL, as a crashed pod) stays until
+// CancelLock removes it; then updates work again.
+func TestStaleLockCancel(t *testing.T) {
+	m, _ := newManager(t)
+	name, _ := m.StackName("ns", "stale")
+	ctx := context.Background()
+	if _, err := m.UpProgram(ctx, name, program("x", 0), UpOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan error, 1)
+	go func() {
+		_, err := m.UpProgram(ctx, name, program("y", 20*time.Second), UpOptions{})
+		slow <- err
+	}()
+	var lock Lock
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && lock.Pid == 0 {
+		_, err := m.UpProgram(ctx, name, program("z", 0), UpOptions{})
+		var oe *OperationError
+		if errors.As(err, &oe) && len(oe.Locks) == 1 {
+			lock = oe.Locks[0]
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if lock.Pid == 0 {
+		t.Fatal("never saw the slow update's lock")
+	}
+	p, err := os.FindProcess(lock.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatalf("kill the lock holder (pid %d): %v", lock.Pid, err)
+	}
+	if err := <-slow; err == nil {
+		t.Fatal("the killed update reported success")
+	}
+	if _, err := m.UpProgram(ctx, name, program("z", 0), UpOptions{}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("up after the kill = %v, want ErrLocked (the lock is left behind)", err)
+	}
+	if err := m.CancelLock(ctx, name); err != nil {
+		t.Fatalf("CancelLock: %v", err)
+	}
+	res, err := m.UpProgram(ctx, name, program("z", 0), UpOptions{})
+	if err != nil || res.Outputs["greeting"] != "z" {
+		t.Fatalf("up after CancelLock = %+v, %v", res, err)
+	}
+}
+
+func TestParseLocks(t *testing.T) {
+	msg := "stderr: error: the stack is currently locked by 2 lock(s). Either wait...\n" +
+		"  file:///b/.pulumi/locks/o/p/s/1.json: created by root@pod-a (pid 42) at 2026-11-22T12:00:00Z\n" +
+		"  file:///b/.pulumi/locks/o/p/s/2.json: created by @host-b (pid 7) at 2026-11-22T12:01:00Z\n" +
+		"  file:///b/.pulumi/locks/o/p/s/3.json: created by x@y (pid 9) at not-a-time\n"
+	got := parseLocks(msg + msg)
+	if len(got) != 2 || got[0].Host != "pod-a" || got[0].Pid != 42 || got[0].User != "root" ||
+		got[1].Host != "host-b" || got[1].Created.Minute() != 1 {
+		t.Fatalf("parseLocks = %+v", got)
 	}
 }
 
