@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -15,10 +17,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -39,8 +45,16 @@ type config struct {
 	pulumiPath   string
 	clusterName  string
 	namespace    string
+	selector     string
 	workers      int
 	resync       time.Duration
+	healthAddr   string
+	metricsAddr  string
+	leaderElect  bool
+	leaseNS      string
+	leaseName    string
+	grace        time.Duration
+	staleLock    time.Duration
 	logFormat    string
 	verbose      bool
 	explicitFile bool
@@ -91,6 +105,22 @@ func newApp() *cli.App {
 					Usage: "`N` objects reconciled at once (each runs one pulumi process)"},
 				&cli.DurationFlag{Name: "resync", EnvVars: []string{"PULUMI_OPERATOR_RESYNC"}, Value: 10 * time.Minute, Destination: &cfg.resync,
 					Usage: "informer resync `PERIOD`; an unchanged object starts no Pulumi run"},
+				&cli.StringFlag{Name: "label-selector", EnvVars: []string{"PULUMI_OPERATOR_LABEL_SELECTOR"}, Destination: &cfg.selector,
+					Usage: "reconcile only KindCustomHttps matching `SELECTOR` (sharding across several operators)"},
+				&cli.StringFlag{Name: "health-addr", EnvVars: []string{"PULUMI_OPERATOR_HEALTH_ADDR"}, Value: ":8081", Destination: &cfg.healthAddr,
+					Usage: "`ADDR` serving /healthz and /readyz; empty disables"},
+				&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"PULUMI_OPERATOR_METRICS_ADDR"}, Value: ":8080", Destination: &cfg.metricsAddr,
+					Usage: "`ADDR` serving /metrics (Prometheus); empty disables"},
+				&cli.BoolFlag{Name: "leader-elect", EnvVars: []string{"PULUMI_OPERATOR_LEADER_ELECT"}, Destination: &cfg.leaderElect,
+					Usage: "run several replicas: only the holder of the Lease reconciles"},
+				&cli.StringFlag{Name: "leader-election-namespace", EnvVars: []string{"POD_NAMESPACE"}, Value: "default", Destination: &cfg.leaseNS,
+					Usage: "`NAMESPACE` of the leader election Lease"},
+				&cli.StringFlag{Name: "leader-election-id", EnvVars: []string{"PULUMI_OPERATOR_LEADER_ELECTION_ID"}, Value: "pulumi-operator.groupsp.measutosh.dev", Destination: &cfg.leaseName,
+					Usage: "`NAME` of the Lease; operators sharing one must share a label selector"},
+				&cli.DurationFlag{Name: "shutdown-grace", EnvVars: []string{"PULUMI_OPERATOR_SHUTDOWN_GRACE"}, Value: 25 * time.Second, Destination: &cfg.grace,
+					Usage: "on SIGTERM, how long running Pulumi operations may finish before they are cancelled"},
+				&cli.DurationFlag{Name: "stale-lock-timeout", EnvVars: []string{"PULUMI_OPERATOR_STALE_LOCK_TIMEOUT"}, Value: 30 * time.Minute, Destination: &cfg.staleLock,
+					Usage: "a stack lock older than this is removed (pulumi cancel) even if its owner may live"},
 			},
 			Action: func(c *cli.Context) error { return runWatch(c.Context, cfg) },
 		}},
@@ -125,6 +155,10 @@ func runWatch(parent context.Context, cfg *config) error {
 	if err != nil {
 		return fmt.Errorf("create Kubernetes client: %w", err)
 	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("create Kubernetes client: %w", err)
+	}
 	mgr, salt, err := newStackManager(ctx, cfg, client)
 	if err != nil {
 		return err
@@ -134,8 +168,55 @@ func runWatch(parent context.Context, cfg *config) error {
 	} else {
 		slog.Info("Kubernetes provider plugin found", "path", p)
 	}
-	w := watcher.New(client, mgr, watcher.Options{Namespace: cfg.namespace, Resync: cfg.resync, DigestSalt: salt})
-	return w.Run(ctx, cfg.workers)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	w := watcher.New(client, kube, mgr, watcher.Options{
+		Namespace: cfg.namespace, LabelSelector: cfg.selector, Resync: cfg.resync, DigestSalt: salt,
+		ShutdownGrace: cfg.grace, StaleLockTimeout: cfg.staleLock, Registry: reg,
+	})
+	serve(ctx, cfg.metricsAddr, "/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	serve(ctx, cfg.healthAddr, "/", healthHandler(w, cfg.leaderElect))
+	if !cfg.leaderElect {
+		return w.Run(ctx, cfg.workers)
+	}
+	return w.RunLeaderElected(ctx, kube, watcher.LeaderElection{Namespace: cfg.leaseNS, Name: cfg.leaseName}, cfg.workers)
+}
+
+// healthHandler serves /healthz (the process answers) and /readyz (the informer caches have
+// synced; with leader election a follower, which has nothing to sync, is ready too).
+func healthHandler(w *watcher.Watcher, leaderElect bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(rw, "ok\n") })
+	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, _ *http.Request) {
+		if w.HasSynced() || (leaderElect && !w.Leading()) {
+			_, _ = io.WriteString(rw, "ok\n")
+			return
+		}
+		http.Error(rw, "informer caches not synced", http.StatusServiceUnavailable)
+	})
+	return mux
+}
+
+// serve runs an HTTP server on addr until ctx ends; an empty addr serves nothing. A port that
+// cannot be bound is logged, not fatal: reconciling matters more than probes.
+func serve(ctx context.Context, addr, pattern string, h http.Handler) {
+	if addr == "" {
+		return
+	}
+	mux := http.NewServeMux()
+	mux.Handle(pattern, h)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			slog.Error("serve HTTP failed", "addr", addr, "err", err)
+		}
+	}()
 }
 
 // restConfig loads kubeconfig (a path, or KUBECONFIG's list) and otherwise the in-cluster

@@ -36,7 +36,47 @@ const (
 	ReasonRetrying = "Retrying"
 	// ReasonDestroyFailed: deleting the objects failed; the finalizer stays until it succeeds.
 	ReasonDestroyFailed = "DestroyFailed"
+	// ReasonReplicasUnavailable: the stack is up to date but the Deployment has fewer
+	// available pods than asked for.
+	ReasonReplicasUnavailable = "ReplicasUnavailable"
+	// ReasonSuspended: spec.suspend is true.
+	ReasonSuspended = "Suspended"
 )
+
+// Event reasons besides the condition reasons above.
+const (
+	// ReasonCreated: the first up of a stack (Normal).
+	ReasonCreated = "Created"
+	// ReasonUpdated: an up after a spec change (Normal).
+	ReasonUpdated = "Updated"
+	// ReasonDriftDetected: an owned object differs from what the stack applied (Normal).
+	ReasonDriftDetected = "DriftDetected"
+	// ReasonRepaired: the up that undid drift (Normal).
+	ReasonRepaired = "Repaired"
+	// ReasonRequested: the up asked for by the reconcile-request annotation (Normal).
+	ReasonRequested = "ReconcileRequested"
+	// ReasonDestroyed: the stack was destroyed and removed (Normal).
+	ReasonDestroyed = "Destroyed"
+	// ReasonStaleLockCleared: a lock whose owner is gone was removed (Warning).
+	ReasonStaleLockCleared = "StaleLockCleared"
+)
+
+// replicaCounts are what status reports of the Deployment.
+type replicaCounts struct{ desired, ready, available int32 }
+
+// setReadiness records an up-to-date stack: Ready when the Deployment has every replica
+// available, otherwise Ready False (ReplicasUnavailable) with Reconciling True while the
+// Deployment catches up.
+func setReadiness(st *api.KindCustomHttpStatus, gen int64, ready bool, msg string, c replicaCounts) {
+	st.Replicas, st.ReadyReplicas, st.AvailableReplicas = c.desired, c.ready, c.available
+	if ready {
+		markReady(st, gen, msg)
+		return
+	}
+	setCondition(st, gen, ConditionReady, metav1.ConditionFalse, ReasonReplicasUnavailable, msg)
+	setCondition(st, gen, ConditionReconciling, metav1.ConditionTrue, ReasonReplicasUnavailable, msg)
+	setCondition(st, gen, ConditionStalled, metav1.ConditionFalse, ReasonReplicasUnavailable, msg)
+}
 
 // setCondition sets one condition on st through apimachinery's helper, which keeps
 // lastTransitionTime unless the status flips.

@@ -2,18 +2,17 @@ package watcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,49 +21,25 @@ import (
 	"sigs.k8s.io/yaml"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
-	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
-// programStacks runs the real pulumi CLI and file backend, but with a program that needs no
-// provider plugin (it exports what infra.Program would name), so the watcher's whole loop is
-// tested where the Kubernetes provider is absent. failures > 0 makes that many ups fail, which
-// the real CLI cannot be made to do on demand.
-type programStacks struct {
-	*stack.Manager
-	ups      atomic.Int32
-	failures atomic.Int32
-}
-
-func (p *programStacks) Up(ctx context.Context, d api.Desired) (stack.Result, error) {
-	p.ups.Add(1)
-	if p.failures.Add(-1) >= 0 {
-		now := time.Now()
-		return stack.Result{Operation: "up", Start: now, End: now}, errors.New("injected failure: backend unreachable")
-	}
-	name, err := p.StackName(d.Namespace, d.Name)
-	if err != nil {
-		return stack.Result{}, err
-	}
-	return p.UpProgram(ctx, name, func(ctx *pulumi.Context) error {
-		ctx.Export(infra.OutputDeploymentName, pulumi.String(d.Name))
-		ctx.Export(infra.OutputConfigMapName, pulumi.String(d.ConfigMapName()))
-		ctx.Export(infra.OutputServiceName, pulumi.String(d.Name))
-		ctx.Export("replicas", pulumi.Int(int(d.ReplicaCount)))
-		return nil
-	})
-}
-
 type fixture struct {
-	cluster *testenv.Cluster
-	stacks  *programStacks
-	backend string
-	ns      string
-	cr      dynamic.ResourceInterface
+	cluster  *testenv.Cluster
+	stacks   *programStacks
+	backend  string
+	ns       string
+	cr       dynamic.ResourceInterface
+	registry *prometheus.Registry
+	stop     func() // stops the watcher (idempotent)
 }
 
-func start(t *testing.T) *fixture {
+func start(t *testing.T) *fixture { return startWith(t, Options{}) }
+
+// startWith runs a watcher on a fresh namespace and file backend; opts.Namespace, Resync
+// (1 s), Registry and Logger are filled in.
+func startWith(t *testing.T, opts Options) *fixture {
 	t.Helper()
 	c := testenv.Connect(t)
 	c.InstallCRD(t)
@@ -78,16 +53,14 @@ func start(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{cluster: c, stacks: &programStacks{Manager: m}, backend: backend, ns: c.Namespace(t)}
+	f := &fixture{cluster: c, stacks: &programStacks{Manager: m, kube: c.Kube}, backend: backend, ns: c.Namespace(t),
+		registry: prometheus.NewRegistry()}
 	f.cr = c.Client.Resource(api.GroupVersionResource).Namespace(f.ns)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if os.Getenv("PULUMI_OPERATOR_TEST_LOGS") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	opts.Namespace, opts.Registry, opts.Logger = f.ns, f.registry, testLogger()
+	if opts.Resync == 0 {
+		opts.Resync = time.Second
 	}
-	w := New(c.Client, f.stacks, Options{Namespace: f.ns, Resync: time.Second, Logger: log})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx, 2) }()
+	f.stop = f.run(t, opts)
 	t.Cleanup(func() {
 		// Delete what the test left while the watcher still runs, so finalizers are removed.
 		_ = f.cr.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
@@ -96,12 +69,37 @@ func start(t *testing.T) *fixture {
 				l, err := f.cr.List(ctx, metav1.ListOptions{})
 				return err == nil && len(l.Items) == 0, nil
 			})
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
+		f.stop()
 	})
 	return f
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("PULUMI_OPERATOR_TEST_LOGS") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// run starts a Watcher with opts and returns its stop function, which waits for Run.
+func (f *fixture) run(t *testing.T, opts Options) func() {
+	t.Helper()
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	w := New(f.cluster.Client, f.cluster.Kube, f.stacks, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, 2) }()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
 }
 
 func (f *fixture) create(t *testing.T, name, specYAML string) {
@@ -188,6 +186,10 @@ func TestReconcileLifecycle(t *testing.T) {
 	if got := f.stackFiles(t); len(got) != 1 {
 		t.Fatalf("backend stacks = %v, want one", got)
 	}
+	if o.Status.Replicas != 2 || o.Status.AvailableReplicas != 2 || o.Status.ReadyReplicas != 2 {
+		t.Errorf("status replicas = %d/%d/%d, want 2/2/2", o.Status.Replicas, o.Status.ReadyReplicas, o.Status.AvailableReplicas)
+	}
+	f.waitEvent(t, "web", ReasonCreated)
 
 	// Resyncs every second: nothing changed, so no Pulumi run.
 	ups := f.stacks.ups.Load()
@@ -224,6 +226,30 @@ func TestReconcileLifecycle(t *testing.T) {
 	if got := f.stackFiles(t); len(got) != 0 {
 		t.Fatalf("stack state left after delete: %v", got)
 	}
+	f.waitEvent(t, "web", ReasonDestroyed)
+	if _, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(context.Background(), "web", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("deployment after delete: %v", err)
+	}
+}
+
+// waitEvent waits for an Event with reason on the object called name.
+func (f *fixture) waitEvent(t *testing.T, name, reason string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := f.cluster.Kube.CoreV1().Events(f.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range l.Items {
+			if e.Reason == reason {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no %s Event on %s", reason, name)
+	}
 }
 
 // A spec the CRD admits but the Go rules reject is Stalled with a message that names the
@@ -238,6 +264,7 @@ func TestInvalidSpecStalls(t *testing.T) {
 	if c.Reason != ReasonInvalidSpec || !strings.Contains(c.Message, "spec.configMapData[a/b]") {
 		t.Fatalf("Stalled = %+v, want reason %s naming the key", c, ReasonInvalidSpec)
 	}
+	f.waitEvent(t, "bad", ReasonInvalidSpec)
 	if r := cond(o, ConditionReady); r.Status != metav1.ConditionFalse || r.Reason != ReasonInvalidSpec {
 		t.Fatalf("Ready = %+v", r)
 	}
@@ -285,6 +312,7 @@ func TestUpFailureIsRetried(t *testing.T) {
 	if n := f.stacks.ups.Load(); n != 3 {
 		t.Errorf("ups = %d, want 3 (two failures, one success)", n)
 	}
+	f.waitEvent(t, "flaky", ReasonUpdateFailed)
 	if o.Status.LastUpdate.Result != "succeeded" {
 		t.Errorf("lastUpdate = %+v", o.Status.LastUpdate)
 	}

@@ -74,7 +74,15 @@ type KindCustomHttpSpec struct {
 	ContainerPort *int32 `json:"containerPort,omitempty"`
 	// ServiceType is ClusterIP (default), NodePort, LoadBalancer or Headless.
 	ServiceType ServiceType `json:"serviceType,omitempty"`
+	// Suspend pauses reconciliation: no up and no drift repair while true (a delete still
+	// destroys the stack). Default false.
+	Suspend bool `json:"suspend,omitempty"`
 }
+
+// ReconcileRequestAnnotation asks for an immediate reconcile with a refresh when its value
+// changes (any string, by convention a time stamp), as Flux's reconcile.fluxcd.io/requestedAt
+// does; status.lastHandledReconcileAt echoes the value handled.
+const ReconcileRequestAnnotation = "groupsp.measutosh.dev/reconcile-requested-at"
 
 // KindCustomHttpStatus is written only by the operator, through the status subresource.
 type KindCustomHttpStatus struct {
@@ -91,6 +99,13 @@ type KindCustomHttpStatus struct {
 	// AppliedDigest is a digest of everything that determined the last successful up (spec,
 	// program version, stack); the watcher skips an up when it is unchanged.
 	AppliedDigest string `json:"appliedDigest,omitempty"`
+	// Replicas is the desired number of pods; ReadyReplicas and AvailableReplicas are what
+	// the Deployment reports.
+	Replicas          int32 `json:"replicas,omitempty"`
+	ReadyReplicas     int32 `json:"readyReplicas,omitempty"`
+	AvailableReplicas int32 `json:"availableReplicas,omitempty"`
+	// LastHandledReconcileAt is the value of ReconcileRequestAnnotation last acted on.
+	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
 }
 
 // UpdateStatus describes one Pulumi operation.

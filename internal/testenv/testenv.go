@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
@@ -84,6 +85,7 @@ type Cluster struct {
 	Kubeconfig string
 	Config     *rest.Config
 	Client     dynamic.Interface
+	Kube       kubernetes.Interface
 }
 
 // Connect connects to the local cluster (see Kubeconfig).
@@ -99,7 +101,11 @@ func Connect(t testing.TB) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Cluster{Kubeconfig: kc, Config: rc, Client: c}
+	k, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Cluster{Kubeconfig: kc, Config: rc, Client: c, Kube: k}
 }
 
 var (

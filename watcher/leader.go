@@ -1,0 +1,94 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// LeaderElection configures RunLeaderElected. Durations follow client-go's (and
+// kube-controller-manager's) defaults: 15 s lease, 10 s renew deadline, 2 s retry.
+type LeaderElection struct {
+	// Namespace and Name of the coordination.k8s.io Lease.
+	Namespace, Name string
+	// Identity of this candidate; default hostname plus a random suffix.
+	Identity string
+	// LeaseDuration, RenewDeadline and RetryPeriod; zero takes the defaults above.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// ErrLeadershipLost is returned by RunLeaderElected when this process stopped being the leader
+// while ctx was still alive; the process should exit so it restarts as a follower.
+var ErrLeadershipLost = errors.New("lost leader election lease")
+
+// RunLeaderElected campaigns for the Lease and runs the watcher (Run with workers) only while
+// it leads. Followers wait, with their caches unstarted. Leading reports whether this process
+// leads now.
+func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubernetes.Interface, le LeaderElection, workers int) error {
+	if le.Identity == "" {
+		host, _ := os.Hostname()
+		le.Identity = host + "_" + string(uuid.NewUUID())
+	}
+	if le.LeaseDuration == 0 {
+		le.LeaseDuration = 15 * time.Second
+	}
+	if le.RenewDeadline == 0 {
+		le.RenewDeadline = 10 * time.Second
+	}
+	if le.RetryPeriod == 0 {
+		le.RetryPeriod = 2 * time.Second
+	}
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, le.Namespace, le.Name,
+		kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: le.Identity})
+	if err != nil {
+		return fmt.Errorf("create leader election lock: %w", err)
+	}
+	runErr := make(chan error, 1)
+	var started atomic.Bool
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            le.Name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				started.Store(true)
+				w.leading.Store(true)
+				w.log.Info("became leader", "identity", le.Identity, "lease", le.Namespace+"/"+le.Name)
+				runErr <- w.Run(ctx, workers)
+			},
+			OnStoppedLeading: func() {
+				w.leading.Store(false)
+				w.log.Info("stopped leading", "identity", le.Identity)
+				cancel()
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("configure leader election: %w", err)
+	}
+	elector.Run(runCtx)
+	if started.Load() {
+		// Let Run finish its graceful shutdown before the process goes.
+		if err := <-runErr; err != nil {
+			return err
+		}
+	}
+	if ctx.Err() == nil {
+		return ErrLeadershipLost
+	}
+	return nil
+}
+
+// Leading reports whether this process currently leads (always false without leader
+// election, where Run is called directly).
+func (w *Watcher) Leading() bool { return w.leading.Load() }

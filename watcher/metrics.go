@@ -1,0 +1,157 @@
+package watcher
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+// metrics are the watcher's Prometheus metrics, all prefixed pulumi_operator_.
+type metrics struct {
+	reconciles *prometheus.CounterVec
+	reconcile  prometheus.Histogram
+	operations *prometheus.HistogramVec
+	managed    prometheus.GaugeFunc
+	failingG   prometheus.GaugeFunc
+	workqueue  workqueue.MetricsProvider
+
+	mu      sync.Mutex
+	stacks  map[cache.ObjectName]bool // key -> failing
+	failing int
+}
+
+// Bucket bounds in seconds: a reconcile that skips Pulumi takes milliseconds, an up a second
+// to minutes.
+var durationBuckets = []float64{0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{stacks: map[cache.ObjectName]bool{}}
+	m.reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pulumi_operator_reconciles_total", Help: "Reconciles by result: success, error or locked.",
+	}, []string{"result"})
+	m.reconcile = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "pulumi_operator_reconcile_duration_seconds", Help: "Time of one reconcile, Pulumi runs included.",
+		Buckets: durationBuckets,
+	})
+	m.operations = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "pulumi_operator_pulumi_operation_duration_seconds", Help: "Time of Pulumi operations by operation (up, destroy) and result.",
+		Buckets: durationBuckets,
+	}, []string{"operation", "result"})
+	m.managed = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pulumi_operator_stacks_managed", Help: "KindCustomHttp objects (one stack each) this process reconciles.",
+	}, func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(len(m.stacks)) })
+	m.failingG = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pulumi_operator_stacks_failing", Help: "Stacks whose last reconcile failed or whose spec is invalid.",
+	}, func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(m.failing) })
+	m.workqueue = newWorkqueueMetrics(reg)
+	if reg != nil {
+		reg.MustRegister(m.reconciles, m.reconcile, m.operations, m.managed, m.failingG)
+	}
+	return m
+}
+
+func (m *metrics) observeReconcile(key cache.ObjectName, err error, d time.Duration) {
+	result := "success"
+	switch {
+	case errors.Is(err, stack.ErrLocked):
+		result = "locked"
+	case err != nil:
+		result = "error"
+	}
+	m.reconciles.WithLabelValues(result).Inc()
+	m.reconcile.Observe(d.Seconds())
+	m.mu.Lock()
+	if _, ok := m.stacks[key]; !ok {
+		m.stacks[key] = false
+	}
+	m.mu.Unlock()
+}
+
+func (m *metrics) observeOperation(op string, err error, res stack.Result) {
+	if res.Start.IsZero() || res.End.IsZero() {
+		return
+	}
+	result := "succeeded"
+	if err != nil {
+		result = "failed"
+	}
+	m.operations.WithLabelValues(op, result).Observe(res.End.Sub(res.Start).Seconds())
+}
+
+func (m *metrics) setFailing(key cache.ObjectName, failing bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if was := m.stacks[key]; was != failing {
+		if failing {
+			m.failing++
+		} else {
+			m.failing--
+		}
+	}
+	m.stacks[key] = failing
+}
+
+func (m *metrics) forget(key cache.ObjectName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stacks[key] {
+		m.failing--
+	}
+	delete(m.stacks, key)
+}
+
+// workqueueMetrics adapts client-go's workqueue.MetricsProvider to Prometheus. client-go
+// ships only the interface; controller-runtime's adapter would pull in controller-runtime for
+// thirty lines, so they are written here, with controller-runtime's metric names
+// (workqueue_depth, workqueue_adds_total, ...) that dashboards already know.
+type workqueueMetrics struct {
+	depth, unfinished, longest *prometheus.GaugeVec
+	adds, retries              *prometheus.CounterVec
+	latency, work              *prometheus.HistogramVec
+}
+
+func newWorkqueueMetrics(reg prometheus.Registerer) *workqueueMetrics {
+	l := []string{"name"}
+	buckets := prometheus.ExponentialBuckets(10e-9, 10, 12)
+	w := &workqueueMetrics{
+		depth:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "workqueue_depth", Help: "Current depth of workqueue."}, l),
+		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "workqueue_unfinished_work_seconds", Help: "Seconds of work in progress not yet observed by work_duration."}, l),
+		longest:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "workqueue_longest_running_processor_seconds", Help: "Seconds the longest running processor has been running."}, l),
+		adds:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "workqueue_adds_total", Help: "Total adds handled by workqueue."}, l),
+		retries:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "workqueue_retries_total", Help: "Total retries handled by workqueue."}, l),
+		latency:    prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "workqueue_queue_duration_seconds", Help: "Seconds an item stays in workqueue before being requested.", Buckets: buckets}, l),
+		work:       prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "workqueue_work_duration_seconds", Help: "Seconds processing an item from workqueue takes.", Buckets: buckets}, l),
+	}
+	if reg != nil {
+		reg.MustRegister(w.depth, w.unfinished, w.longest, w.adds, w.retries, w.latency, w.work)
+	}
+	return w
+}
+
+func (w *workqueueMetrics) NewDepthMetric(n string) workqueue.GaugeMetric {
+	return w.depth.WithLabelValues(n)
+}
+func (w *workqueueMetrics) NewAddsMetric(n string) workqueue.CounterMetric {
+	return w.adds.WithLabelValues(n)
+}
+func (w *workqueueMetrics) NewLatencyMetric(n string) workqueue.HistogramMetric {
+	return w.latency.WithLabelValues(n)
+}
+func (w *workqueueMetrics) NewWorkDurationMetric(n string) workqueue.HistogramMetric {
+	return w.work.WithLabelValues(n)
+}
+func (w *workqueueMetrics) NewUnfinishedWorkSecondsMetric(n string) workqueue.SettableGaugeMetric {
+	return w.unfinished.WithLabelValues(n)
+}
+func (w *workqueueMetrics) NewLongestRunningProcessorSecondsMetric(n string) workqueue.SettableGaugeMetric {
+	return w.longest.WithLabelValues(n)
+}
+func (w *workqueueMetrics) NewRetriesMetric(n string) workqueue.CounterMetric {
+	return w.retries.WithLabelValues(n)
+}
