@@ -351,8 +351,12 @@ start kube-scheduler \
 # kwok plays the kubelet of every Node annotated kwok.x-k8s.io/node=fake. Its server (healthz, and
 # the kubelet endpoint the apiserver would use for logs/exec) listens on 127.0.0.1 only, and the
 # node's address is 127.0.0.1 so that nothing is ever sent to a virtual address.
+# --node-lease-duration-seconds makes kwok renew a Lease per node, as a kubelet does: without
+# it the node-lifecycle controller sees only sparse status updates, marks the node NotReady now
+# and then (node-monitor-grace-period), and the pods it marks unready stay so.
 start kwok \
 	--kubeconfig="${KUBECONFIG_FILE}" \
+	--node-lease-duration-seconds=40 \
 	--manage-all-nodes=false \
 	--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
 	--cidr="${POD_CIDR}" \

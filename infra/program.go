@@ -56,6 +56,14 @@ const (
 	resService    = "service"
 )
 
+// ProviderEnv is the environment the Kubernetes provider plugin must run with, the same for
+// every caller (watcher and laptop commands), so that they all plan the same changes.
+// ConfigMaps are updated in place (the provider's default replaces them on every data change,
+// which would delete and re-create the ConfigMap the pods mount).
+func ProviderEnv() map[string]string {
+	return map[string]string{"PULUMI_K8S_ENABLE_CONFIGMAP_MUTABLE": "true"}
+}
+
 // SelectorLabels returns the labels that select d's pods.
 func SelectorLabels(d api.Desired) map[string]string {
 	return map[string]string{LabelName: AppName, LabelInstance: d.Name}
@@ -103,6 +111,8 @@ func Program(d api.Desired) pulumi.RunFunc {
 			return err
 		}
 
+		// The ConfigMap exists before the pods that mount it.
+		depOpts := append([]pulumi.ResourceOption{pulumi.DependsOn([]pulumi.Resource{cm})}, opts...)
 		dep, err := appsv1.NewDeployment(ctx, resDeployment, &appsv1.DeploymentArgs{
 			Metadata: meta(d.Name, nil),
 			Spec: &appsv1.DeploymentSpecArgs{
@@ -127,14 +137,16 @@ func Program(d api.Desired) pulumi.RunFunc {
 						}},
 						Volumes: corev1.VolumeArray{&corev1.VolumeArgs{
 							Name: pulumi.String(VolumeName),
+							// The literal name, not cm's output: an output would make Pulumi
+							// replace the Deployment whenever it replaces the ConfigMap.
 							ConfigMap: &corev1.ConfigMapVolumeSourceArgs{
-								Name: cm.Metadata.Name().Elem(),
+								Name: pulumi.String(d.ConfigMapName()),
 							},
 						}},
 					},
 				},
 			},
-		}, opts...)
+		}, depOpts...)
 		if err != nil {
 			return err
 		}

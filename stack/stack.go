@@ -121,6 +121,9 @@ func New(cfg Config) (*Manager, error) {
 		"PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
 		"PULUMI_DIY_BACKEND_NO_LEGACY_WARNING":        "true",
 	}
+	for k, v := range infra.ProviderEnv() {
+		env[k] = v
+	}
 	for k, v := range cfg.Env {
 		env[k] = v
 	}
