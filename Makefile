@@ -22,9 +22,10 @@ all: build
 build:
 	go build -o $(BIN)/pulumi-operator .
 
-## tools: the pinned pulumi CLI and the local cluster's binaries
+## tools: the pinned pulumi CLI, the local cluster's binaries and MinIO (S3 backend tests)
 tools: $(BIN)/pulumi
 	hack/build-tools.sh $(BIN)
+	hack/build-minio.sh $(BIN)
 
 # The Automation API refuses a CLI that reports no version, hence the -X.
 $(BIN)/pulumi: hack/tools/pulumi/go.mod hack/tools/pulumi/go.sum

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (`make test`): starts a local simulated cluster of its own
-# (.local/test-cluster, ports apart from `make cluster`'s), runs every Go test against it and
-# the pinned pulumi CLI, stops the cluster, and prints every skipped test with its reason.
+# (.local/test-cluster, ports apart from `make cluster`'s), a PostgreSQL and a MinIO server, runs
+# every Go test against them and the pinned pulumi CLI, stops them all, and prints every skipped
+# test with its reason.
 #
 # Usage: hack/test.sh [go test args...]   (default ./...)
 set -euo pipefail
@@ -13,9 +14,25 @@ export CLUSTER_DIR="${REPO_ROOT}/.local/test-cluster"
 export CLUSTER_ETCD_PORT=33790 CLUSTER_ETCD_PEER_PORT=33800 CLUSTER_APISERVER_PORT=36443
 export CLUSTER_CONTROLLER_MANAGER_PORT=36257 CLUSTER_SCHEDULER_PORT=36259 CLUSTER_KWOK_PORT=36250
 
-hack/cluster-down.sh --purge >/dev/null 2>&1 || true
-trap 'hack/cluster-down.sh --purge >/dev/null 2>&1 || true' EXIT
+# PostgreSQL and MinIO for the postgres:// and s3:// backend tests (stack/backend_test.go), on
+# ports apart from the defaults of hack/postgres-up.sh / hack/minio-up.sh (35432, 39000-39001).
+export PG_DIR="${REPO_ROOT}/.local/test-postgres" PG_PORT=35442
+export MINIO_DIR="${REPO_ROOT}/.local/test-minio" MINIO_PORT=39010 MINIO_CONSOLE_PORT=39011
+
+teardown() {
+	hack/cluster-down.sh --purge >/dev/null 2>&1 || true
+	hack/postgres-down.sh --purge >/dev/null 2>&1 || true
+	hack/minio-down.sh --purge >/dev/null 2>&1 || true
+}
+teardown
+trap teardown EXIT
 hack/cluster-up.sh
+# Each prints `export PULUMI_TEST_...=...`; assigned first so that set -e sees a failure
+# (eval "$(cmd)" would hide it).
+backend_env="$(hack/postgres-up.sh)"
+eval "${backend_env}"
+backend_env="$(hack/minio-up.sh)"
+eval "${backend_env}"
 
 export PULUMI_OPERATOR_TEST_KUBECONFIG="${CLUSTER_DIR}/kubeconfig"
 export PULUMI_OPERATOR_PULUMI="${REPO_ROOT}/bin/pulumi"

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -481,7 +482,7 @@ func classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	oe := &OperationError{Err: err, Summary: summarize(err.Error())}
+	oe := &OperationError{Err: redactErr(err), Summary: summarize(redactPasswords(err.Error()))}
 	switch {
 	case auto.IsConcurrentUpdateError(err):
 		oe.kind = ErrLocked
@@ -502,12 +503,40 @@ func pluginMissing(msg string) bool {
 		(strings.Contains(msg, "plugin") && strings.Contains(msg, "not found"))
 }
 
+// urlPassword matches the password of a URL's userinfo: the ":secret@" of
+// postgres://user:secret@host/db. The CLI prints a backend URL it cannot open as it is,
+// password and all ("error: unable to open bucket postgres://user:secret@...", pkg/backend/diy).
+var urlPassword = regexp.MustCompile(`(://[^/\s:@]*):[^/\s@]*@`)
+
+// redactPasswords replaces every URL password in s with "xxxxx", as url.URL.Redacted does.
+func redactPasswords(s string) string { return urlPassword.ReplaceAllString(s, "${1}:xxxxx@") }
+
+// redactedError is an error whose text showed a URL password. It keeps no reference to the
+// original, so that nothing that walks an error chain can find the password.
+type redactedError struct{ msg string }
+
+func (e redactedError) Error() string { return e.msg }
+
+// redactErr returns err, or a copy of its text without URL passwords when it has any.
+func redactErr(err error) error {
+	msg := err.Error()
+	if r := redactPasswords(msg); r != msg {
+		return redactedError{msg: r}
+	}
+	return err
+}
+
 // summarize keeps the lines of a CLI error that say what went wrong.
 func summarize(msg string) string {
 	var keep []string
 	seen := map[string]bool{}
 	for _, line := range strings.Split(msg, "\n") {
 		l := strings.TrimSpace(line)
+		// The Automation API puts the first line of each output stream after its name:
+		// "stderr: error: ...".
+		for _, stream := range []string{"stdout:", "stderr:"} {
+			l = strings.TrimSpace(strings.TrimPrefix(l, stream))
+		}
 		if strings.HasPrefix(l, "error:") && !seen[l] {
 			seen[l] = true
 			keep = append(keep, l)

@@ -71,9 +71,26 @@ func (o *ownedObjects) synced() []cache.InformerSynced { return o.hasSynced }
 // readiness reads d's Deployment from the cache: ready when it has observed its current
 // generation and every desired replica is updated and available.
 func (o *ownedObjects) readiness(d api.Desired) (bool, string, replicaCounts) {
-	c := replicaCounts{desired: d.ReplicaCount}
 	dep, err := o.deployments.Deployments(d.Namespace).Get(d.Name)
 	if err != nil {
+		dep = nil
+	}
+	return replicaReadiness(d, dep)
+}
+
+// liveReadiness is readiness from a live read: right after an up the cache may not have seen
+// the Deployment the up just changed.
+func (o *ownedObjects) liveReadiness(ctx context.Context, d api.Desired) (bool, string, replicaCounts) {
+	dep, err := o.kube.AppsV1().Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
+	if err != nil {
+		return o.readiness(d)
+	}
+	return replicaReadiness(d, dep)
+}
+
+func replicaReadiness(d api.Desired, dep *appsv1.Deployment) (bool, string, replicaCounts) {
+	c := replicaCounts{desired: d.ReplicaCount}
+	if dep == nil {
 		return false, fmt.Sprintf("Deployment %s not observed yet", d.Name), c
 	}
 	c.ready, c.available = dep.Status.ReadyReplicas, dep.Status.AvailableReplicas

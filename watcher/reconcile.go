@@ -168,7 +168,7 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 	if p.requested != "" {
 		w.requests.set(cr, p.requested)
 	}
-	ready, msg, counts := w.owned.readiness(d)
+	ready, msg, counts := w.owned.liveReadiness(ctx, d)
 	return w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) {
 		st.Stack = w.stacks.QualifiedName(stackName)
 		st.LastUpdate = lastUpdate(res, nil)

@@ -181,3 +181,12 @@ func upsert[T any](ctx context.Context, get func(context.Context, string, metav1
 	mutate(cur)
 	return update(cur)
 }
+
+// program is a provider-less program that sleeps, to hold a stack's lock.
+func program(sleep time.Duration) pulumi.RunFunc {
+	return func(ctx *pulumi.Context) error {
+		time.Sleep(sleep)
+		ctx.Export("slept", pulumi.String(sleep.String()))
+		return nil
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +34,7 @@ type fixture struct {
 	cr       dynamic.ResourceInterface
 	registry *prometheus.Registry
 	stop     func() // stops the watcher (idempotent)
+	workers  int
 }
 
 func start(t *testing.T) *fixture { return startWith(t, Options{}) }
@@ -54,7 +56,10 @@ func startWith(t *testing.T, opts Options) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{cluster: c, stacks: &programStacks{Manager: m, kube: c.Kube}, backend: backend, ns: c.Namespace(t),
-		registry: prometheus.NewRegistry()}
+		registry: prometheus.NewRegistry(), workers: 2}
+	if w, err := strconv.Atoi(os.Getenv("TEST_WORKERS")); err == nil {
+		f.workers = w
+	}
 	f.cr = c.Client.Resource(api.GroupVersionResource).Namespace(f.ns)
 	opts.Namespace, opts.Registry, opts.Logger = f.ns, f.registry, testLogger()
 	if opts.Resync == 0 {
@@ -90,7 +95,7 @@ func (f *fixture) run(t *testing.T, opts Options) func() {
 	w := New(f.cluster.Client, f.cluster.Kube, f.stacks, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx, 2) }()
+	go func() { done <- w.Run(ctx, f.workers) }()
 	var once sync.Once
 	return func() {
 		once.Do(func() {

@@ -1,0 +1,317 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+func (f *fixture) patch(t *testing.T, name, mergePatch string) {
+	t.Helper()
+	if _, err := f.cr.Patch(context.Background(), name, types.MergePatchType, []byte(mergePatch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("patch %s: %v", name, err)
+	}
+}
+
+func (f *fixture) deploymentReplicas(t *testing.T, name string) int32 {
+	t.Helper()
+	d, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return -1
+	}
+	return *d.Spec.Replicas
+}
+
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("%s never happened", what)
+	}
+}
+
+// A hand-made change to an owned object is seen through the owned-object informers, repaired
+// with a refreshing up, and recorded in Events; an unchanged object is never touched.
+func TestDriftRepair(t *testing.T) {
+	f := start(t)
+	f.create(t, "web", "  replicaCount: 2\n  port: 80\n  configMapData: {hostports: \"a,1\"}\n")
+	f.waitFor(t, "web", "Ready", readyAt(1))
+	ups := f.stacks.ups.Load()
+
+	// kubectl scale deploy/web --replicas=5
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := f.cluster.Kube.AppsV1().Deployments(f.ns).GetScale(context.Background(), "web", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = 5
+		_, err = f.cluster.Kube.AppsV1().Deployments(f.ns).UpdateScale(context.Background(), "web", s, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "replicas repaired to 2", func() bool { return f.deploymentReplicas(t, "web") == 2 && f.stacks.ups.Load() > ups })
+	f.waitEvent(t, "web", ReasonDriftDetected)
+	f.waitEvent(t, "web", ReasonRepaired)
+	if !f.stacks.lastUpOptions().Refresh {
+		t.Error("the repair ran up without refresh: Pulumi would not have seen the change")
+	}
+	f.waitFor(t, "web", "Ready after repair", readyAt(1))
+
+	// kubectl delete configmap web-configmap
+	ups = f.stacks.ups.Load()
+	if err := f.cluster.Kube.CoreV1().ConfigMaps(f.ns).Delete(context.Background(), "web-configmap", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "configmap re-created", func() bool {
+		cm, err := f.cluster.Kube.CoreV1().ConfigMaps(f.ns).Get(context.Background(), "web-configmap", metav1.GetOptions{})
+		return err == nil && cm.Data["hostports"] == "a,1"
+	})
+	if f.stacks.ups.Load() != ups+1 {
+		t.Errorf("ups for one deleted ConfigMap = %d, want 1", f.stacks.ups.Load()-ups)
+	}
+
+	// Nothing changed since: resyncs every second start nothing.
+	ups = f.stacks.ups.Load()
+	time.Sleep(3 * time.Second)
+	if n := f.stacks.ups.Load() - ups; n != 0 {
+		t.Fatalf("%d ups without drift", n)
+	}
+}
+
+// Ready means the pods are available, not only that Pulumi finished.
+func TestReadyWaitsForReplicas(t *testing.T) {
+	f := start(t)
+	f.create(t, "stuck", "  replicaCount: 2\n  port: 80\n  image: example.com/pending:1\n")
+	o := f.waitFor(t, "stuck", "ReplicasUnavailable", func(o *api.KindCustomHttp) bool {
+		return cond(o, ConditionReady).Reason == ReasonReplicasUnavailable && o.Status.AppliedDigest != ""
+	})
+	if c := cond(o, ConditionReady); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "0 of 2 replicas available") {
+		t.Fatalf("Ready = %+v", c)
+	}
+	if c := cond(o, ConditionReconciling); c.Status != metav1.ConditionTrue {
+		t.Fatalf("Reconciling = %+v, want True while pods are unavailable", c)
+	}
+	if o.Status.Replicas != 2 || o.Status.AvailableReplicas != 0 {
+		t.Fatalf("replicas %d available %d", o.Status.Replicas, o.Status.AvailableReplicas)
+	}
+	f.patch(t, "stuck", `{"spec":{"image":"example.com/ok:1"}}`)
+	o = f.waitFor(t, "stuck", "Ready once pods are available", readyAt(2))
+	if o.Status.AvailableReplicas != 2 {
+		t.Fatalf("available = %d", o.Status.AvailableReplicas)
+	}
+}
+
+func TestSuspend(t *testing.T) {
+	f := start(t)
+	f.create(t, "paused", "  replicaCount: 1\n  port: 80\n  suspend: true\n")
+	o := f.waitFor(t, "paused", "Suspended", func(o *api.KindCustomHttp) bool {
+		return cond(o, ConditionReconciling).Reason == ReasonSuspended
+	})
+	if c := cond(o, ConditionReconciling); c.Status != metav1.ConditionFalse {
+		t.Fatalf("Reconciling = %+v", c)
+	}
+	time.Sleep(2 * time.Second)
+	if n := f.stacks.ups.Load(); n != 0 {
+		t.Fatalf("%d ups while suspended", n)
+	}
+	f.patch(t, "paused", `{"spec":{"suspend":false}}`)
+	f.waitFor(t, "paused", "Ready after resume", readyAt(2))
+}
+
+// The reconcile-request annotation forces one refreshing up and is echoed in status.
+func TestReconcileRequestAnnotation(t *testing.T) {
+	f := start(t)
+	f.create(t, "web", "  replicaCount: 1\n  port: 80\n")
+	f.waitFor(t, "web", "Ready", readyAt(1))
+	ups := f.stacks.ups.Load()
+	f.patch(t, "web", fmt.Sprintf(`{"metadata":{"annotations":{%q:"2026-11-22T10:00:00Z"}}}`, api.ReconcileRequestAnnotation))
+	o := f.waitFor(t, "web", "request handled", func(o *api.KindCustomHttp) bool {
+		return o.Status.LastHandledReconcileAt == "2026-11-22T10:00:00Z"
+	})
+	if f.stacks.ups.Load() != ups+1 || !f.stacks.lastUpOptions().Refresh {
+		t.Fatalf("ups %d (want %d) refresh %v", f.stacks.ups.Load(), ups+1, f.stacks.lastUpOptions().Refresh)
+	}
+	if c := cond(o, ConditionReady); c.Status != metav1.ConditionTrue {
+		t.Fatalf("Ready = %+v", c)
+	}
+	time.Sleep(2 * time.Second)
+	if f.stacks.ups.Load() != ups+1 {
+		t.Fatal("a handled request ran again")
+	}
+	f.waitEvent(t, "web", ReasonRequested)
+}
+
+// holdLock starts a slow up of the CR's stack in the background (as a laptop `up` would) and
+// returns once it holds the lock, with the lock's details.
+func holdLock(t *testing.T, f *fixture, name string, sleep time.Duration) (stack.Lock, chan error) {
+	t.Helper()
+	stackName, _ := f.stacks.StackName(f.ns, name)
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.stacks.UpProgram(context.Background(), stackName, program(sleep), stack.UpOptions{})
+		done <- err
+	}()
+	var lock stack.Lock
+	poll(t, "lock taken", func() bool {
+		_, err := f.stacks.UpProgram(context.Background(), stackName, program(0), stack.UpOptions{})
+		var oe *stack.OperationError
+		if errors.As(err, &oe) && len(oe.Locks) == 1 {
+			lock = oe.Locks[0]
+			return true
+		}
+		return false
+	})
+	return lock, done
+}
+
+// A stack locked by a live update is a wait (UpdateConflict), not a failure storm; the CR
+// becomes Ready once the lock is released.
+func TestLockedStackIsAWait(t *testing.T) {
+	f := start(t)
+	_, done := holdLock(t, f, "web", 8*time.Second)
+	f.create(t, "web", "  replicaCount: 1\n  port: 80\n")
+	f.waitFor(t, "web", "UpdateConflict", func(o *api.KindCustomHttp) bool {
+		return cond(o, ConditionReady).Reason == ReasonUpdateConflict
+	})
+	if err := <-done; err != nil {
+		t.Fatalf("the lock holder failed: %v", err)
+	}
+	f.waitFor(t, "web", "Ready after the lock is released", readyAt(1))
+	if v := counter(t, f.registry, "pulumi_operator_reconciles_total", "result", "locked"); v < 1 {
+		t.Errorf("reconciles_total{result=locked} = %v", v)
+	}
+}
+
+// A lock left by a killed pulumi process on this host is removed and reported.
+func TestStaleLockCleared(t *testing.T) {
+	f := start(t)
+	lock, done := holdLock(t, f, "web", 30*time.Second)
+	p, _ := os.FindProcess(lock.Pid)
+	if err := p.Kill(); err != nil {
+		t.Fatalf("kill lock holder: %v", err)
+	}
+	<-done
+	f.create(t, "web", "  replicaCount: 1\n  port: 80\n")
+	f.waitFor(t, "web", "Ready after the stale lock is removed", readyAt(1))
+	f.waitEvent(t, "web", ReasonStaleLockCleared)
+}
+
+// SIGTERM (Run's context cancelled) lets an in-flight up finish within the grace period.
+func TestShutdownLetsUpFinish(t *testing.T) {
+	f := startWith(t, Options{ShutdownGrace: 30 * time.Second})
+	f.create(t, "slow", "  replicaCount: 1\n  port: 80\n  image: example.com/slow:1\n")
+	poll(t, "up started", func() bool { return f.stacks.ups.Load() == 1 })
+	time.Sleep(500 * time.Millisecond)
+	f.stop()
+	u, err := f.cr.Get(context.Background(), "slow", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := api.FromUnstructured(u)
+	if lu := o.Status.LastUpdate; lu == nil || lu.Result != "succeeded" || o.Status.AppliedDigest == "" {
+		t.Fatalf("after shutdown the in-flight up did not finish and report: %+v", o.Status)
+	}
+	f.stop = f.run(t, Options{Namespace: f.ns, Resync: time.Second, Logger: testLogger()}) // for cleanup
+}
+
+// Past the grace period the up is cancelled, and Pulumi releases the stack's lock.
+func TestShutdownCancelsAfterGrace(t *testing.T) {
+	f := startWith(t, Options{ShutdownGrace: time.Second})
+	f.create(t, "slow", "  replicaCount: 1\n  port: 80\n  image: example.com/slow:1\n")
+	poll(t, "up started", func() bool { return f.stacks.ups.Load() == 1 })
+	time.Sleep(1500 * time.Millisecond) // the CLI is running the program
+	start := time.Now()
+	f.stop()
+	if d := time.Since(start); d > 15*time.Second {
+		t.Fatalf("shutdown took %s with a 1 s grace period", d)
+	}
+	stackName, _ := f.stacks.StackName(f.ns, "slow")
+	if _, err := f.stacks.UpProgram(context.Background(), stackName, program(0), stack.UpOptions{}); err != nil {
+		t.Fatalf("after a cancelled up the stack is not usable (lock left behind?): %v", err)
+	}
+	f.stop = f.run(t, Options{Namespace: f.ns, Resync: time.Second, Logger: testLogger()})
+}
+
+func TestMetrics(t *testing.T) {
+	f := start(t)
+	f.create(t, "web", "  replicaCount: 1\n  port: 80\n")
+	f.create(t, "bad", "  replicaCount: 1\n  port: 80\n  configMapData: {\"a/b\": x}\n")
+	f.waitFor(t, "web", "Ready", readyAt(1))
+	f.waitFor(t, "bad", "Stalled", func(o *api.KindCustomHttp) bool { return cond(o, ConditionStalled).Status == metav1.ConditionTrue })
+	if v := counter(t, f.registry, "pulumi_operator_reconciles_total", "result", "success"); v < 2 {
+		t.Errorf("reconciles_total{result=success} = %v", v)
+	}
+	if v := gauge(t, f.registry, "pulumi_operator_stacks_managed"); v != 2 {
+		t.Errorf("stacks_managed = %v, want 2", v)
+	}
+	if v := gauge(t, f.registry, "pulumi_operator_stacks_failing"); v != 1 {
+		t.Errorf("stacks_failing = %v, want 1", v)
+	}
+	if v := counter(t, f.registry, "workqueue_adds_total", "name", "kindcustomhttp"); v < 2 {
+		t.Errorf("workqueue_adds_total = %v", v)
+	}
+	if n := histogramCount(t, f.registry, "pulumi_operator_pulumi_operation_duration_seconds"); n < 1 {
+		t.Errorf("pulumi operation observations = %d", n)
+	}
+	if n := histogramCount(t, f.registry, "workqueue_queue_duration_seconds"); n < 1 {
+		t.Errorf("workqueue latency observations = %d", n)
+	}
+}
+
+func family(t *testing.T, reg *prometheus.Registry, name string) *dto.MetricFamily {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f
+		}
+	}
+	t.Fatalf("metric %s not exported", name)
+	return nil
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	for _, m := range family(t, reg, name).GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label && l.GetValue() == value {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	return family(t, reg, name).GetMetric()[0].GetGauge().GetValue()
+}
+
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	t.Helper()
+	var n uint64
+	for _, m := range family(t, reg, name).GetMetric() {
+		n += m.GetHistogram().GetSampleCount()
+	}
+	return n
+}
