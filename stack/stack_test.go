@@ -16,6 +16,20 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
+// waitForLockFile waits until the file backend holds a lock on the stack, so that a probe
+// does not take the lock before the update under test does.
+func waitForLockFile(t *testing.T, backend, stackName string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if m, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "locks", "*", "kindcustomhttp", stackName, "*.json")); len(m) > 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("stack %s was never locked", stackName)
+}
+
 // newManager returns a Manager on the real pinned CLI with a fresh file backend.
 func newManager(t *testing.T) (*Manager, string) {
 	t.Helper()
@@ -145,7 +159,7 @@ func TestTwoStacksAtOnce(t *testing.T) {
 
 // A second update of a stack that is being updated gets ErrLocked, not a generic failure.
 func TestLockedStack(t *testing.T) {
-	m, _ := newManager(t)
+	m, backend := newManager(t)
 	name, _ := m.StackName("ns", "locked")
 	ctx := context.Background()
 	if _, err := m.UpProgram(ctx, name, program("x", 0), UpOptions{}); err != nil {
@@ -156,6 +170,7 @@ func TestLockedStack(t *testing.T) {
 		_, err := m.UpProgram(ctx, name, program("y", 8*time.Second), UpOptions{})
 		slow <- err
 	}()
+	waitForLockFile(t, backend, name)
 	var err error
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -182,7 +197,7 @@ func TestLockedStack(t *testing.T) {
 // A lock left by a pulumi process that was killed (SIGKILL, as a crashed pod) stays until
 // CancelLock removes it; then updates work again.
 func TestStaleLockCancel(t *testing.T) {
-	m, _ := newManager(t)
+	m, backend := newManager(t)
 	name, _ := m.StackName("ns", "stale")
 	ctx := context.Background()
 	if _, err := m.UpProgram(ctx, name, program("x", 0), UpOptions{}); err != nil {
@@ -193,6 +208,7 @@ func TestStaleLockCancel(t *testing.T) {
 		_, err := m.UpProgram(ctx, name, program("y", 20*time.Second), UpOptions{})
 		slow <- err
 	}()
+	waitForLockFile(t, backend, name)
 	var lock Lock
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) && lock.Pid == 0 {

@@ -2,9 +2,10 @@ package watcher
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -159,26 +160,33 @@ func TestReconcileRequestAnnotation(t *testing.T) {
 }
 
 // holdLock starts a slow up of the CR's stack in the background (as a laptop `up` would) and
-// returns once it holds the lock, with the lock's details.
-func holdLock(t *testing.T, f *fixture, name string, sleep time.Duration) (stack.Lock, chan error) {
+// returns once it holds the lock, with the lock holder's pid, read from the file backend's lock
+// file (probing with another up could take the lock first and make the slow one fail).
+func holdLock(t *testing.T, f *fixture, name string, sleep time.Duration) (int, chan error) {
 	t.Helper()
 	stackName, _ := f.stacks.StackName(f.ns, name)
+	if _, err := f.stacks.UpProgram(context.Background(), stackName, program(0), stack.UpOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() {
 		_, err := f.stacks.UpProgram(context.Background(), stackName, program(sleep), stack.UpOptions{})
 		done <- err
 	}()
-	var lock stack.Lock
+	var pid int
 	poll(t, "lock taken", func() bool {
-		_, err := f.stacks.UpProgram(context.Background(), stackName, program(0), stack.UpOptions{})
-		var oe *stack.OperationError
-		if errors.As(err, &oe) && len(oe.Locks) == 1 {
-			lock = oe.Locks[0]
-			return true
+		files, _ := filepath.Glob(filepath.Join(f.backend, ".pulumi", "locks", "*", "kindcustomhttp", stackName, "*.json"))
+		for _, file := range files {
+			b, err := os.ReadFile(file)
+			var l struct{ Pid int }
+			if err == nil && json.Unmarshal(b, &l) == nil && l.Pid > 0 {
+				pid = l.Pid
+				return true
+			}
 		}
 		return false
 	})
-	return lock, done
+	return pid, done
 }
 
 // A stack locked by a live update is a wait (UpdateConflict), not a failure storm; the CR
@@ -202,8 +210,8 @@ func TestLockedStackIsAWait(t *testing.T) {
 // A lock left by a killed pulumi process on this host is removed and reported.
 func TestStaleLockCleared(t *testing.T) {
 	f := start(t)
-	lock, done := holdLock(t, f, "web", 30*time.Second)
-	p, _ := os.FindProcess(lock.Pid)
+	pid, done := holdLock(t, f, "web", 30*time.Second)
+	p, _ := os.FindProcess(pid)
 	if err := p.Kill(); err != nil {
 		t.Fatalf("kill lock holder: %v", err)
 	}
