@@ -18,7 +18,18 @@ RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -o /out/bin/pulumi-operator .
 
-FROM gcr.io/distroless/static-debian12:nonroot
+RUN CGO_ENABLED=0 go build -o /out/http-server ./cmd/http-server
+
+# The http server the operator deploys by default (`docker build --target http-server`):
+# listens on 8080, runs as 65532 on a read-only root file system.
+FROM gcr.io/distroless/static-debian12:nonroot AS http-server
+COPY --from=build /out/http-server /usr/local/bin/http-server
+USER 65532:65532
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/http-server"]
+
+# The operator (the default, last target).
+FROM gcr.io/distroless/static-debian12:nonroot AS operator
 COPY --from=build /out/bin/ /usr/local/bin/
 COPY --from=build --chown=65532:65532 /out/pulumi-home/ /home/nonroot/.pulumi/
 COPY Pulumi.yaml /etc/pulumi-operator/Pulumi.yaml

@@ -18,10 +18,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
@@ -75,8 +77,13 @@ func TestSampleEndToEnd(t *testing.T) {
 	c := testenv.Connect(t)
 	c.InstallCRD(t)
 	ns := c.Namespace(t)
-	stateDir := startOperator(t, c, ns)
 	ctx := context.Background()
+	// Pods must pass Pod Security "restricted" (issue: the Deployment uses the server well).
+	restricted := []byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`)
+	if _, err := c.Kube.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, restricted, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stateDir := startOperator(t, c, ns)
 	cr := c.Client.Resource(api.GroupVersionResource).Namespace(ns)
 
 	// The original operator's sample, unchanged but for the namespace.
@@ -103,6 +110,20 @@ func TestSampleEndToEnd(t *testing.T) {
 	}
 	waitReady(t, c, ns, name, 2)
 	checkObjects(t, c, ns, name, 3, 8081, "peer-a,8080\npeer-b,8080\n")
+	// The configMapData change rolled the pods: a new pod template (new config digest), so a
+	// second ReplicaSet.
+	dep, err := c.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := api.Desired{ConfigMapData: map[string]string{"hostports": "peer-a,8080\npeer-b,8080\n"}}.ConfigDigest()
+	if got := dep.Spec.Template.Annotations[infra.ConfigDigestAnnotation]; got != want {
+		t.Errorf("pod template config digest = %q, want %q", got, want)
+	}
+	rs, err := c.Kube.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
+	if err != nil || len(rs.Items) < 2 {
+		t.Errorf("ReplicaSets after a config change = %d (%v), want a rollout (2)", len(rs.Items), err)
+	}
 
 	// Delete: objects, stack and CR all go.
 	if err := cr.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {

@@ -16,7 +16,7 @@ import (
 // ProgramVersion names what this program declares. Bump it whenever a change here would
 // change a stack's resources for an unchanged spec: the watcher includes it in the digest of
 // what it applied, so a bump re-runs up on every stack once, and nothing else does.
-const ProgramVersion = "1"
+const ProgramVersion = "2"
 
 // Label keys and values on every object the program declares. Selector uses only name and
 // instance (the Deployment selector is immutable); instance is the CR's name, so two
@@ -38,6 +38,13 @@ const (
 	PortName      = "http"
 	VolumeName    = "config-volume"
 )
+
+// ConfigDigestAnnotation on the pod template carries Desired.ConfigDigest, so a change of
+// configMapData rolls the pods (unless spec.rolloutOnConfigChange is false).
+const ConfigDigestAnnotation = "groupsp.measutosh.dev/config-digest"
+
+// NonRootUID is the user and group the container runs as (the distroless "nonroot" user).
+const NonRootUID = 65532
 
 // Stack output keys.
 const (
@@ -62,6 +69,24 @@ const (
 // which would delete and re-create the ConfigMap the pods mount).
 func ProviderEnv() map[string]string {
 	return map[string]string{"PULUMI_K8S_ENABLE_CONFIGMAP_MUTABLE": "true"}
+}
+
+// probePaths returns the liveness and readiness paths: /healthz and /readyz of this
+// project's server (the default image); /ping, which the original measutosh/http-server and
+// ours both answer, for any other image.
+func probePaths(d api.Desired) (liveness, readiness string) {
+	if d.Image == api.DefaultImage {
+		return "/healthz", "/readyz"
+	}
+	return "/ping", "/ping"
+}
+
+// httpProbe probes path on the container's "http" port every periodSeconds.
+func httpProbe(path string, periodSeconds int) *corev1.ProbeArgs {
+	return &corev1.ProbeArgs{
+		HttpGet:       &corev1.HTTPGetActionArgs{Path: pulumi.String(path), Port: pulumi.String(PortName)},
+		PeriodSeconds: pulumi.Int(periodSeconds),
+	}
 }
 
 // SelectorLabels returns the labels that select d's pods.
@@ -113,17 +138,37 @@ func Program(d api.Desired) pulumi.RunFunc {
 
 		// The ConfigMap exists before the pods that mount it.
 		depOpts := append([]pulumi.ResourceOption{pulumi.DependsOn([]pulumi.Resource{cm})}, opts...)
+		podAnnotations := pulumi.StringMap{}
+		if d.RolloutOnConfigChange {
+			podAnnotations[ConfigDigestAnnotation] = pulumi.String(d.ConfigDigest())
+		}
+		liveness, readiness := probePaths(d)
 		dep, err := appsv1.NewDeployment(ctx, resDeployment, &appsv1.DeploymentArgs{
 			Metadata: meta(d.Name, nil),
 			Spec: &appsv1.DeploymentSpecArgs{
 				Replicas: pulumi.Int(int(d.ReplicaCount)),
 				Selector: &metav1.LabelSelectorArgs{MatchLabels: selector},
 				Template: &corev1.PodTemplateSpecArgs{
-					Metadata: &metav1.ObjectMetaArgs{Labels: labels},
+					Metadata: &metav1.ObjectMetaArgs{Labels: labels, Annotations: podAnnotations},
 					Spec: &corev1.PodSpecArgs{
+						SecurityContext: &corev1.PodSecurityContextArgs{
+							RunAsNonRoot:   pulumi.Bool(true),
+							RunAsUser:      pulumi.Int(NonRootUID),
+							RunAsGroup:     pulumi.Int(NonRootUID),
+							SeccompProfile: &corev1.SeccompProfileArgs{Type: pulumi.String("RuntimeDefault")},
+						},
 						Containers: corev1.ContainerArray{&corev1.ContainerArgs{
 							Name:  pulumi.String(ContainerName),
 							Image: pulumi.String(d.Image),
+							// Pod Security "restricted": no root, no privilege escalation, no
+							// capabilities, RuntimeDefault seccomp; the server writes nothing.
+							SecurityContext: &corev1.SecurityContextArgs{
+								AllowPrivilegeEscalation: pulumi.Bool(false),
+								ReadOnlyRootFilesystem:   pulumi.Bool(true),
+								Capabilities:             &corev1.CapabilitiesArgs{Drop: pulumi.StringArray{pulumi.String("ALL")}},
+							},
+							LivenessProbe:  httpProbe(liveness, 10),
+							ReadinessProbe: httpProbe(readiness, 5),
 							Ports: corev1.ContainerPortArray{&corev1.ContainerPortArgs{
 								Name:          pulumi.String(PortName),
 								ContainerPort: pulumi.Int(int(d.ContainerPort)),

@@ -71,7 +71,7 @@ func get(t *testing.T, v any, path ...any) any {
 func TestProgram(t *testing.T) {
 	base := api.Desired{Namespace: "peerns", Name: "kindcustomhttp-sample", ReplicaCount: 2, Port: 80,
 		ContainerPort: 8080, Image: api.DefaultImage, ServiceType: api.ServiceTypeClusterIP,
-		ConfigMapData: map[string]string{"hostports": "localhost,8080\n"}}
+		ConfigMapData: map[string]string{"hostports": "localhost,8080\n"}, RolloutOnConfigChange: true}
 	tests := map[string]struct {
 		mutate        func(*api.Desired)
 		replicas      float64
@@ -157,11 +157,57 @@ func TestProgram(t *testing.T) {
 			if get(t, svc, "spec", "ports", 0, "port") != tc.port || get(t, svc, "spec", "ports", 0, "targetPort") != PortName {
 				t.Errorf("service port = %v: want %v targeting the named container port", get(t, svc, "spec", "ports"), tc.port)
 			}
+			wantLive, wantReady := "/healthz", "/readyz"
+			if tc.image != api.DefaultImage {
+				wantLive, wantReady = "/ping", "/ping"
+			}
+			if get(t, c, "livenessProbe", "httpGet", "path") != wantLive || get(t, c, "readinessProbe", "httpGet", "path") != wantReady ||
+				get(t, c, "readinessProbe", "httpGet", "port") != PortName {
+				t.Errorf("probes = %v / %v", get(t, c, "livenessProbe"), get(t, c, "readinessProbe"))
+			}
+			sc := get(t, c, "securityContext")
+			if get(t, sc, "allowPrivilegeEscalation") != false || get(t, sc, "readOnlyRootFilesystem") != true ||
+				get(t, sc, "capabilities", "drop", 0) != "ALL" {
+				t.Errorf("container securityContext = %v", sc)
+			}
+			psc := get(t, dep, "spec", "template", "spec", "securityContext")
+			if get(t, psc, "runAsNonRoot") != true || get(t, psc, "seccompProfile", "type") != "RuntimeDefault" ||
+				get(t, psc, "runAsUser") != float64(NonRootUID) {
+				t.Errorf("pod securityContext = %v", psc)
+			}
+			if got := get(t, dep, "spec", "template", "metadata", "annotations", ConfigDigestAnnotation); got != d.ConfigDigest() {
+				t.Errorf("config digest annotation = %v, want %s", got, d.ConfigDigest())
+			}
 			svcSel := get(t, svc, "spec", "selector").(map[string]any)
 			if svcSel[LabelInstance] != d.Name || len(svcSel) != 2 {
 				t.Errorf("service selector = %v", svcSel)
 			}
 		})
+	}
+}
+
+// rolloutOnConfigChange: false leaves the pod template alone, so a config change does not
+// roll the pods.
+func TestNoConfigDigestWhenOptedOut(t *testing.T) {
+	d := api.Desired{Namespace: "ns", Name: "a", ReplicaCount: 1, Port: 80, ContainerPort: 8080, Image: "x",
+		ServiceType: api.ServiceTypeClusterIP, ConfigMapData: map[string]string{"k": "v"}}
+	m := run(t, d)
+	ann, _ := get(t, m.resources["kubernetes:apps/v1:Deployment"], "spec", "template", "metadata").(map[string]any)["annotations"].(map[string]any)
+	if _, ok := ann[ConfigDigestAnnotation]; ok {
+		t.Fatalf("pod template annotations = %v: no digest wanted", ann)
+	}
+}
+
+func TestConfigDigest(t *testing.T) {
+	a := api.Desired{ConfigMapData: map[string]string{"a": "1", "b": "2"}}
+	b := api.Desired{ConfigMapData: map[string]string{"b": "2", "a": "1"}}
+	c := api.Desired{ConfigMapData: map[string]string{"a": "12"}}
+	d := api.Desired{ConfigMapData: map[string]string{"a1": "2"}}
+	if a.ConfigDigest() != b.ConfigDigest() {
+		t.Fatal("equal data, different digests")
+	}
+	if c.ConfigDigest() == d.ConfigDigest() || a.ConfigDigest() == c.ConfigDigest() {
+		t.Fatal("different data, equal digests")
 	}
 }
 

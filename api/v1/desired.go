@@ -1,19 +1,24 @@
 package v1
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"sort"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/version"
 )
 
 // Defaults for the optional spec fields.
 const (
-	// DefaultImage is the http-server image used when spec.image is empty. It is the image the
-	// original operator deployed; it listens on 8080.
-	DefaultImage = "docker.io/measutosh/http-server:latest"
+	// DefaultImage is the http-server image used when spec.image is empty: this project's own
+	// peering server (cmd/http-server) at the project's version. It listens on 8080, serves
+	// /healthz and /readyz, and runs as a non-root user on a read-only root file system.
+	DefaultImage = version.HTTPServerImage
 	// DefaultContainerPort is where DefaultImage listens.
 	DefaultContainerPort int32 = 8080
 	// DefaultServiceType is used when spec.serviceType is empty.
@@ -40,6 +45,25 @@ type Desired struct {
 	Image         string            `json:"image"`
 	ServiceType   ServiceType       `json:"serviceType"`
 	ConfigMapData map[string]string `json:"configMapData,omitempty"`
+	// RolloutOnConfigChange puts ConfigDigest into the pod template, so a configMapData change
+	// rolls the pods (as Stakater Reloader does). Default true.
+	RolloutOnConfigChange bool `json:"rolloutOnConfigChange"`
+}
+
+// ConfigDigest is the SHA-256 (hex) of ConfigMapData in a stable key order: equal data, equal
+// digest. Changing any key or value changes it.
+func (d Desired) ConfigDigest() string {
+	keys := make([]string, 0, len(d.ConfigMapData))
+	for k := range d.ConfigMapData {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		// Length-prefixed, so that no two different maps hash the same bytes.
+		fmt.Fprintf(h, "%d:%s%d:%s", len(k), k, len(d.ConfigMapData[k]), d.ConfigMapData[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // ConfigMapName is the name of the ConfigMap the stack owns: "<name>-configmap".
@@ -62,6 +86,8 @@ func Resolve(obj *KindCustomHttp) (Desired, error) {
 		ContainerPort: DefaultContainerPort,
 		Image:         s.Image,
 		ServiceType:   s.ServiceType,
+
+		RolloutOnConfigChange: s.RolloutOnConfigChange == nil || *s.RolloutOnConfigChange,
 	}
 	if s.ContainerPort != nil {
 		d.ContainerPort = *s.ContainerPort

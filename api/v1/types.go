@@ -74,6 +74,10 @@ type KindCustomHttpSpec struct {
 	ContainerPort *int32 `json:"containerPort,omitempty"`
 	// ServiceType is ClusterIP (default), NodePort, LoadBalancer or Headless.
 	ServiceType ServiceType `json:"serviceType,omitempty"`
+	// RolloutOnConfigChange rolls the pods when configMapData changes, through a digest of the
+	// data in the pod template. Set false for servers that reload /config by themselves (the
+	// kubelet updates the mounted files within about a minute). Default true.
+	RolloutOnConfigChange *bool `json:"rolloutOnConfigChange,omitempty"`
 	// Suspend pauses reconciliation: no up and no drift repair while true (a delete still
 	// destroys the stack). Default false.
 	Suspend bool `json:"suspend,omitempty"`
