@@ -146,7 +146,7 @@ func testBackend(t *testing.T, b stateBackend) {
 		})
 	}
 
-	up, err := m.UpProgram(ctx, name, program("hello", 0), UpOptions{})
+	up, err := m.UpProgram(ctx, name, program("hello", 0), RunOptions{})
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
@@ -160,7 +160,7 @@ func testBackend(t *testing.T, b stateBackend) {
 		t.Fatalf("the stored state of %s has no output \"hello\":\n%s", name, state)
 	}
 
-	again, err := m.UpProgram(ctx, name, program("hello", 0), UpOptions{})
+	again, err := m.UpProgram(ctx, name, program("hello", 0), RunOptions{})
 	if err != nil {
 		t.Fatalf("second up: %v", err)
 	}
@@ -169,7 +169,7 @@ func testBackend(t *testing.T, b stateBackend) {
 	}
 
 	// A preview changes nothing: the stored state still holds the applied output.
-	if _, err := m.PreviewProgram(ctx, name, program("bye", 0)); err != nil {
+	if _, err := m.PreviewProgram(ctx, name, program("bye", 0), RunOptions{}); err != nil {
 		t.Fatalf("preview: %v", err)
 	}
 	if state := b.read(t, key); !strings.Contains(string(state), `"hello"`) || strings.Contains(string(state), `"bye"`) {
@@ -188,7 +188,7 @@ func testBackend(t *testing.T, b stateBackend) {
 	for i, n := range pair {
 		names[i], _ = m.StackName("ns", n)
 		wg.Go(func() {
-			res, err := m.UpProgram(ctx, names[i], program("from-"+n, 0), UpOptions{})
+			res, err := m.UpProgram(ctx, names[i], program("from-"+n, 0), RunOptions{})
 			errs[i], outs[i] = err, res.Outputs["greeting"]
 		})
 	}
@@ -247,7 +247,7 @@ func TestBackendPostgresPasswordFromEnv(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	name, _ := m.StackName("ns", "pgpassword")
-	if _, err := m.UpProgram(ctx, name, program("env", 0), UpOptions{}); err != nil {
+	if _, err := m.UpProgram(ctx, name, program("env", 0), RunOptions{}); err != nil {
 		t.Fatalf("up with the password in PGPASSWORD: %v", err)
 	}
 	if got := b.keys(t, stacksPrefix+name+"."); !slices.Contains(got, stacksPrefix+name+".json") {
@@ -306,7 +306,7 @@ func TestBackendDown(t *testing.T) {
 			defer cancel()
 			stack, _ := m.StackName("ns", "down")
 			start := time.Now()
-			_, err := m.UpProgram(ctx, stack, program("x", 0), UpOptions{})
+			_, err := m.UpProgram(ctx, stack, program("x", 0), RunOptions{})
 			if err == nil {
 				t.Fatal("up against a backend that is down succeeded")
 			}

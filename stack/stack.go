@@ -20,6 +20,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
@@ -290,11 +291,23 @@ func (m *Manager) open(ctx context.Context, stackName string, program pulumi.Run
 	return st, nil
 }
 
-func (m *Manager) streams() []io.Writer {
-	if m.cfg.Progress == nil {
-		return nil
+// streams is where an operation's progress goes: opts.Progress, else Config.Progress, else
+// nowhere (the CLI is then told to suppress it).
+func (m *Manager) streams(opts RunOptions) []io.Writer {
+	switch {
+	case opts.Progress != nil:
+		return []io.Writer{opts.Progress}
+	case m.cfg.Progress != nil:
+		return []io.Writer{m.cfg.Progress}
 	}
-	return []io.Writer{m.cfg.Progress}
+	return nil
+}
+
+func colorOf(opts RunOptions) string {
+	if opts.Color == "" {
+		return "never"
+	}
+	return opts.Color
 }
 
 // StackName is the stack of the KindCustomHttp namespace/name in this Manager's cluster (see
@@ -303,16 +316,23 @@ func (m *Manager) StackName(namespace, name string) (string, error) {
 	return Name(m.cfg.ClusterName, namespace, name)
 }
 
-// UpOptions change how an up runs.
-type UpOptions struct {
+// RunOptions change how an operation runs. The zero value: no refresh, no diff, progress to
+// Config.Progress (or suppressed).
+type RunOptions struct {
 	// Refresh reads the live objects into the state before diffing (`pulumi up --refresh`), so
 	// that changes made outside Pulumi (drift) are seen and undone. It costs one read per
 	// resource.
 	Refresh bool
+	// Diff shows a detailed diff of every change in the progress output (`--diff`).
+	Diff bool
+	// Progress receives this operation's progress output instead of Config.Progress.
+	Progress io.Writer
+	// Color is the CLI's --color: "always", "never" (the default) or "auto".
+	Color string
 }
 
 // Up brings the stack of d up to date with infra.Program(d).
-func (m *Manager) Up(ctx context.Context, d api.Desired, opts UpOptions) (Result, error) {
+func (m *Manager) Up(ctx context.Context, d api.Desired, opts RunOptions) (Result, error) {
 	name, err := m.StackName(d.Namespace, d.Name)
 	if err != nil {
 		return Result{Operation: "up"}, err
@@ -321,31 +341,36 @@ func (m *Manager) Up(ctx context.Context, d api.Desired, opts UpOptions) (Result
 }
 
 // Preview shows what Up(d) would change, changing nothing.
-func (m *Manager) Preview(ctx context.Context, d api.Desired) (Result, error) {
+func (m *Manager) Preview(ctx context.Context, d api.Desired, opts RunOptions) (Result, error) {
 	name, err := m.StackName(d.Namespace, d.Name)
 	if err != nil {
 		return Result{Operation: "preview"}, err
 	}
-	return m.PreviewProgram(ctx, name, infra.Program(d))
+	return m.PreviewProgram(ctx, name, infra.Program(d), opts)
 }
 
-// UpProgram creates the stack if needed and runs `pulumi up` with program. Errors: ErrLocked when
-// another update holds the lock, ErrPluginMissing when a provider plugin is absent, otherwise
-// the CLI's error, trimmed to its "error:" lines.
-func (m *Manager) UpProgram(ctx context.Context, stackName string, program pulumi.RunFunc, upOpts UpOptions) (Result, error) {
+// UpProgram creates the stack if needed and runs `pulumi up` with program. Errors: ErrLocked
+// when another update holds the lock, ErrPluginMissing when a provider plugin is absent,
+// otherwise the CLI's error, trimmed to its "error:" lines.
+func (m *Manager) UpProgram(ctx context.Context, stackName string, program pulumi.RunFunc, opts RunOptions) (Result, error) {
 	res := Result{Operation: "up", Start: time.Now()}
 	st, err := m.open(ctx, stackName, program, true)
 	if err != nil {
 		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
 	}
-	opts := []optup.Option{optup.SuppressProgress()}
-	if w := m.streams(); w != nil {
-		opts = []optup.Option{optup.ProgressStreams(w...)}
+	o := []optup.Option{optup.Color(colorOf(opts))}
+	if w := m.streams(opts); w != nil {
+		o = append(o, optup.ProgressStreams(w...))
+	} else {
+		o = append(o, optup.SuppressProgress())
 	}
-	if upOpts.Refresh {
-		opts = append(opts, optup.Refresh())
+	if opts.Refresh {
+		o = append(o, optup.Refresh())
 	}
-	up, err := st.Up(ctx, opts...)
+	if opts.Diff {
+		o = append(o, optup.Diff())
+	}
+	up, err := st.Up(ctx, o...)
 	res.End = time.Now()
 	if err != nil {
 		return res, fmt.Errorf("up stack %s: %w", stackName, classify(err))
@@ -364,19 +389,38 @@ func (m *Manager) UpProgram(ctx context.Context, stackName string, program pulum
 	return res, nil
 }
 
-// PreviewProgram runs `pulumi preview` of program against the stack, creating the stack if needed
-// (an empty stack previews as all creates). It changes no resource.
-func (m *Manager) PreviewProgram(ctx context.Context, stackName string, program pulumi.RunFunc) (Result, error) {
+// PreviewProgram runs `pulumi preview` of program against the stack. A stack that does not
+// exist yet is created for the preview and removed again, so a preview leaves the backend as
+// it found it; it previews as all creates.
+func (m *Manager) PreviewProgram(ctx context.Context, stackName string, program pulumi.RunFunc, opts RunOptions) (Result, error) {
 	res := Result{Operation: "preview", Start: time.Now()}
+	existed, err := m.Exists(ctx, stackName)
+	if err != nil {
+		return res, err
+	}
 	st, err := m.open(ctx, stackName, program, true)
 	if err != nil {
 		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
 	}
-	opts := []optpreview.Option{optpreview.SuppressProgress()}
-	if w := m.streams(); w != nil {
-		opts = []optpreview.Option{optpreview.ProgressStreams(w...)}
+	if !existed {
+		defer func() {
+			_ = st.Workspace().RemoveStack(context.WithoutCancel(ctx), stackName)
+			_ = os.RemoveAll(filepath.Join(m.cfg.WorkRoot, stackName))
+		}()
 	}
-	pr, err := st.Preview(ctx, opts...)
+	o := []optpreview.Option{optpreview.Color(colorOf(opts))}
+	if w := m.streams(opts); w != nil {
+		o = append(o, optpreview.ProgressStreams(w...))
+	} else {
+		o = append(o, optpreview.SuppressProgress())
+	}
+	if opts.Refresh {
+		o = append(o, optpreview.Refresh())
+	}
+	if opts.Diff {
+		o = append(o, optpreview.Diff())
+	}
+	pr, err := st.Preview(ctx, o...)
 	res.End = time.Now()
 	if err != nil {
 		return res, fmt.Errorf("preview stack %s: %w", stackName, classify(err))
@@ -388,11 +432,42 @@ func (m *Manager) PreviewProgram(ctx context.Context, stackName string, program 
 	return res, nil
 }
 
+// Refresh reads the live state of the stack's resources into its state (`pulumi refresh`),
+// changing no resource. The stack must exist.
+func (m *Manager) Refresh(ctx context.Context, stackName string, opts RunOptions) (Result, error) {
+	res := Result{Operation: "refresh", Start: time.Now()}
+	noop := func(*pulumi.Context) error { return nil }
+	st, err := m.open(ctx, stackName, noop, false)
+	if err != nil {
+		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
+	}
+	o := []optrefresh.Option{optrefresh.Color(colorOf(opts))}
+	if w := m.streams(opts); w != nil {
+		o = append(o, optrefresh.ProgressStreams(w...))
+	} else {
+		o = append(o, optrefresh.SuppressProgress())
+	}
+	r, err := st.Refresh(ctx, o...)
+	res.End = time.Now()
+	if err != nil {
+		return res, fmt.Errorf("refresh stack %s: %w", stackName, classify(err))
+	}
+	if r.Summary.ResourceChanges != nil {
+		res.Changes = *r.Summary.ResourceChanges
+	}
+	return res, nil
+}
+
 // Destroy deletes every resource of the stack and then removes the stack from the backend.
 // A stack that does not exist is already destroyed: Destroy returns a zero Result and nil.
 // The stack is removed only after destroy succeeded, so a failed destroy leaves the state
 // that records what still exists.
 func (m *Manager) Destroy(ctx context.Context, stackName string) (Result, error) {
+	return m.DestroyWith(ctx, stackName, RunOptions{})
+}
+
+// DestroyWith is Destroy with options (progress, color).
+func (m *Manager) DestroyWith(ctx context.Context, stackName string, opts RunOptions) (Result, error) {
 	res := Result{Operation: "destroy", Start: time.Now()}
 	noop := func(*pulumi.Context) error { return nil }
 	st, err := m.open(ctx, stackName, noop, false)
@@ -403,11 +478,13 @@ func (m *Manager) Destroy(ctx context.Context, stackName string) (Result, error)
 		}
 		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
 	}
-	opts := []optdestroy.Option{optdestroy.SuppressProgress(), optdestroy.Remove()}
-	if w := m.streams(); w != nil {
-		opts = []optdestroy.Option{optdestroy.ProgressStreams(w...), optdestroy.Remove()}
+	o := []optdestroy.Option{optdestroy.Color(colorOf(opts)), optdestroy.Remove()}
+	if w := m.streams(opts); w != nil {
+		o = append(o, optdestroy.ProgressStreams(w...))
+	} else {
+		o = append(o, optdestroy.SuppressProgress())
 	}
-	d, err := st.Destroy(ctx, opts...)
+	d, err := st.Destroy(ctx, o...)
 	res.End = time.Now()
 	if err != nil {
 		return res, fmt.Errorf("destroy stack %s: %w", stackName, classify(err))
@@ -419,6 +496,53 @@ func (m *Manager) Destroy(ctx context.Context, stackName string) (Result, error)
 		return res, fmt.Errorf("remove workspace directory of stack %s: %w", stackName, err)
 	}
 	return res, nil
+}
+
+// StackInfo describes one stack of the project in the backend.
+type StackInfo struct {
+	// Name is the stack name; Cluster, Namespace and Name of the KindCustomHttp it belongs to
+	// are parsed from it (empty for a hashed long name or a stack of another tool).
+	Name                       string
+	Cluster, Namespace, CRName string
+	// LastUpdate is the time of the last update as the backend reports it (RFC 3339), ""
+	// for none; UpdateInProgress is true while an update holds the lock.
+	LastUpdate       string
+	UpdateInProgress bool
+	// Resources counts the resources in the stack's state, -1 when unknown.
+	Resources int
+}
+
+// ListStacks lists the project's stacks in the backend.
+func (m *Manager) ListStacks(ctx context.Context) ([]StackInfo, error) {
+	opts, err := m.workspaceOptions(".list", func(*pulumi.Context) error { return nil })
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(filepath.Join(m.cfg.WorkRoot, ".list"))
+	ws, err := auto.NewLocalWorkspace(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("open workspace: %w", classify(err))
+	}
+	sums, err := ws.ListStacks(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list stacks: %w", classify(err))
+	}
+	out := make([]StackInfo, 0, len(sums))
+	for _, s := range sums {
+		name := s.Name
+		if i := strings.LastIndex(name, "/"); i >= 0 { // organization/project/stack
+			name = name[i+1:]
+		}
+		info := StackInfo{Name: name, LastUpdate: s.LastUpdate, UpdateInProgress: s.UpdateInProgress, Resources: -1}
+		if s.ResourceCount != nil {
+			info.Resources = *s.ResourceCount
+		}
+		if parts := strings.Split(name, "."); len(parts) == 3 {
+			info.Cluster, info.Namespace, info.CRName = parts[0], parts[1], parts[2]
+		}
+		out = append(out, info)
+	}
+	return out, nil
 }
 
 // CancelLock removes the stack's lock (`pulumi cancel`). Only call it for a lock whose owner

@@ -72,15 +72,18 @@ func TestUpPreviewDestroy(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pre, err := m.PreviewProgram(ctx, name, program("hello", 0))
+	pre, err := m.PreviewProgram(ctx, name, program("hello", 0), RunOptions{})
 	if err != nil {
 		t.Fatalf("preview: %v", err)
 	}
 	if pre.Changes["create"] != 1 { // the stack resource itself
 		t.Fatalf("preview of a new stack = %v, want 1 create", pre.Changes)
 	}
+	if got := stackFiles(t, backend); len(got) != 0 {
+		t.Fatalf("a preview of a new stack left it in the backend: %v", got)
+	}
 
-	up, err := m.UpProgram(ctx, name, program("hello", 0), UpOptions{})
+	up, err := m.UpProgram(ctx, name, program("hello", 0), RunOptions{})
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
@@ -91,7 +94,7 @@ func TestUpPreviewDestroy(t *testing.T) {
 		t.Fatalf("backend holds %v, want the state of %s", got, name)
 	}
 
-	again, err := m.UpProgram(ctx, name, program("hello", 0), UpOptions{})
+	again, err := m.UpProgram(ctx, name, program("hello", 0), RunOptions{})
 	if err != nil {
 		t.Fatalf("second up: %v", err)
 	}
@@ -100,7 +103,7 @@ func TestUpPreviewDestroy(t *testing.T) {
 	}
 
 	// A preview changes nothing: the state still holds the applied output, not the previewed one.
-	if _, err = m.PreviewProgram(ctx, name, program("bye", 0)); err != nil {
+	if _, err = m.PreviewProgram(ctx, name, program("bye", 0), RunOptions{}); err != nil {
 		t.Fatalf("preview: %v", err)
 	}
 	state, err := os.ReadFile(stackFiles(t, backend)[0])
@@ -112,6 +115,14 @@ func TestUpPreviewDestroy(t *testing.T) {
 	}
 	if exists, err := m.Exists(ctx, name); err != nil || !exists {
 		t.Fatalf("Exists = %v, %v", exists, err)
+	}
+	if r, err := m.Refresh(ctx, name, RunOptions{}); err != nil || r.Changes["same"] != 1 {
+		t.Fatalf("refresh = %+v, %v", r, err)
+	}
+	list, err := m.ListStacks(ctx)
+	if err != nil || len(list) != 1 || list[0].Name != name || list[0].Namespace != "peerns" || list[0].CRName != "web" ||
+		list[0].Cluster != "test" || list[0].LastUpdate == "" {
+		t.Fatalf("ListStacks = %+v, %v", list, err)
 	}
 
 	if _, err := m.Destroy(ctx, name); err != nil {
@@ -130,6 +141,9 @@ func TestUpPreviewDestroy(t *testing.T) {
 	if _, err := m.Destroy(ctx, name); err != nil {
 		t.Fatalf("destroy of a removed stack: %v", err)
 	}
+	if _, err := m.Refresh(ctx, name, RunOptions{}); err == nil {
+		t.Fatal("refresh of a removed stack succeeded")
+	}
 }
 
 func TestTwoStacksAtOnce(t *testing.T) {
@@ -142,7 +156,7 @@ func TestTwoStacksAtOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			name, _ := m.StackName("ns", n)
-			res, err := m.UpProgram(context.Background(), name, program("from-"+n, 0), UpOptions{})
+			res, err := m.UpProgram(context.Background(), name, program("from-"+n, 0), RunOptions{})
 			errs[i], outs[i] = err, res.Outputs["greeting"]
 		}()
 	}
@@ -162,19 +176,19 @@ func TestLockedStack(t *testing.T) {
 	m, backend := newManager(t)
 	name, _ := m.StackName("ns", "locked")
 	ctx := context.Background()
-	if _, err := m.UpProgram(ctx, name, program("x", 0), UpOptions{}); err != nil {
+	if _, err := m.UpProgram(ctx, name, program("x", 0), RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	slow := make(chan error, 1)
 	go func() {
-		_, err := m.UpProgram(ctx, name, program("y", 8*time.Second), UpOptions{})
+		_, err := m.UpProgram(ctx, name, program("y", 8*time.Second), RunOptions{})
 		slow <- err
 	}()
 	waitForLockFile(t, backend, name)
 	var err error
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		_, err = m.UpProgram(ctx, name, program("z", 0), UpOptions{})
+		_, err = m.UpProgram(ctx, name, program("z", 0), RunOptions{})
 		if err != nil {
 			break
 		}
@@ -200,19 +214,19 @@ func TestStaleLockCancel(t *testing.T) {
 	m, backend := newManager(t)
 	name, _ := m.StackName("ns", "stale")
 	ctx := context.Background()
-	if _, err := m.UpProgram(ctx, name, program("x", 0), UpOptions{}); err != nil {
+	if _, err := m.UpProgram(ctx, name, program("x", 0), RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	slow := make(chan error, 1)
 	go func() {
-		_, err := m.UpProgram(ctx, name, program("y", 20*time.Second), UpOptions{})
+		_, err := m.UpProgram(ctx, name, program("y", 20*time.Second), RunOptions{})
 		slow <- err
 	}()
 	waitForLockFile(t, backend, name)
 	var lock Lock
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) && lock.Pid == 0 {
-		_, err := m.UpProgram(ctx, name, program("z", 0), UpOptions{})
+		_, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{})
 		var oe *OperationError
 		if errors.As(err, &oe) && len(oe.Locks) == 1 {
 			lock = oe.Locks[0]
@@ -232,13 +246,13 @@ func TestStaleLockCancel(t *testing.T) {
 	if err := <-slow; err == nil {
 		t.Fatal("the killed update reported success")
 	}
-	if _, err := m.UpProgram(ctx, name, program("z", 0), UpOptions{}); !errors.Is(err, ErrLocked) {
+	if _, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{}); !errors.Is(err, ErrLocked) {
 		t.Fatalf("up after the kill = %v, want ErrLocked (the lock is left behind)", err)
 	}
 	if err := m.CancelLock(ctx, name); err != nil {
 		t.Fatalf("CancelLock: %v", err)
 	}
-	res, err := m.UpProgram(ctx, name, program("z", 0), UpOptions{})
+	res, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{})
 	if err != nil || res.Outputs["greeting"] != "z" {
 		t.Fatalf("up after CancelLock = %+v, %v", res, err)
 	}
