@@ -63,7 +63,12 @@ type config struct {
 func main() {
 	if err := newApp().Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "pulumi-operator:", err)
-		os.Exit(1)
+		code := ExitFailed
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) {
+			code = ec.ExitCode()
+		}
+		os.Exit(code)
 	}
 }
 
@@ -73,6 +78,12 @@ func newApp() *cli.App {
 	return &cli.App{
 		Name:  "pulumi-operator",
 		Usage: "reconcile KindCustomHttp resources with Pulumi stacks",
+		Description: "Global options go before the command. Every flag can also be set by the environment variable\n" +
+			"   shown with it. Stacks: one per KindCustomHttp, named <cluster>.<namespace>.<name>, shared by\n" +
+			"   `watch` in the cluster and `up`/`preview`/`refresh`/`destroy` on a laptop or in CI.",
+		EnableBashCompletion: true,
+		// main decides the exit code; urfave/cli would otherwise exit from inside Run.
+		ExitErrHandler: func(*cli.Context, error) {},
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Destination: &cfg.kubeconfig,
 				Usage: "kubeconfig `FILE`; empty: in-cluster config, then ~/.kube/config"},
@@ -95,7 +106,7 @@ func newApp() *cli.App {
 			cfg.explicitFile = c.IsSet("project-file")
 			return setupLogging(cfg)
 		},
-		Commands: []*cli.Command{{
+		Commands: append([]*cli.Command{{
 			Name:  "watch",
 			Usage: "reconcile KindCustomHttp objects of the cluster until stopped (SIGINT/SIGTERM)",
 			Flags: []cli.Flag{
@@ -123,7 +134,7 @@ func newApp() *cli.App {
 					Usage: "a stack lock older than this is removed (pulumi cancel) even if its owner may live"},
 			},
 			Action: func(c *cli.Context) error { return runWatch(c.Context, cfg) },
-		}},
+		}}, laptopCommands(cfg)...),
 	}
 }
 
@@ -163,6 +174,8 @@ func runWatch(parent context.Context, cfg *config) error {
 	if err != nil {
 		return err
 	}
+	slog.Info("watching", "cluster", cfg.clusterName, "namespace", cfg.namespace, "labelSelector", cfg.selector,
+		"workers", cfg.workers, "pulumiVersion", mgr.CLIVersion().String())
 	if p, err := stack.FindKubernetesPlugin(); err != nil {
 		slog.Warn("Kubernetes provider plugin not found: every up will fail with reason PluginMissing until it is installed", "err", err)
 	} else {
@@ -266,6 +279,7 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 		if cluster, err = clusterNameFromUID(ctx, client); err != nil {
 			return nil, "", err
 		}
+		cfg.clusterName = cluster
 	}
 	env := map[string]string{}
 	if cfg.kubeconfig != "" {
@@ -283,7 +297,7 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 	if err != nil {
 		return nil, "", err
 	}
-	slog.Info("stack manager ready", "project", project, "backend", stack.RedactURL(backend),
+	slog.Debug("stack manager ready", "project", project, "backend", stack.RedactURL(backend),
 		"cluster", cluster, "pulumi", pulumiPath, "pulumiVersion", mgr.CLIVersion().String())
 	return mgr, stack.RedactURL(backend), nil
 }

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/urfave/cli/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+// laptop runs the CLI in-process against a fresh file backend, cluster name "laptop", the
+// pinned pulumi CLI and the local cluster's kubeconfig.
+type laptop struct {
+	t       *testing.T
+	backend string
+	state   string
+	kc      string
+}
+
+func newLaptop(t *testing.T) *laptop {
+	dir := t.TempDir()
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "laptop")
+	return &laptop{t: t, backend: filepath.Join(dir, "backend"), state: filepath.Join(dir, "state"), kc: testenv.Kubeconfig(t)}
+}
+
+func (l *laptop) run(args ...string) (stdout, stderr string, code int) {
+	l.t.Helper()
+	app := newApp()
+	var out, errOut bytes.Buffer
+	app.Writer, app.ErrWriter = &out, &errOut
+	full := append([]string{"pulumi-operator", "--kubeconfig", l.kc, "--backend-url", "file://" + l.backend,
+		"--state-dir", l.state, "--pulumi", testenv.PulumiCLI(l.t), "--cluster-name", "laptop",
+		"--project-file", filepath.Join(testenv.RepoRoot(), "Pulumi.yaml")}, args...)
+	err := app.Run(full)
+	var ec cli.ExitCoder
+	switch {
+	case err == nil:
+	case errors.As(err, &ec):
+		code = ec.ExitCode()
+		errOut.WriteString(err.Error())
+	default:
+		code = ExitFailed
+		errOut.WriteString(err.Error())
+	}
+	return out.String(), errOut.String(), code
+}
+
+func (l *laptop) stacks() []string {
+	m, _ := filepath.Glob(filepath.Join(l.backend, ".pulumi", "stacks", "*", "*.json"))
+	return m
+}
+
+func loadTestdata(name string) string {
+	return filepath.Join(testenv.RepoRoot(), "api", "v1", "testdata", "load", name)
+}
+
+// Every kind of bad input exits ExitInvalidInput with a message naming the file, document
+// and field, before any Pulumi run: the backend stays empty.
+func TestLaptopBadInput(t *testing.T) {
+	tests := map[string]struct {
+		args []string
+		want []string
+	}{
+		"YAML that does not parse": {[]string{"up", "-f", loadTestdata("bad-yaml.yaml")}, []string{"bad-yaml.yaml: document 2 (line 6)", "YAML does not parse"}},
+		"another kind":             {[]string{"preview", "-f", loadTestdata("other-kind.yaml")}, []string{"other-kind.yaml: document 1", `kind "Namespace"`, "--ignore-other-kinds"}},
+		"missing required field":   {[]string{"up", "-f", loadTestdata("missing-field.yaml")}, []string{"missing-field.yaml: document 1 (line 1)", "spec.port: Required"}},
+		"value out of range":       {[]string{"up", "-f", loadTestdata("out-of-range.yaml")}, []string{"out-of-range.yaml", "spec.port", "between 1 and 65535"}},
+		"duplicate object":         {[]string{"preview", "-f", loadTestdata("two.yaml"), "-f", loadTestdata("duplicate.yaml")}, []string{"team-a/web is also defined at"}},
+		"missing file":             {[]string{"up", "-f", "/nonexistent/x.yaml"}, []string{"/nonexistent/x.yaml"}},
+		"no input":                 {[]string{"up"}, []string{"pass -f"}},
+		"stray argument":           {[]string{"up", "file.yaml"}, []string{`unexpected argument "file.yaml"`}},
+		"both sources":             {[]string{"up", "-f", loadTestdata("two.yaml"), "--from-cluster", "a/b"}, []string{"not both"}},
+		"bad from-cluster":         {[]string{"up", "--from-cluster", "justaname"}, []string{"NAMESPACE/NAME"}},
+		"destroy unconfirmed":      {[]string{"destroy", "-f", loadTestdata("duplicate.yaml")}, []string{"--yes"}},
+		"refresh of many":          {[]string{"refresh", "-f", loadTestdata("two.yaml")}, []string{"one KindCustomHttp at a time"}},
+		"completion without shell": {[]string{"completion"}, []string{"bash or zsh"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			l := newLaptop(t)
+			_, stderr, code := l.run(tc.args...)
+			if code != ExitInvalidInput {
+				t.Fatalf("exit %d, want %d (stderr %q)", code, ExitInvalidInput, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr %q does not say %q", stderr, w)
+				}
+			}
+			if s := l.stacks(); len(s) != 0 {
+				t.Fatalf("bad input wrote stacks %v", s)
+			}
+		})
+	}
+}
+
+// While another update holds the stack's lock, up exits ExitLocked at once, saying who holds
+// it; with --wait-for-lock it waits and goes on.
+func TestLaptopLockedStack(t *testing.T) {
+	l := newLaptop(t)
+	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + l.backend, WorkRoot: t.TempDir(),
+		PulumiPath: testenv.PulumiCLI(t), ClusterName: "laptop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _ := m.StackName("a", "noport") // any stack of a file below
+	slow := func(ctx *pulumi.Context) error { time.Sleep(8 * time.Second); return nil }
+	if _, err := m.UpProgram(context.Background(), name, func(*pulumi.Context) error { return nil }, stack.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := m.UpProgram(context.Background(), name, slow, stack.RunOptions{}); done <- err }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if locks, _ := filepath.Glob(filepath.Join(l.backend, ".pulumi", "locks", "*", "*", name, "*.json")); len(locks) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slow update never took the lock")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	file := filepath.Join(t.TempDir(), "cr.yaml")
+	doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: noport, namespace: a}\nspec: {replicaCount: 1, port: 80}\n"
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := l.run("up", "-f", file)
+	if code != ExitLocked || !strings.Contains(stderr, "is locked by") || !strings.Contains(stderr, "--wait-for-lock") {
+		t.Fatalf("exit %d, stderr %q; want %d naming the lock holder", code, stderr, ExitLocked)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The whole laptop and CI flow with the real program and provider: up, preview with and
+// without changes, stacks, refresh, destroy.
+func TestLaptopFlow(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPlugin)
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	ns := c.Namespace(t)
+	l := newLaptop(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "cr.yaml")
+	write := func(replicas string) {
+		doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: laptop, namespace: " + ns +
+			"}\nspec: {replicaCount: " + replicas + ", port: 80, configMapData: {hostports: \"a,1\"}}\n"
+		if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("1")
+
+	out, stderr, code := l.run("up", "-f", file, "--json")
+	if code != 0 {
+		t.Fatalf("up: exit %d\n%s\n%s", code, out, stderr)
+	}
+	var res struct{ Results []result }
+	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Results) != 1 || res.Results[0].Changes["create"] != 4 ||
+		res.Results[0].Outputs["deploymentName"] != "laptop" {
+		t.Fatalf("up --json = %s (%v)", out, err)
+	}
+	if want := "kindcustomhttp/laptop." + ns + ".laptop"; res.Results[0].Stack != want {
+		t.Fatalf("stack %q, want %q: the watcher's naming", res.Results[0].Stack, want)
+	}
+
+	md := filepath.Join(dir, "summary.md")
+	out, stderr, code = l.run("preview", "-f", file, "--expect-no-changes", "--summary-markdown", md)
+	if code != 0 || !strings.Contains(out, "no changes") {
+		t.Fatalf("preview of an unchanged file: exit %d\n%s\n%s", code, out, stderr)
+	}
+
+	write("3")
+	out, stderr, code = l.run("preview", "-f", file, "--expect-no-changes", "--diff", "--summary-markdown", md)
+	if code != ExitChanges || !strings.Contains(out, "changes") || !strings.Contains(out, "replicas") {
+		t.Fatalf("preview of a change: exit %d (want %d)\n%s\n%s", code, ExitChanges, out, stderr)
+	}
+	summary, err := os.ReadFile(md)
+	if err != nil || !strings.Contains(string(summary), "| `"+ns+"/laptop` |") || !strings.Contains(string(summary), "1 objects, 1 with changes") ||
+		!strings.Contains(string(summary), "<details>") {
+		t.Fatalf("markdown summary:\n%s (%v)", summary, err)
+	}
+	dep, err := c.Kube.AppsV1().Deployments(ns).Get(context.Background(), "laptop", metaGet)
+	if err != nil || *dep.Spec.Replicas != 1 {
+		t.Fatalf("preview changed the Deployment: %v %v", dep, err)
+	}
+
+	if _, stderr, code = l.run("up", "-f", file); code != 0 {
+		t.Fatalf("second up: exit %d: %s", code, stderr)
+	}
+	out, _, code = l.run("stacks")
+	if code != 0 || !strings.Contains(out, "laptop."+ns+".laptop") || !strings.Contains(out, ns+"/laptop") {
+		t.Fatalf("stacks:\n%s", out)
+	}
+	if out, stderr, code = l.run("refresh", "-f", file); code != 0 || !strings.Contains(out, "no changes") {
+		t.Fatalf("refresh: exit %d\n%s\n%s", code, out, stderr)
+	}
+	if _, stderr, code = l.run("destroy", "-f", file, "--yes"); code != 0 {
+		t.Fatalf("destroy: exit %d: %s", code, stderr)
+	}
+	if s := l.stacks(); len(s) != 0 {
+		t.Fatalf("stacks after destroy: %v", s)
+	}
+	if _, err := c.Kube.AppsV1().Deployments(ns).Get(context.Background(), "laptop", metaGet); err == nil {
+		t.Fatal("the Deployment survived destroy")
+	}
+}
+var metaGet = metav1.GetOptions{}
