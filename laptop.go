@@ -17,9 +17,11 @@ import (
 	"golang.org/x/term"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/stack"
+	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
 // Exit codes of the laptop and CI commands, distinct so scripts can branch on them.
@@ -156,6 +158,9 @@ func runLaptop(c *cli.Context, cfg *config, lf *laptopFlags, op string) error {
 	if err != nil {
 		return cli.Exit(err.Error(), ExitInvalidInput)
 	}
+	if err := envDigests(ctx, cfg, docs); err != nil {
+		return cli.Exit(err.Error(), ExitFailed)
+	}
 	if op != "up" && op != "preview" && len(docs) != 1 {
 		return cli.Exit(fmt.Sprintf("%s works on one KindCustomHttp at a time; the input has %d", op, len(docs)), ExitInvalidInput)
 	}
@@ -244,6 +249,32 @@ func lockMessage(name string, err error, waited time.Duration) string {
 		return fmt.Sprintf("stack %s is still locked by %s after waiting %s", name, who, waited)
 	}
 	return fmt.Sprintf("stack %s is locked by %s: retry later, or pass --wait-for-lock 5m", name, who)
+}
+
+// envDigests fills in Desired.EnvDigest from the cluster for objects with envFrom, exactly as
+// the watcher does, so that a laptop up applies the same pod template.
+func envDigests(ctx context.Context, cfg *config, docs []api.Document) error {
+	var kube kubernetes.Interface
+	for i := range docs {
+		if len(docs[i].Desired.EnvFrom) == 0 {
+			continue
+		}
+		if kube == nil {
+			rc, err := restConfig(cfg.kubeconfig)
+			if err != nil {
+				return fmt.Errorf("%s: spec.envFrom needs the cluster: %w", docs[i].Where(), err)
+			}
+			if kube, err = kubernetes.NewForConfig(rc); err != nil {
+				return err
+			}
+		}
+		digest, err := watcher.EnvDigest(ctx, kube, docs[i].Desired)
+		if err != nil {
+			return fmt.Errorf("%s: %w", docs[i].Where(), err)
+		}
+		docs[i].Desired.EnvDigest = digest
+	}
+	return nil
 }
 
 // loadObjects reads -f files or the --from-cluster object.

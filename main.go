@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -170,6 +171,10 @@ func runWatch(parent context.Context, cfg *config) error {
 	if err != nil {
 		return fmt.Errorf("create Kubernetes client: %w", err)
 	}
+	meta, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("create Kubernetes client: %w", err)
+	}
 	mgr, salt, err := newStackManager(ctx, cfg, client)
 	if err != nil {
 		return err
@@ -185,7 +190,7 @@ func runWatch(parent context.Context, cfg *config) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	w := watcher.New(client, kube, mgr, watcher.Options{
 		Namespace: cfg.namespace, LabelSelector: cfg.selector, Resync: cfg.resync, DigestSalt: salt,
-		ShutdownGrace: cfg.grace, StaleLockTimeout: cfg.staleLock, Registry: reg,
+		ShutdownGrace: cfg.grace, StaleLockTimeout: cfg.staleLock, Registry: reg, Metadata: meta,
 	})
 	serve(ctx, cfg.metricsAddr, "/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	serve(ctx, cfg.healthAddr, "/", healthHandler(w, cfg.leaderElect))

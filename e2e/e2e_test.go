@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -123,6 +124,38 @@ func TestSampleEndToEnd(t *testing.T) {
 	rs, err := c.Kube.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
 	if err != nil || len(rs.Items) < 2 {
 		t.Errorf("ReplicaSets after a config change = %d (%v), want a rollout (2)", len(rs.Items), err)
+	}
+
+	// envFrom: a Secret's keys reach the container by reference; rotating it rolls the pods.
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"}, StringData: map[string]string{"PASSWORD": "one"}}
+	if _, err := c.Kube.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cr.Patch(ctx, name, "application/merge-patch+json", []byte(`{"spec":{"envFrom":[{"secretRef":{"name":"creds"}}]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, ns, name, 3)
+	digest := func() string {
+		d, err := c.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Spec.Template.Spec.Containers[0].EnvFrom) != 1 || d.Spec.Template.Spec.Containers[0].EnvFrom[0].SecretRef.Name != "creds" {
+			t.Fatalf("envFrom = %+v", d.Spec.Template.Spec.Containers[0].EnvFrom)
+		}
+		return d.Spec.Template.Annotations[infra.EnvDigestAnnotation]
+	}
+	before := digest()
+	sec, _ = c.Kube.CoreV1().Secrets(ns).Get(ctx, "creds", metav1.GetOptions{})
+	sec.Data["PASSWORD"] = []byte("two")
+	if _, err := c.Kube.CoreV1().Secrets(ns).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		return digest() != before, nil
+	})
+	if err != nil || before == "" {
+		t.Fatalf("rotating the Secret did not roll the pods (env digest %q)", before)
 	}
 
 	// Delete: objects, stack and CR all go.

@@ -16,7 +16,7 @@ import (
 // ProgramVersion names what this program declares. Bump it whenever a change here would
 // change a stack's resources for an unchanged spec: the watcher includes it in the digest of
 // what it applied, so a bump re-runs up on every stack once, and nothing else does.
-const ProgramVersion = "2"
+const ProgramVersion = "3"
 
 // Label keys and values on every object the program declares. Selector uses only name and
 // instance (the Deployment selector is immutable); instance is the CR's name, so two
@@ -42,6 +42,10 @@ const (
 // ConfigDigestAnnotation on the pod template carries Desired.ConfigDigest, so a change of
 // configMapData rolls the pods (unless spec.rolloutOnConfigChange is false).
 const ConfigDigestAnnotation = "groupsp.measutosh.dev/config-digest"
+
+// EnvDigestAnnotation on the pod template carries Desired.EnvDigest, so a change of the data of
+// an envFrom ConfigMap or Secret rolls the pods (always: environment is read only at start).
+const EnvDigestAnnotation = "groupsp.measutosh.dev/env-digest"
 
 // NonRootUID is the user and group the container runs as (the distroless "nonroot" user).
 const NonRootUID = 65532
@@ -142,6 +146,22 @@ func Program(d api.Desired) pulumi.RunFunc {
 		if d.RolloutOnConfigChange {
 			podAnnotations[ConfigDigestAnnotation] = pulumi.String(d.ConfigDigest())
 		}
+		if d.EnvDigest != "" {
+			podAnnotations[EnvDigestAnnotation] = pulumi.String(d.EnvDigest)
+		}
+		var envFrom corev1.EnvFromSourceArray
+		for _, e := range d.EnvFrom {
+			src := &corev1.EnvFromSourceArgs{}
+			if e.Prefix != "" {
+				src.Prefix = pulumi.String(e.Prefix)
+			}
+			if e.Kind == api.EnvKindSecret {
+				src.SecretRef = &corev1.SecretEnvSourceArgs{Name: pulumi.String(e.Name)}
+			} else {
+				src.ConfigMapRef = &corev1.ConfigMapEnvSourceArgs{Name: pulumi.String(e.Name)}
+			}
+			envFrom = append(envFrom, src)
+		}
 		liveness, readiness := probePaths(d)
 		dep, err := appsv1.NewDeployment(ctx, resDeployment, &appsv1.DeploymentArgs{
 			Metadata: meta(d.Name, nil),
@@ -167,6 +187,7 @@ func Program(d api.Desired) pulumi.RunFunc {
 								ReadOnlyRootFilesystem:   pulumi.Bool(true),
 								Capabilities:             &corev1.CapabilitiesArgs{Drop: pulumi.StringArray{pulumi.String("ALL")}},
 							},
+							EnvFrom:        envFrom,
 							LivenessProbe:  httpProbe(liveness, 10),
 							ReadinessProbe: httpProbe(readiness, 5),
 							Ports: corev1.ContainerPortArray{&corev1.ContainerPortArgs{

@@ -220,3 +220,20 @@ func TestSelectorsDifferPerCR(t *testing.T) {
 		t.Fatal("two CRs share a selector")
 	}
 }
+
+// envFrom sources are referenced by name, never copied, and their digest rolls the pods.
+func TestEnvFrom(t *testing.T) {
+	d := api.Desired{Namespace: "ns", Name: "a", ReplicaCount: 1, Port: 80, ContainerPort: 8080, Image: "x",
+		ServiceType: api.ServiceTypeClusterIP, EnvDigest: "abc123",
+		EnvFrom: []api.EnvRef{{Kind: api.EnvKindConfigMap, Name: "settings"}, {Kind: api.EnvKindSecret, Name: "creds", Prefix: "DB_"}}}
+	m := run(t, d)
+	dep := m.resources["kubernetes:apps/v1:Deployment"]
+	c := get(t, dep, "spec", "template", "spec", "containers", 0)
+	if get(t, c, "envFrom", 0, "configMapRef", "name") != "settings" || get(t, c, "envFrom", 1, "secretRef", "name") != "creds" ||
+		get(t, c, "envFrom", 1, "prefix") != "DB_" {
+		t.Fatalf("envFrom = %v", get(t, c, "envFrom"))
+	}
+	if got := get(t, dep, "spec", "template", "metadata", "annotations", EnvDigestAnnotation); got != "abc123" {
+		t.Fatalf("env digest annotation = %v", got)
+	}
+}

@@ -48,6 +48,9 @@ func (w *Watcher) sync(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return w.stall(ctx, u, err)
 	}
+	if d.EnvDigest, err = EnvDigest(ctx, w.kube, d); err != nil {
+		return w.fail(ctx, u, ReasonEnvSourceMissing, err)
+	}
 	if cr.Spec.Suspend {
 		return w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) {
 			setCondition(st, cr.Generation, ConditionReconciling, metav1.ConditionFalse, ReasonSuspended,
@@ -59,6 +62,20 @@ func (w *Watcher) sync(ctx context.Context, key cache.ObjectName) error {
 		return w.updateReadiness(ctx, u, d)
 	}
 	return w.apply(ctx, u, cr, d, stackName, p)
+}
+
+// fail reports a retryable problem found before any Pulumi run (status and a Warning Event)
+// and returns it, so the object is retried with backoff.
+func (w *Watcher) fail(ctx context.Context, u *unstructured.Unstructured, reason string, cause error) error {
+	gen := u.GetGeneration()
+	if c := currentCondition(u, ConditionReady); c == nil || c.Reason != reason || c.Message != cause.Error() {
+		w.recorder.Event(u, corev1.EventTypeWarning, reason, cause.Error())
+	}
+	w.metrics.setFailing(cache.MetaObjectToName(u), true)
+	if err := w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) { markFailed(st, gen, reason, cause.Error()) }); err != nil {
+		return err
+	}
+	return cause
 }
 
 // desired converts and validates u; any error means the spec must change.
@@ -139,7 +156,7 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 	}
 	key := cache.MetaObjectToName(u)
 	w.applied.Delete(key)
-	res, upErr := w.stacks.Up(ctx, d, stack.UpOptions{Refresh: p.refresh})
+	res, upErr := w.stacks.Up(ctx, d, stack.RunOptions{Refresh: p.refresh})
 	w.metrics.observeOperation("up", upErr, res)
 	w.metrics.setFailing(key, upErr != nil)
 	if upErr != nil {

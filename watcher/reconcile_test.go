@@ -70,7 +70,7 @@ func TestDriftRepair(t *testing.T) {
 	poll(t, "replicas repaired to 2", func() bool { return f.deploymentReplicas(t, "web") == 2 && f.stacks.ups.Load() > ups })
 	f.waitEvent(t, "web", ReasonDriftDetected)
 	f.waitEvent(t, "web", ReasonRepaired)
-	if !f.stacks.lastUpOptions().Refresh {
+	if !f.stacks.lastRunOptions().Refresh {
 		t.Error("the repair ran up without refresh: Pulumi would not have seen the change")
 	}
 	f.waitFor(t, "web", "Ready after repair", readyAt(1))
@@ -146,8 +146,8 @@ func TestReconcileRequestAnnotation(t *testing.T) {
 	o := f.waitFor(t, "web", "request handled", func(o *api.KindCustomHttp) bool {
 		return o.Status.LastHandledReconcileAt == "2026-11-22T10:00:00Z"
 	})
-	if f.stacks.ups.Load() != ups+1 || !f.stacks.lastUpOptions().Refresh {
-		t.Fatalf("ups %d (want %d) refresh %v", f.stacks.ups.Load(), ups+1, f.stacks.lastUpOptions().Refresh)
+	if f.stacks.ups.Load() != ups+1 || !f.stacks.lastRunOptions().Refresh {
+		t.Fatalf("ups %d (want %d) refresh %v", f.stacks.ups.Load(), ups+1, f.stacks.lastRunOptions().Refresh)
 	}
 	if c := cond(o, ConditionReady); c.Status != metav1.ConditionTrue {
 		t.Fatalf("Ready = %+v", c)
@@ -165,12 +165,12 @@ func TestReconcileRequestAnnotation(t *testing.T) {
 func holdLock(t *testing.T, f *fixture, name string, sleep time.Duration) (int, chan error) {
 	t.Helper()
 	stackName, _ := f.stacks.StackName(f.ns, name)
-	if _, err := f.stacks.UpProgram(context.Background(), stackName, program(0), stack.UpOptions{}); err != nil {
+	if _, err := f.stacks.UpProgram(context.Background(), stackName, program(0), stack.RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := f.stacks.UpProgram(context.Background(), stackName, program(sleep), stack.UpOptions{})
+		_, err := f.stacks.UpProgram(context.Background(), stackName, program(sleep), stack.RunOptions{})
 		done <- err
 	}()
 	var pid int
@@ -251,7 +251,7 @@ func TestShutdownCancelsAfterGrace(t *testing.T) {
 		t.Fatalf("shutdown took %s with a 1 s grace period", d)
 	}
 	stackName, _ := f.stacks.StackName(f.ns, "slow")
-	if _, err := f.stacks.UpProgram(context.Background(), stackName, program(0), stack.UpOptions{}); err != nil {
+	if _, err := f.stacks.UpProgram(context.Background(), stackName, program(0), stack.RunOptions{}); err != nil {
 		t.Fatalf("after a cancelled up the stack is not usable (lock left behind?): %v", err)
 	}
 	f.stop = f.run(t, Options{Namespace: f.ns, Resync: time.Second, Logger: testLogger()})

@@ -39,10 +39,10 @@ type programStacks struct {
 	failures atomic.Int32
 
 	mu       sync.Mutex
-	lastOpts stack.UpOptions
+	lastOpts stack.RunOptions
 }
 
-func (p *programStacks) Up(ctx context.Context, d api.Desired, opts stack.UpOptions) (stack.Result, error) {
+func (p *programStacks) Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
 	p.ups.Add(1)
 	p.mu.Lock()
 	p.lastOpts = opts
@@ -92,7 +92,7 @@ func (p *programStacks) Destroy(ctx context.Context, stackName string) (stack.Re
 	return res, nil
 }
 
-func (p *programStacks) lastUpOptions() stack.UpOptions {
+func (p *programStacks) lastRunOptions() stack.RunOptions {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.lastOpts

@@ -39,6 +39,9 @@ const (
 	// ReasonReplicasUnavailable: the stack is up to date but the Deployment has fewer
 	// available pods than asked for.
 	ReasonReplicasUnavailable = "ReplicasUnavailable"
+	// ReasonEnvSourceMissing: a ConfigMap or Secret named in spec.envFrom does not exist;
+	// retried with backoff and at once when it appears.
+	ReasonEnvSourceMissing = "EnvSourceMissing"
 	// ReasonSuspended: spec.suspend is true.
 	ReasonSuspended = "Suspended"
 )

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -46,7 +47,7 @@ type Stacks interface {
 	// QualifiedName is the stack name as shown in status.
 	QualifiedName(stack string) string
 	// Up brings d's stack up to date.
-	Up(ctx context.Context, d api.Desired, opts stack.UpOptions) (stack.Result, error)
+	Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error)
 	// Destroy destroys the stack and removes it from the backend; a missing stack is no error.
 	Destroy(ctx context.Context, stackName string) (stack.Result, error)
 	// CancelLock removes a lock whose owner is gone.
@@ -74,6 +75,10 @@ type Options struct {
 	// its owner may live. Default 30 minutes, well over the longest up seen (about 1 minute).
 	// A lock taken on this host by a process that no longer exists is removed at once.
 	StaleLockTimeout time.Duration
+	// Metadata, when set, watches the names and versions of ConfigMaps and Secrets so that a
+	// change of a spec.envFrom source rolls the pods within seconds; without it such a change
+	// is noticed at the next resync.
+	Metadata metadata.Interface
 	// Registry receives the watcher's Prometheus metrics; nil registers nowhere.
 	Registry prometheus.Registerer
 	// Logger receives structured logs; default slog.Default().
@@ -87,6 +92,8 @@ type Watcher struct {
 	informer cache.SharedIndexInformer
 	lister   cache.GenericLister
 	owned    *ownedObjects
+	kube     kubernetes.Interface
+	envSync  []cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	recorder record.EventRecorder
 	events   record.EventBroadcaster
@@ -116,13 +123,14 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 	}
 	m := newMetrics(opts.Registry)
 	inf := dynamicinformer.NewFilteredDynamicInformer(client, api.GroupVersionResource, opts.Namespace,
-		opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, envFromIndex: envFromKeys},
 		func(lo *metav1.ListOptions) { lo.LabelSelector = opts.LabelSelector })
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	w := &Watcher{
 		client:   client.Resource(api.GroupVersionResource),
 		stacks:   stacks,
+		kube:     kube,
 		informer: inf.Informer(),
 		lister:   inf.Lister(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -164,8 +172,11 @@ func (w *Watcher) Run(ctx context.Context, workers int) error {
 	}
 	go w.informer.RunWithContext(ctx)
 	w.owned.start(ctx)
+	if w.opts.Metadata != nil {
+		w.envSync = w.watchEnvSources(ctx, w.opts.Metadata, w.opts.Resync)
+	}
 	w.log.Info("waiting for informer caches to sync", "resource", api.GroupVersionResource.String(), "namespace", w.opts.Namespace)
-	if !cache.WaitForCacheSync(ctx.Done(), append(w.owned.synced(), w.informer.HasSynced)...) {
+	if !cache.WaitForCacheSync(ctx.Done(), append(append(w.owned.synced(), w.envSync...), w.informer.HasSynced)...) {
 		w.queue.ShutDown()
 		return errors.New("wait for informer caches to sync: cancelled before they synced")
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/yaml"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
@@ -62,6 +63,11 @@ func startWith(t *testing.T, opts Options) *fixture {
 	}
 	f.cr = c.Client.Resource(api.GroupVersionResource).Namespace(f.ns)
 	opts.Namespace, opts.Registry, opts.Logger = f.ns, f.registry, testLogger()
+	if opts.Metadata == nil {
+		if opts.Metadata, err = metadata.NewForConfig(c.Config); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if opts.Resync == 0 {
 		opts.Resync = time.Second
 	}

@@ -45,10 +45,33 @@ type Desired struct {
 	Image         string            `json:"image"`
 	ServiceType   ServiceType       `json:"serviceType"`
 	ConfigMapData map[string]string `json:"configMapData,omitempty"`
+	// EnvFrom are the ConfigMaps and Secrets whose keys become environment variables.
+	EnvFrom []EnvRef `json:"envFrom,omitempty"`
+	// EnvDigest is a digest of the data of every EnvFrom source, filled in by whoever can read
+	// them (the watcher, the laptop commands; never the data itself), so that a change of that
+	// data rolls the pods. Empty when EnvFrom is.
+	EnvDigest string `json:"envDigest,omitempty"`
 	// RolloutOnConfigChange puts ConfigDigest into the pod template, so a configMapData change
 	// rolls the pods (as Stakater Reloader does). Default true.
 	RolloutOnConfigChange bool `json:"rolloutOnConfigChange"`
 }
+
+// EnvRef is one envFrom source: Kind "ConfigMap" or "Secret", the Name of the object in the
+// same namespace, and an optional Prefix for its keys.
+type EnvRef struct {
+	Kind   string `json:"kind"`
+	Name   string `json:"name"`
+	Prefix string `json:"prefix,omitempty"`
+}
+
+// Kinds of envFrom sources.
+const (
+	EnvKindConfigMap = "ConfigMap"
+	EnvKindSecret    = "Secret"
+)
+
+// MaxEnvFrom bounds spec.envFrom: each source is read on every reconcile.
+const MaxEnvFrom = 16
 
 // ConfigDigest is the SHA-256 (hex) of ConfigMapData in a stable key order: equal data, equal
 // digest. Changing any key or value changes it.
@@ -97,6 +120,13 @@ func Resolve(obj *KindCustomHttp) (Desired, error) {
 	}
 	if d.ServiceType == "" {
 		d.ServiceType = DefaultServiceType
+	}
+	for _, e := range s.EnvFrom {
+		if e.ConfigMapRef != nil {
+			d.EnvFrom = append(d.EnvFrom, EnvRef{Kind: EnvKindConfigMap, Name: e.ConfigMapRef.Name, Prefix: e.Prefix})
+		} else {
+			d.EnvFrom = append(d.EnvFrom, EnvRef{Kind: EnvKindSecret, Name: e.SecretRef.Name, Prefix: e.Prefix})
+		}
 	}
 	if len(s.ConfigMapData) > 0 {
 		d.ConfigMapData = make(map[string]string, len(s.ConfigMapData))
@@ -157,6 +187,34 @@ func Validate(obj *KindCustomHttp) field.ErrorList {
 			[]string{string(ServiceTypeClusterIP), string(ServiceTypeNodePort), string(ServiceTypeLoadBalancer), string(ServiceTypeHeadless)}))
 	}
 	errs = append(errs, validateConfigMapData(spec.Child("configMapData"), s.ConfigMapData)...)
+	errs = append(errs, validateEnvFrom(spec.Child("envFrom"), s.EnvFrom)...)
+	return errs
+}
+
+func validateEnvFrom(p *field.Path, list []EnvFromSource) field.ErrorList {
+	var errs field.ErrorList
+	if len(list) > MaxEnvFrom {
+		errs = append(errs, field.TooMany(p, len(list), MaxEnvFrom))
+	}
+	for i, e := range list {
+		ip := p.Index(i)
+		if (e.ConfigMapRef == nil) == (e.SecretRef == nil) {
+			errs = append(errs, field.Invalid(ip, "", "set exactly one of configMapRef and secretRef"))
+			continue
+		}
+		ref, rp := e.ConfigMapRef, ip.Child("configMapRef", "name")
+		if ref == nil {
+			ref, rp = e.SecretRef, ip.Child("secretRef", "name")
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(ref.Name) {
+			errs = append(errs, field.Invalid(rp, ref.Name, msg))
+		}
+		if e.Prefix != "" {
+			for _, msg := range validation.IsEnvVarName(e.Prefix) {
+				errs = append(errs, field.Invalid(ip.Child("prefix"), e.Prefix, msg))
+			}
+		}
+	}
 	return errs
 }
 

@@ -27,7 +27,9 @@ type Document struct {
 }
 
 // Where is "FILE: document N (line L)", how errors name a document.
-func (d Document) Where() string { return fmt.Sprintf("%s: document %d (line %d)", d.File, d.Index, d.Line) }
+func (d Document) Where() string {
+	return fmt.Sprintf("%s: document %d (line %d)", d.File, d.Index, d.Line)
+}
 
 // LoadOptions tune LoadDocuments.
 type LoadOptions struct {

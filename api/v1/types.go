@@ -74,6 +74,10 @@ type KindCustomHttpSpec struct {
 	ContainerPort *int32 `json:"containerPort,omitempty"`
 	// ServiceType is ClusterIP (default), NodePort, LoadBalancer or Headless.
 	ServiceType ServiceType `json:"serviceType,omitempty"`
+	// EnvFrom names ConfigMaps and Secrets of the object's namespace whose keys become the
+	// container's environment (as a Pod's envFrom). Their contents never enter the Pulumi state:
+	// only their names and a digest of their data do, and a change of the data rolls the pods.
+	EnvFrom []EnvFromSource `json:"envFrom,omitempty"`
 	// RolloutOnConfigChange rolls the pods when configMapData changes, through a digest of the
 	// data in the pod template. Set false for servers that reload /config by themselves (the
 	// kubelet updates the mounted files within about a minute). Default true.
@@ -87,6 +91,20 @@ type KindCustomHttpSpec struct {
 // changes (any string, by convention a time stamp), as Flux's reconcile.fluxcd.io/requestedAt
 // does; status.lastHandledReconcileAt echoes the value handled.
 const ReconcileRequestAnnotation = "groupsp.measutosh.dev/reconcile-requested-at"
+
+// EnvFromSource is one ConfigMap or Secret whose keys become environment variables. Exactly
+// one of ConfigMapRef and SecretRef is set.
+type EnvFromSource struct {
+	// Prefix is prepended to every key (a C identifier prefix, optional).
+	Prefix       string       `json:"prefix,omitempty"`
+	ConfigMapRef *LocalObject `json:"configMapRef,omitempty"`
+	SecretRef    *LocalObject `json:"secretRef,omitempty"`
+}
+
+// LocalObject names an object in the KindCustomHttp's namespace.
+type LocalObject struct {
+	Name string `json:"name"`
+}
 
 // KindCustomHttpStatus is written only by the operator, through the status subresource.
 type KindCustomHttpStatus struct {
