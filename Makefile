@@ -75,3 +75,28 @@ vet:
 
 clean: cluster-down
 	rm -rf $(BIN) $(LOCAL)
+
+# ---- Installing the operator into a cluster: config/default (kustomize) or charts/pulumi-operator.
+.PHONY: deploy undeploy helm
+
+## deploy: the CRD, RBAC and the operator (config/default) into the cluster of $KUBECONFIG
+## (default: the local cluster); create Secret pulumi-operator-secrets first (README.md)
+deploy:
+	KUBECONFIG=$${KUBECONFIG:-$(RUN_KUBECONFIG)} $(KUBECTL) apply -k config/default
+
+## undeploy: remove the operator and its RBAC. Keeps the CRD (so every KindCustomHttp, its objects
+## and its stack), namespace pulumi-operator-system, the state volume and the Secret
+# The Deployment goes first and in the foreground (kubectl returns once its pods are gone), so a
+# Pulumi operation that is finishing during the pod's grace period still has its permissions.
+undeploy:
+	$(KUBECTL) kustomize config/default | KUBECONFIG=$${KUBECONFIG:-$(RUN_KUBECONFIG)} $(KUBECTL) delete \
+		--ignore-not-found --cascade=foreground -l app.kubernetes.io/component=manager -f -
+	$(KUBECTL) kustomize config/default | KUBECONFIG=$${KUBECONFIG:-$(RUN_KUBECONFIG)} $(KUBECTL) delete \
+		--ignore-not-found -l app.kubernetes.io/component=rbac -f -
+
+## helm: the pinned helm CLI, bin/helm (for charts/pulumi-operator and its tests)
+helm:
+	hack/build-helm.sh $(BIN)
+
+# The chart tests (config/) need bin/helm; under CI=true they fail without it.
+test: helm

@@ -107,7 +107,7 @@ func laptopCommands(cfg *config) []*cli.Command {
 		},
 		{
 			Name: "stacks", Usage: "list the stacks in the backend with the KindCustomHttp each belongs to",
-			Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Destination: &lf.jsonOut, Usage: "print JSON"}},
+			Flags:  []cli.Flag{&cli.BoolFlag{Name: "json", Destination: &lf.jsonOut, Usage: "print JSON"}},
 			Action: func(c *cli.Context) error { return runStacks(c, cfg, lf) },
 		},
 		{

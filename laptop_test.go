@@ -218,4 +218,5 @@ func TestLaptopFlow(t *testing.T) {
 		t.Fatal("the Deployment survived destroy")
 	}
 }
+
 var metaGet = metav1.GetOptions{}
