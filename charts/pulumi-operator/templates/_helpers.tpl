@@ -1,0 +1,52 @@
+{{/* The release's full name, at most 63 characters (a DNS label): the names of every object. */}}
+{{- define "pulumi-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels that select the operator's pods; never change them (a Deployment's selector is immutable). */}}
+{{- define "pulumi-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels on every object. */}}
+{{- define "pulumi-operator.labels" -}}
+{{ include "pulumi-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name (.Chart.Version | replace "+" "_") }}
+{{- end -}}
+
+{{- define "pulumi-operator.serviceAccountName" -}}
+{{- default (include "pulumi-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* The Secret holding passphrase and backend-url: the user's, or the chart's own. */}}
+{{- define "pulumi-operator.secretName" -}}
+{{- if .Values.existingSecret -}}
+{{- .Values.existingSecret -}}
+{{- else -}}
+{{- printf "%s-secrets" (include "pulumi-operator.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "pulumi-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* Fails the render on values that cannot work together, with what to do about it. */}}
+{{- define "pulumi-operator.validate" -}}
+{{- if and .Values.existingSecret (or .Values.passphrase .Values.backendURL) -}}
+{{- fail "existingSecret is set: put the passphrase and backend URL in that Secret (keys passphrase, backend-url) and leave passphrase and backendURL empty" -}}
+{{- end -}}
+{{- if not (or .Values.existingSecret .Values.passphrase) -}}
+{{- fail "set passphrase (it encrypts the stacks' secrets; keep a copy) or existingSecret (a Secret with key passphrase)" -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) -}}
+{{- fail "replicas > 1 needs leaderElection.enabled: two operators must never run Pulumi on the same stack" -}}
+{{- end -}}
+{{- end -}}
