@@ -100,8 +100,11 @@ func TestDriftRepair(t *testing.T) {
 func TestReadyWaitsForReplicas(t *testing.T) {
 	f := start(t)
 	f.create(t, "stuck", "  replicaCount: 2\n  port: 80\n  image: example.com/pending:1\n")
-	o := f.waitFor(t, "stuck", "ReplicasUnavailable", func(o *api.KindCustomHttp) bool {
-		return cond(o, ConditionReady).Reason == ReasonReplicasUnavailable && o.Status.AppliedDigest != ""
+	// The message says "rolling out" until the Deployment controller has observed the new
+	// generation, then counts the available pods.
+	o := f.waitFor(t, "stuck", "ReplicasUnavailable with a count", func(o *api.KindCustomHttp) bool {
+		c := cond(o, ConditionReady)
+		return c.Reason == ReasonReplicasUnavailable && o.Status.AppliedDigest != "" && strings.Contains(c.Message, "replicas available")
 	})
 	if c := cond(o, ConditionReady); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "0 of 2 replicas available") {
 		t.Fatalf("Ready = %+v", c)
