@@ -100,3 +100,24 @@ helm:
 
 # The chart tests (config/) need bin/helm; under CI=true they fail without it.
 test: helm
+
+# ---- Benchmarks (issue 8). Not tests: `make test` never runs them, and a figure that misses its
+# target is reported, not failed.
+.PHONY: bench
+
+## bench: figures against targets on a local cluster of its own (.local/bench-cluster): a new CR
+## to Ready, bursts of 100 CRs, idle over 1000, drift repair, a change, each against a raw
+## Automation API floor; writes .local/bench/results.json and docs/benchmarks.md (~30 min on 2
+## cores). BENCH_FLAGS passes flags to hack/bench (e.g. --phases latency,drift,change).
+bench: tools build
+	hack/bench/run.sh $(BENCH_FLAGS)
+
+# ---- Crash safety (issue 5). Minutes long, so not part of `make test` (which skips it).
+.PHONY: crash-test
+
+## crash-test: crash/TestCrashSafety on the file and PostgreSQL backends: SIGKILLs `watch` (with its
+## pulumi processes) at random 20 times per backend while objects change, then checks that state
+## and cluster agree (hack/test.sh: its own cluster and PostgreSQL). CRASH_SEED=N replays a run's
+## choices, CRASH_KILLS=N sets the kills per backend.
+crash-test: tools build
+	PULUMI_OPERATOR_CRASH_TEST=1 hack/test.sh -run TestCrashSafety ./crash/

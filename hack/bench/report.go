@@ -1,0 +1,647 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Results is everything a run measured; written as JSON (--out/results.json) and rendered
+// into the table and docs/benchmarks.md.
+type Results struct {
+	Date     time.Time  `json:"date"`
+	Seconds  float64    `json:"durationSeconds"`
+	Machine  Machine    `json:"machine"`
+	Versions Versions   `json:"versions"`
+	Settings Settings   `json:"settings"`
+	Load     []LoadMark `json:"loadAverage"`
+	Figures  []Figure   `json:"figures"`
+	// FloorCPUSeconds is the CPU of one raw up of a new stack (median): the pulumi CLI runs,
+	// the provider plugin and the inline program.
+	FloorCPUSeconds float64        `json:"floorCPUSeconds,omitempty"`
+	Latency         *PairResult    `json:"crToReady,omitempty"`
+	Drift           *PairResult    `json:"driftRepair,omitempty"`
+	Change          *PairResult    `json:"change,omitempty"`
+	Bursts          []BurstResult  `json:"bursts,omitempty"`
+	Idle            *IdleResult    `json:"idle,omitempty"`
+	Profile         []ProfileRun   `json:"cliProfile,omitempty"`
+	Notes           []string       `json:"notes,omitempty"`
+	Broken          []string       `json:"broken,omitempty"`
+	ClusterCPU      map[string]any `json:"clusterCPU,omitempty"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs        int    `json:"cpus"`
+	MemTotalMiB int64  `json:"memTotalMiB"`
+	CPUModel    string `json:"cpuModel"`
+	Kernel      string `json:"kernel"`
+}
+
+// Versions of everything measured.
+type Versions struct {
+	Go             string `json:"go"`
+	PulumiCLI      string `json:"pulumiCLI"`
+	ProviderPlugin string `json:"kubernetesProviderPlugin"`
+	Kubernetes     string `json:"kubernetes"`
+	Operator       string `json:"operatorCommit"`
+}
+
+// Settings of the run.
+type Settings struct {
+	Samples        int    `json:"samples"`
+	Warmup         int    `json:"warmup"`
+	LatencyWorkers int    `json:"latencyWorkers"`
+	Burst          int    `json:"burstCRs"`
+	BurstWorkers   []int  `json:"burstWorkers"`
+	IdleTarget     int    `json:"idleTarget"`
+	IdleWorkers    int    `json:"idleWorkers"`
+	Resync         string `json:"resync"`
+	Budget         string `json:"budget"`
+	Phases         string `json:"phases"`
+}
+
+// LoadMark is /proc/loadavg at a point of the run. Other work on the machine (tests, builds)
+// shows here: a load well above the bench's own (about the worker count during bursts, under
+// 1 otherwise) means noisy figures.
+type LoadMark struct {
+	Phase  string    `json:"phase"`
+	At     time.Time `json:"at"`
+	Load1  float64   `json:"load1"`
+	Load5  float64   `json:"load5"`
+	Load15 float64   `json:"load15"`
+}
+
+// Figure is one line of the table: a value, maybe a floor and their ratio, and the target.
+type Figure struct {
+	ID     string  `json:"id"`
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`
+	Floor  float64 `json:"floor,omitempty"`
+	Ratio  float64 `json:"ratio,omitempty"`
+	Target string  `json:"target"`
+	// Status is MET, NOT MET, INFO (no target) or FAILED (not measured: something broke).
+	Status string `json:"status"`
+	Note   string `json:"note,omitempty"`
+}
+
+// PairResult is a figure measured through the operator and, side by side, through a raw
+// Automation API up (the floor), in seconds per sample.
+type PairResult struct {
+	Operator       []float64  `json:"operatorSeconds"`
+	Floor          []float64  `json:"floorSeconds"`
+	FloorCPU       []float64  `json:"floorCPUSeconds,omitempty"`
+	OperatorMedian float64    `json:"operatorMedian"`
+	FloorMedian    float64    `json:"floorMedian"`
+	Ratio          float64    `json:"ratio"`
+	Breakdown      *Breakdown `json:"breakdown,omitempty"`
+}
+
+func (p *PairResult) finish() {
+	p.OperatorMedian, p.FloorMedian = median(p.Operator), median(p.Floor)
+	if p.FloorMedian > 0 {
+		p.Ratio = p.OperatorMedian / p.FloorMedian
+	}
+}
+
+// Breakdown splits the operator's time (medians, seconds) using its log: before its
+// "running up" line (informer, workqueue, finalizer), the up (Reconciling status write, the
+// stack.Manager up), and after "stack up to date" (live read, status write, until the bench's
+// watch sees Ready).
+type Breakdown struct {
+	BeforeUp float64 `json:"beforeUp"`
+	Up       float64 `json:"up"`
+	AfterUp  float64 `json:"afterUp"`
+	Samples  int     `json:"samples"`
+}
+
+// BurstResult is figure 2 at one worker count.
+type BurstResult struct {
+	Workers            int     `json:"workers"`
+	CRs                int     `json:"crs"`
+	Ready              int     `json:"ready"`
+	Seconds            float64 `json:"seconds"`
+	FloorSeconds       float64 `json:"cpuFloorSeconds"`
+	Ratio              float64 `json:"ratio"`
+	OperatorCPUSeconds float64 `json:"operatorTreeCPUSeconds"`
+	// OperatorSelfCPUSeconds is the operator process alone, without its pulumi processes.
+	OperatorSelfCPUSeconds float64 `json:"operatorSelfCPUSeconds"`
+	PeakTreeRSSMiB         float64 `json:"peakTreeRSSMiB"`
+	PeakOperatorRSSMiB     float64 `json:"peakOperatorRSSMiB"`
+	PeakProcesses          int     `json:"peakProcesses"`
+	Ups                    int     `json:"ups"`
+	ReconcileErrors        float64 `json:"reconcileErrors"`
+	ReconcileLocked        float64 `json:"reconcileLocked"`
+	// Where the machine's CPU went during the burst: the operator's tree (above), the
+	// cluster's processes, the bench itself, and everything else (other people's work).
+	MachineBusyCPUSeconds float64 `json:"machineBusyCPUSeconds"`
+	ClusterCPUSeconds     float64 `json:"clusterCPUSeconds"`
+	BenchCPUSeconds       float64 `json:"benchCPUSeconds"`
+	OtherCPUSeconds       float64 `json:"otherCPUSeconds"`
+	Error                 string  `json:"error,omitempty"`
+}
+
+// cpuPerUp is the CPU the operator's tree spent per up (seconds).
+func (b BurstResult) cpuPerUp() float64 {
+	if b.Ups == 0 {
+		return 0
+	}
+	return b.OperatorCPUSeconds / float64(b.Ups)
+}
+
+// IdleResult is figure 3.
+type IdleResult struct {
+	Target        int          `json:"target"`
+	CRs           int          `json:"crs"`
+	Reduced       bool         `json:"reduced"`
+	ReducedReason string       `json:"reducedReason,omitempty"`
+	Workers       int          `json:"workers"`
+	Existing      int          `json:"reusedFromBursts"`
+	RestartUps    int          `json:"upsAtStartOverExisting"`
+	Created       int          `json:"created"`
+	CreateSeconds float64      `json:"createSeconds"`
+	CreateUps     int          `json:"createUps"`
+	Windows       []IdleWindow `json:"windows"`
+	// Compare are windows of other operator builds over the same objects (--idle-compare).
+	Compare []IdleWindow `json:"compare,omitempty"`
+}
+
+// IdleWindow is one stretch of 3 resyncs.
+type IdleWindow struct {
+	Label      string  `json:"label"`
+	Seconds    float64 `json:"seconds"`
+	Resyncs    int     `json:"resyncs"`
+	Ups        int     `json:"ups"`
+	Reconciles float64 `json:"reconciles"`
+	CPUSeconds float64 `json:"cpuSeconds"`
+	CPUPercent float64 `json:"cpuPercentOfOneCore"`
+	PeakRSSMiB float64 `json:"peakRSSMiB"`
+	MeanRSSMiB float64 `json:"meanRSSMiB"`
+}
+
+// ProfileRun is one operation with every pulumi CLI run it made.
+type ProfileRun struct {
+	Label        string    `json:"label"`
+	TotalSeconds float64   `json:"totalSeconds"`
+	CLI          []CLIStep `json:"cli"`
+	CLIWall      float64   `json:"cliWallSeconds"`
+	CLICPU       float64   `json:"cliCPUSeconds"`
+}
+
+// CLIStep is one pulumi CLI run.
+type CLIStep struct {
+	Command string  `json:"command"`
+	Wall    float64 `json:"wall"`
+	CPU     float64 `json:"cpu"`
+	Exit    int     `json:"exit"`
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// figures turns the results into table lines, each judged against its target.
+func (r *Results) figures() []Figure {
+	var out []Figure
+	judge := func(f Figure, ok bool) Figure {
+		if ok {
+			f.Status = "MET"
+		} else {
+			f.Status = "NOT MET"
+		}
+		return f
+	}
+	failed := func(id, name, target, why string) Figure {
+		return Figure{ID: id, Name: name, Target: target, Status: "FAILED", Note: why}
+	}
+	if l := r.Latency; l != nil {
+		out = append(out,
+			judge(Figure{ID: "cr_ready_ratio", Name: "1. new CR to Ready vs raw up (median)", Value: l.OperatorMedian, Unit: "s",
+				Floor: l.FloorMedian, Ratio: l.Ratio, Target: "ratio <= 1.15"}, l.Ratio <= 1.15),
+			judge(Figure{ID: "cr_ready", Name: "1. new CR to Ready (median)", Value: l.OperatorMedian, Unit: "s",
+				Target: "< 3 s"}, l.OperatorMedian < 3))
+	} else if r.phaseRan("latency") {
+		out = append(out, failed("cr_ready", "1. new CR to Ready", "ratio <= 1.15, < 3 s", "not measured"))
+	}
+	if len(r.Bursts) > 0 {
+		best := -1
+		errs := 0.0
+		for i, b := range r.Bursts {
+			name := fmt.Sprintf("2. burst of %d CRs, --workers %d", b.CRs, b.Workers)
+			if b.Error != "" {
+				out = append(out, failed(fmt.Sprintf("burst_w%d", b.Workers), name, "", b.Error))
+				continue
+			}
+			errs += b.ReconcileErrors
+			out = append(out, Figure{ID: fmt.Sprintf("burst_w%d", b.Workers), Name: name, Value: b.Seconds, Unit: "s",
+				Floor: b.FloorSeconds, Ratio: b.Ratio, Status: "INFO",
+				Note: fmt.Sprintf("peak RSS %.0f MiB (operator %.0f MiB); CPU s: operator tree %.0f, cluster %.0f, other work %.0f",
+					b.PeakTreeRSSMiB, b.PeakOperatorRSSMiB, b.OperatorCPUSeconds, b.ClusterCPUSeconds, b.OtherCPUSeconds)})
+			if best < 0 || b.Seconds < r.Bursts[best].Seconds {
+				best = i
+			}
+		}
+		if best >= 0 {
+			b := r.Bursts[best]
+			out = append(out,
+				judge(Figure{ID: "burst_best", Name: fmt.Sprintf("2. burst, best (--workers %d) vs CPU floor", b.Workers), Value: b.Seconds, Unit: "s",
+					Floor: b.FloorSeconds, Ratio: b.Ratio, Target: "ratio <= 1.3"}, b.Ratio > 0 && b.Ratio <= 1.3),
+				Figure{ID: "burst_cpu_per_up", Name: "2. burst: operator CPU per up vs raw up CPU (all worker counts)", Value: r.burstCPUPerUp(), Unit: "CPU s",
+					Floor: r.FloorCPUSeconds, Ratio: r.burstCPUPerUp() / max(r.FloorCPUSeconds, 1e-9), Status: "INFO",
+					Note: "the wall-time ratio without contention from other work"},
+				judge(Figure{ID: "burst_errors", Name: "2. burst: failed reconciles (all worker counts)", Value: errs, Unit: "",
+					Target: "= 0"}, errs == 0))
+		}
+	}
+	if i := r.Idle; i != nil {
+		name := fmt.Sprintf("3. idle, %d unchanged CRs", i.CRs)
+		if i.Reduced {
+			name += fmt.Sprintf(" (REDUCED from %d)", i.Target)
+		}
+		if len(i.Windows) == 0 {
+			out = append(out, failed("idle", name, "0 runs, < 200 MiB", "not measured"))
+		}
+		for j, w := range i.Windows {
+			suffix := ""
+			if j > 0 {
+				suffix = "_restart"
+			}
+			out = append(out,
+				judge(Figure{ID: "idle_runs" + suffix, Name: name + ", 3 resyncs " + w.Label + ": Pulumi runs", Value: float64(w.Ups), Unit: "",
+					Target: "= 0"}, w.Ups == 0),
+				Figure{ID: "idle_cpu" + suffix, Name: name + ", 3 resyncs " + w.Label + ": operator CPU", Value: w.CPUSeconds, Unit: "CPU s",
+					Status: "INFO", Note: fmt.Sprintf("%.1f%% of one core over %.0f s, %.0f reconciles", w.CPUPercent, w.Seconds, w.Reconciles)},
+				judge(Figure{ID: "idle_rss" + suffix, Name: name + ", 3 resyncs " + w.Label + ": operator RSS (peak)", Value: w.PeakRSSMiB, Unit: "MiB",
+					Target: "< 200 MiB"}, w.PeakRSSMiB < 200))
+		}
+	}
+	if d := r.Drift; d != nil {
+		out = append(out, judge(Figure{ID: "drift_repair", Name: "4. drift repair: kubectl scale to spec.replicas back (median)", Value: d.OperatorMedian, Unit: "s",
+			Floor: d.FloorMedian, Ratio: d.Ratio, Target: "< 5 s", Note: "floor: raw up --refresh after the same scale"}, d.OperatorMedian < 5))
+	}
+	if c := r.Change; c != nil {
+		out = append(out, judge(Figure{ID: "change", Name: "5. replicaCount change to Ready vs raw up (median)", Value: c.OperatorMedian, Unit: "s",
+			Floor: c.FloorMedian, Ratio: c.Ratio, Target: "ratio <= 1.15", Note: "target borrowed from figure 1"}, c.Ratio <= 1.15))
+	}
+	return out
+}
+
+// reading explains the figures from the rest of the results: what limits those that miss
+// their targets.
+func (r *Results) reading() []string {
+	var out []string
+	if l := r.Latency; l != nil {
+		out = append(out, fmt.Sprintf("Figure 1: the operator takes %.2f s where the raw up of the same program takes %.2f s (ratio %.2f): "+
+			"what it adds of its own (informer, workqueue, finalizer, status writes) is the part before and after the up in the breakdown below.",
+			l.OperatorMedian, l.FloorMedian, l.Ratio))
+		if l.OperatorMedian >= 3 {
+			x := fmt.Sprintf("A new CR misses the 3 s target because one up of the program through the Automation API alone takes %.2f s here.", l.FloorMedian)
+			if up, other := cliSplit(r.Profile); up > 0 {
+				x += fmt.Sprintf(" Of the pulumi CLI time of the profiled operations, `pulumi up` itself is %.0f%%; the other %.0f%% are the runs the Automation API adds around it "+
+					"(`stack select`, `stack init` before; `stack output` twice and `stack history` after).", 100*up/(up+other), 100*other/(up+other))
+			}
+			out = append(out, x)
+		}
+	}
+	if len(r.Bursts) > 0 {
+		var best *BurstResult
+		for i := range r.Bursts {
+			b := &r.Bursts[i]
+			if b.Error == "" && (best == nil || b.Seconds < best.Seconds) {
+				best = b
+			}
+		}
+		if best != nil && r.FloorCPUSeconds > 0 && best.Seconds > 0 {
+			per := best.cpuPerUp()
+			cores := float64(r.Machine.CPUs)
+			x := fmt.Sprintf("Figure 2: the best burst (--workers %d) took %.0f s against a CPU floor of %.0f s (%.2fx). During it the machine was %.0f%% busy: "+
+				"the operator's processes used %.0f CPU s (%.2f per up, %.2fx the raw up's %.2f%s), the cluster's processes %.0f, other work %.0f. "+
+				"Without other work, operator and cluster alone need %.0f s of %d cores.",
+				best.Workers, best.Seconds, best.FloorSeconds, best.Ratio, 100*best.MachineBusyCPUSeconds/(best.Seconds*cores),
+				best.OperatorCPUSeconds, per, per/r.FloorCPUSeconds, r.FloorCPUSeconds, selfNote(best.OperatorSelfCPUSeconds), best.ClusterCPUSeconds, best.OtherCPUSeconds,
+				(best.OperatorCPUSeconds+best.ClusterCPUSeconds)/cores, r.Machine.CPUs)
+			if best.Ratio > 1.3 {
+				switch {
+				case best.MachineBusyCPUSeconds > 0 && best.OtherCPUSeconds/best.MachineBusyCPUSeconds > 0.25:
+					x += " Most of the gap is other work on the machine."
+				default:
+					x += " The gap is CPU per up above the raw up's (many pulumi processes at once on few cores) and the cluster's own CPU, which the floor leaves out."
+				}
+			}
+			out = append(out, x)
+		}
+	}
+	if i := r.Idle; i != nil && len(i.Windows) > 0 {
+		w := i.Windows[0]
+		out = append(out, fmt.Sprintf("Figure 3: %d objects idle cost %d Pulumi runs over 3 resyncs, %.1f%% of one core (%.0f reconciles) and %.0f MiB resident.",
+			i.CRs, w.Ups, w.CPUPercent, w.Reconciles, w.PeakRSSMiB))
+	}
+	if d := r.Drift; d != nil {
+		out = append(out, fmt.Sprintf("Figure 4: drift is repaired %.2f s after the scale (raw `up --refresh`: %.2f s): the owned-object informer sees the change at once, and the provider patches spec.replicas early in the up.",
+			d.OperatorMedian, d.FloorMedian))
+	}
+	return out
+}
+
+// burstCPUPerUp is the operator tree's CPU per up over every burst.
+func (r *Results) burstCPUPerUp() float64 {
+	cpu, ups := 0.0, 0
+	for _, b := range r.Bursts {
+		if b.Error == "" {
+			cpu += b.OperatorCPUSeconds
+			ups += b.Ups
+		}
+	}
+	if ups == 0 {
+		return 0
+	}
+	return cpu / float64(ups)
+}
+
+func (r *Results) phaseRan(p string) bool {
+	return slices.Contains(strings.Split(r.Settings.Phases, ","), p)
+}
+
+func fmtValue(v float64, unit string) string {
+	switch {
+	case unit == "":
+		return fmt.Sprintf("%.0f", v)
+	case unit == "MiB":
+		return fmt.Sprintf("%.0f MiB", v)
+	case v >= 100:
+		return fmt.Sprintf("%.0f %s", v, unit)
+	}
+	return fmt.Sprintf("%.2f %s", v, unit)
+}
+
+func fmtFloor(f Figure) (floor, ratio string) {
+	if f.Floor > 0 {
+		floor = fmtValue(f.Floor, f.Unit)
+	}
+	if f.Ratio > 0 {
+		ratio = fmt.Sprintf("%.2fx", f.Ratio)
+	}
+	return floor, ratio
+}
+
+// printTable writes the figures as an aligned table.
+func (r *Results) printTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FIGURE\tVALUE\tFLOOR\tRATIO\tTARGET\tSTATUS\tNOTE")
+	for _, f := range r.Figures {
+		floor, ratio := fmtFloor(f)
+		v := fmtValue(f.Value, f.Unit)
+		if f.Status == "FAILED" {
+			v = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, v, floor, ratio, f.Target, f.Status, f.Note)
+	}
+	tw.Flush()
+}
+
+func writeJSON(path string, v any) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+func jsonDecoder(r io.Reader) *json.Decoder { return json.NewDecoder(r) }
+
+// markdown renders docs/benchmarks.md.
+func (r *Results) markdown() string {
+	var s strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&s, format, a...) }
+	p("# Benchmarks\n\n")
+	p("Generated by `make bench` (`hack/bench/`) on %s; do not edit by hand, run it again. ", r.Date.UTC().Format("2006-01-02 15:04 MST"))
+	p("The run took %.0f minutes. Raw figures: `.local/bench/results.json`; operator logs: `.local/bench/logs/`.\n\n", r.Seconds/60)
+	p("`make bench` starts a local simulated cluster of its own (`.local/bench-cluster`), builds the operator, ")
+	p("runs `pulumi-operator watch` as a separate process (file backend, the pinned pulumi CLI, the real Kubernetes ")
+	p("provider plugin) and measures it through the Kubernetes API, as a user would see it. Each operator figure is set against a **floor** ")
+	p("measured side by side in the same run: the same program (`infra.Program`) brought up through `stack.Manager.Up` ")
+	p("(the Automation API) with no Kubernetes object in front of it. Benchmarks are not tests: `make test` never runs them, ")
+	p("and a figure that misses its target is reported, not failed.\n\n")
+
+	p("## Machine and versions\n\n| | |\n| --- | --- |\n")
+	p("| CPUs (nproc) | %d |\n| memory | %d MiB |\n| CPU model | %s |\n| kernel | %s |\n", r.Machine.CPUs, r.Machine.MemTotalMiB, r.Machine.CPUModel, r.Machine.Kernel)
+	p("| Go | %s |\n| pulumi CLI | %s |\n| Kubernetes provider plugin | %s |\n| Kubernetes (kube-apiserver, kwok nodes) | %s |\n| operator commit | %s |\n",
+		r.Versions.Go, r.Versions.PulumiCLI, r.Versions.ProviderPlugin, r.Versions.Kubernetes, r.Versions.Operator)
+	p("| date | %s |\n\n", r.Date.UTC().Format(time.RFC3339))
+	p("**Load average** (1/5/15 min) during the run; the machine is shared, so figures taken under a load well above ")
+	p("the bench's own are noisy:\n\n| phase | load |\n| --- | --- |\n")
+	for _, l := range r.Load {
+		p("| %s | %.2f / %.2f / %.2f |\n", l.Phase, l.Load1, l.Load5, l.Load15)
+	}
+	p("\n## Results\n\n| figure | value | floor | ratio | target | status | note |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, f := range r.Figures {
+		floor, ratio := fmtFloor(f)
+		v := fmtValue(f.Value, f.Unit)
+		if f.Status == "FAILED" {
+			v = "-"
+		}
+		status := f.Status
+		if status == "MET" || status == "NOT MET" || status == "FAILED" {
+			status = "**" + status + "**"
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s |\n", f.Name, v, floor, ratio, f.Target, status, mdEscape(f.Note))
+	}
+	if len(r.Notes) > 0 || len(r.Broken) > 0 {
+		p("\n")
+		for _, n := range r.Notes {
+			p("- %s\n", mdEscape(n))
+		}
+		for _, n := range r.Broken {
+			p("- BROKEN: %s\n", mdEscape(n))
+		}
+	}
+	if rd := r.reading(); len(rd) > 0 {
+		p("\n### Reading the results\n\n")
+		for _, x := range rd {
+			p("- %s\n", x)
+		}
+	}
+	p("\nSettings: %d samples after %d warm-up (figures 1, 4, 5; operator with --workers %d), bursts of %d at --workers %v, idle target %d objects (--workers %d, --resync %s), budget %s.\n",
+		r.Settings.Samples, r.Settings.Warmup, r.Settings.LatencyWorkers, r.Settings.Burst, r.Settings.BurstWorkers,
+		r.Settings.IdleTarget, r.Settings.IdleWorkers, r.Settings.Resync, r.Settings.Budget)
+
+	if l := r.Latency; l != nil {
+		p("\n## 1. A new CR to Ready\n\n")
+		p("From the create request (as `kubectl apply`) to the watch event that shows `Ready=True` at generation 1. ")
+		p("Floor: `stack.Manager.Up` of the same spec in another namespace, one after the other, alternating which goes first.\n\n")
+		pairTable(&s, l, true)
+		if bd := l.Breakdown; bd != nil {
+			p("\nWhere the operator's time goes (medians of %d, from its log): %.3f s from the create to its `running up` line ", bd.Samples, bd.BeforeUp)
+			p("(informer, workqueue, finalizer), %.2f s for the up (the Reconciling status write and `stack.Manager.Up`), ", bd.Up)
+			p("%.3f s from `stack up to date` to Ready seen by a watch (live read of the Deployment, the status write, the watch event).\n", bd.AfterUp)
+		}
+	}
+	if len(r.Profile) > 0 {
+		p("\n## Where an up's time goes: pulumi CLI runs\n\n")
+		p("One create and one change through the operator and through a raw `stack.Manager.Up`, with every pulumi CLI run ")
+		p("timed by a wrapper (wall time; CPU of the CLI and the provider plugin it waits for):\n\n")
+		profileTable(&s, r.Profile)
+		if up, other := cliSplit(r.Profile); up > 0 {
+			p("\nAcross these runs, `pulumi up` itself took %.0f%% of the CLI wall time; the runs around it ", 100*up/(up+other))
+			p("(`stack select`/`stack init` from `auto.UpsertStack`, and `stack output` twice and `stack history` that `auto.Stack.Up` ")
+			p("always runs after an up) the other %.0f%%.\n", 100*other/(up+other))
+		}
+	}
+	if len(r.Bursts) > 0 {
+		p("\n## 2. Bursts\n\n")
+		p("%d CRs created at once (20 requests in flight) in a namespace of their own, a new operator each time. ", r.Settings.Burst)
+		p("CPU floor = CPU of one raw up of a new stack (%.2f CPU s, median) x %d / %d cores. Peak RSS: the sum of VmRSS over the operator and every process below it (pulumi CLIs, provider plugins), sampled every 100 ms. CPU: the operator's utime+stime plus its waited-for children's.\n\n",
+			r.FloorCPUSeconds, r.Settings.Burst, r.Machine.CPUs)
+		p("Besides the operator's tree, the table shows the CPU the cluster's processes used and the CPU that went to other work on the machine ")
+		p("(all busy CPU time in /proc/stat less the operator, cluster and bench): whatever other work took was not available to the operator.\n\n")
+		p("| --workers | all Ready | CPU floor | ratio | CPU: operator tree (per up) | CPU: cluster | CPU: other work | peak RSS (tree) | peak RSS (operator) | peak processes | ups | failed / locked reconciles |\n")
+		p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+		for _, b := range r.Bursts {
+			if b.Error != "" {
+				p("| %d | FAILED: %s | | | | | | | | | | |\n", b.Workers, mdEscape(b.Error))
+				continue
+			}
+			p("| %d | %.1f s | %.1f s | %.2fx | %.0f s (%.2f s) | %.0f s | %.0f s | %.0f MiB | %.0f MiB | %d | %d | %.0f / %.0f |\n", b.Workers, b.Seconds, b.FloorSeconds, b.Ratio,
+				b.OperatorCPUSeconds, b.cpuPerUp(), b.ClusterCPUSeconds, b.OtherCPUSeconds, b.PeakTreeRSSMiB, b.PeakOperatorRSSMiB, b.PeakProcesses, b.Ups, b.ReconcileErrors, b.ReconcileLocked)
+		}
+		if cc := r.ClusterCPU; cc != nil {
+			p("\nThe floor leaves out the cluster: during the raw ups of figure 1 the apiserver, etcd, controller-manager, scheduler and kwok used %.2f CPU s per up on top, so a floor that counts them is %.1f s.\n",
+				cc["perUpSeconds"], cc["floorWithClusterSeconds"])
+		}
+	}
+	if i := r.Idle; i != nil {
+		p("\n## 3. Idle\n\n")
+		p("%d unchanged objects under one operator (--workers %d, --resync %s, all namespaces, label selector `%s=idle`): ", i.CRs, i.Workers, r.Settings.Resync, PoolLabel)
+		p("the %d burst objects (Ready, same backend) and %d created for it (%d ups, %.0f s). ", i.Existing, i.Created, i.CreateUps, i.CreateSeconds)
+		p("The operator starting over the %d existing ones ran %d ups. Then 3 resyncs, a restart, 3 more:\n\n", i.Existing, i.RestartUps)
+		if i.Reduced {
+			p("**%s**\n\n", i.ReducedReason)
+		}
+		p("| window | length | Pulumi runs | reconciles | operator CPU | RSS peak / mean |\n| --- | --- | --- | --- | --- | --- |\n")
+		for _, w := range append(slices.Clone(i.Windows), i.Compare...) {
+			p("| 3 resyncs %s | %.0f s | %d | %.0f | %.2f CPU s (%.1f%% of a core) | %.0f / %.0f MiB |\n", w.Label, w.Seconds, w.Ups, w.Reconciles, w.CPUSeconds, w.CPUPercent, w.PeakRSSMiB, w.MeanRSSMiB)
+		}
+	}
+	if d := r.Drift; d != nil {
+		p("\n## 4. Drift repair\n\n")
+		p("`kubectl scale` (an update of the scale subresource) of a managed Deployment from 1 to 3 replicas, to the watch event showing `spec.replicas` 1 again. ")
+		p("Floor: the same scale of a raw stack's Deployment, then `stack.Manager.Up` with refresh, to the same event.\n\n")
+		pairTable(&s, d, false)
+	}
+	if c := r.Change; c != nil {
+		p("\n## 5. A change\n\n")
+		p("A merge patch of `spec.replicaCount` 1 to 2, to `Ready=True` with `observedGeneration` 2. Floor: `stack.Manager.Up` of the same change on a raw stack.\n\n")
+		pairTable(&s, c, true)
+		if bd := c.Breakdown; bd != nil {
+			p("\nOperator breakdown (medians of %d): %.3f s before `running up`, %.2f s up, %.3f s after.\n", bd.Samples, bd.BeforeUp, bd.Up, bd.AfterUp)
+		}
+	}
+	return s.String()
+}
+
+// profileTable renders the CLI runs as one row per command and one column per operation.
+func profileTable(s *strings.Builder, prs []ProfileRun) {
+	var cmds []string
+	for _, pr := range prs {
+		for _, c := range pr.CLI {
+			if !slices.Contains(cmds, c.Command) {
+				cmds = append(cmds, c.Command)
+			}
+		}
+	}
+	fmt.Fprintf(s, "| pulumi CLI run |")
+	for _, pr := range prs {
+		fmt.Fprintf(s, " %s |", pr.Label)
+	}
+	fmt.Fprintf(s, "\n| --- |%s\n", strings.Repeat(" --- |", len(prs)))
+	for _, cmd := range cmds {
+		fmt.Fprintf(s, "| `%s` |", cmd)
+		for _, pr := range prs {
+			var cells []string
+			for _, c := range pr.CLI {
+				if c.Command != cmd {
+					continue
+				}
+				x := fmt.Sprintf("%.2f s, %.2f CPU s", c.Wall, c.CPU)
+				if c.Exit != 0 {
+					x += fmt.Sprintf(" (exit %d)", c.Exit)
+				}
+				cells = append(cells, x)
+			}
+			fmt.Fprintf(s, " %s |", strings.Join(cells, "; "))
+		}
+		fmt.Fprintln(s)
+	}
+	fmt.Fprintf(s, "| **all CLI runs** |")
+	for _, pr := range prs {
+		fmt.Fprintf(s, " **%.2f s, %.2f CPU s** (%d runs) |", pr.CLIWall, pr.CLICPU, len(pr.CLI))
+	}
+	fmt.Fprintf(s, "\n| **whole operation** |")
+	for _, pr := range prs {
+		fmt.Fprintf(s, " **%.2f s** |", pr.TotalSeconds)
+	}
+	fmt.Fprintln(s)
+}
+
+func pairTable(s *strings.Builder, pr *PairResult, cpu bool) {
+	fmt.Fprintf(s, "| | median | samples (s) |\n| --- | --- | --- |\n")
+	fmt.Fprintf(s, "| operator | %.2f s | %s |\n", pr.OperatorMedian, joinF(pr.Operator))
+	fmt.Fprintf(s, "| floor | %.2f s | %s |\n", pr.FloorMedian, joinF(pr.Floor))
+	if cpu && len(pr.FloorCPU) > 0 {
+		fmt.Fprintf(s, "| floor CPU | %.2f CPU s | %s |\n", median(pr.FloorCPU), joinF(pr.FloorCPU))
+	}
+	fmt.Fprintf(s, "| ratio | %.2fx | |\n", pr.Ratio)
+}
+
+func joinF(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.2f", x)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// cliSplit sums the wall time of `pulumi up` and of every other CLI run in the profile.
+func cliSplit(prs []ProfileRun) (up, other float64) {
+	for _, pr := range prs {
+		for _, c := range pr.CLI {
+			if strings.HasPrefix(c.Command, "up") {
+				up += c.Wall
+			} else {
+				other += c.Wall
+			}
+		}
+	}
+	return up, other
+}
+
+func mdEscape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "|", `\|`), "\n", " ")
+}
+
+func selfNote(self float64) string {
+	if self <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; the operator process itself %.1f CPU s", self)
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# `make bench`: starts a local simulated cluster of its own (.local/bench-cluster, ports apart
+# from `make cluster`'s and `make test`'s), runs hack/bench against it with the operator built
+# by `make build` and the pinned pulumi CLI, and stops and purges the cluster. Prints a table of
+# every figure against its target; writes .local/bench/results.json and docs/benchmarks.md.
+# Takes about 30 minutes on 2 cores.
+#
+# Usage: hack/bench/run.sh [bench flags...]   (e.g. --phases latency,drift,change --samples 7;
+#                                              `go run ./hack/bench -h` lists them)
+# Exit status: 0 the run finished (whatever the figures say), 1 something broke, 3 SKIP: the
+# Kubernetes provider plugin is not installed.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "${REPO_ROOT}"
+
+export CLUSTER_DIR="${REPO_ROOT}/.local/bench-cluster"
+export CLUSTER_ETCD_PORT=63790 CLUSTER_ETCD_PEER_PORT=63800 CLUSTER_APISERVER_PORT=61443
+export CLUSTER_CONTROLLER_MANAGER_PORT=61257 CLUSTER_SCHEDULER_PORT=61259 CLUSTER_KWOK_PORT=61250
+OUT="${REPO_ROOT}/.local/bench"
+mkdir -p "${OUT}"
+
+go build -o "${OUT}/bench" ./hack/bench
+status=0
+"${OUT}/bench" --preflight || status=$?
+if [[ "${status}" -ne 0 ]]; then
+	exit "${status}" # 3: SKIP, the reason is printed
+fi
+
+teardown() { hack/cluster-down.sh --purge >/dev/null 2>&1 || true; }
+teardown
+trap teardown EXIT
+hack/cluster-up.sh
+
+"${OUT}/bench" --repo "${REPO_ROOT}" --kubeconfig "${CLUSTER_DIR}/kubeconfig" --cluster-dir "${CLUSTER_DIR}" \
+	--operator "${REPO_ROOT}/bin/pulumi-operator" --pulumi "${REPO_ROOT}/bin/pulumi" --out "${OUT}" \
+	--docs "${REPO_ROOT}/docs/benchmarks.md" "$@" 2>&1 | tee "${OUT}/bench.log"
+exit "${PIPESTATUS[0]}"
