@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -134,7 +135,7 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 		informer: inf.Informer(),
 		lister:   inf.Lister(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
+			retryLimiter(),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "kindcustomhttp", MetricsProvider: m.workqueue}),
 		recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "pulumi-operator"}),
 		events:   broadcaster,
@@ -149,6 +150,22 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 		DeleteFunc: w.enqueue,
 	})
 	return w
+}
+
+// Retry backoff per object: 1 s doubling to 5 min. client-go's default controller limiter
+// starts at 5 ms, which suits API writes but not Pulumi runs of a second or more: during a
+// backend outage it gave about 15 failed runs per object in 30 s. The overall token bucket
+// (10 per second, burst 100) is client-go's default.
+const (
+	retryBase = time.Second
+	retryMax  = 5 * time.Minute
+)
+
+func retryLimiter() workqueue.TypedRateLimiter[cache.ObjectName] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](retryBase, retryMax),
+		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
 
 func (w *Watcher) enqueue(obj any) {
