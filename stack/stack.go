@@ -611,6 +611,11 @@ func classify(err error) error {
 	case auto.IsConcurrentUpdateError(err):
 		oe.kind = ErrLocked
 		oe.Locks = parseLocks(err.Error())
+	case strings.Contains(err.Error(), "failed to load checkpoint: EOF"):
+		// The file backend can hand a reader an empty checkpoint while another process's
+		// update rewrites it (seen under load with two updates of one stack): the same
+		// situation as a lock, and the same wait.
+		oe.kind = ErrLocked
 	case pluginMissing(err.Error()):
 		oe.kind = ErrPluginMissing
 		oe.Summary = "the Kubernetes provider plugin (pulumi-resource-kubernetes) is not installed: put it on PATH or install it with `pulumi plugin install resource kubernetes` (" + oe.Summary + ")"
