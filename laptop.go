@@ -227,6 +227,9 @@ func runOne(ctx context.Context, mgr *stack.Manager, d api.Document, op string, 
 			case <-ctx.Done():
 			}
 		}
+		for _, line := range res.Recovered {
+			fmt.Fprintf(progress, "warning: stack %s: an interrupted update had left a pending operation: %s\n", name, line)
+		}
 		r.Changes, r.Outputs, r.diff = res.Changes, res.Outputs, diff.String()
 		if err != nil {
 			r.Error = err.Error()

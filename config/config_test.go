@@ -298,7 +298,30 @@ func TestChartTemplate(t *testing.T) {
 				t.Errorf("PULUMI_BACKEND_URL from %s, want mine", e.ValueFrom.SecretKeyRef.Name)
 			}
 		}},
+		"backend credentials": {set: []string{"passphrase=x", "backendURL=postgres://u@db:5432/pulumi", "backendCredentials.pgpassword=pw",
+			"backendCredentials.awsAccessKeyID=ak", "backendCredentials.awsSecretAccessKey=sk"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			s := convert[corev1.Secret](t, mustFind(t, objs, "Secret", secretName))
+			d := deployment(t, objs)
+			for env, key := range map[string]string{"PGPASSWORD": "pgpassword", "AWS_ACCESS_KEY_ID": "aws-access-key-id", "AWS_SECRET_ACCESS_KEY": "aws-secret-access-key"} {
+				if s.StringData[key] == "" {
+					t.Errorf("Secret has no %s: %v", key, s.StringData)
+				}
+				e := envOf(d, env)
+				if e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Key != key || e.ValueFrom.SecretKeyRef.Optional == nil || !*e.ValueFrom.SecretKeyRef.Optional {
+					t.Errorf("%s = %+v, want from the Secret's optional %s", env, e, key)
+				}
+			}
+		}},
+		"no backend credentials": {set: []string{"passphrase=x"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			s := convert[corev1.Secret](t, mustFind(t, objs, "Secret", secretName))
+			for _, key := range []string{"pgpassword", "aws-access-key-id", "aws-secret-access-key"} {
+				if _, ok := s.StringData[key]; ok {
+					t.Errorf("Secret has an empty %s", key)
+				}
+			}
+		}},
 		"existing secret and a passphrase":         {set: []string{"existingSecret=mine", "passphrase=x"}, wantErr: "existingSecret is set"},
+		"existing secret and a pgpassword":         {set: []string{"existingSecret=mine", "backendCredentials.pgpassword=x"}, wantErr: "existingSecret is set"},
 		"several replicas without leader election": {set: []string{"passphrase=x", "replicas=2", "leaderElection.enabled=false"}, wantErr: "replicas > 1 needs leaderElection"},
 		"no leader election": {set: []string{"passphrase=x", "leaderElection.enabled=false"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
 			if r := find(objs, "Role", operatorName+"-leader-election"); r != nil {

@@ -311,6 +311,9 @@ func TestBackendDown(t *testing.T) {
 				t.Fatal("up against a backend that is down succeeded")
 			}
 			t.Logf("after %v: %v", time.Since(start).Round(time.Millisecond), err)
+			if !errors.Is(err, ErrBackendUnavailable) {
+				t.Errorf("error is not ErrBackendUnavailable: %v", err)
+			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error does not mention %q: %v", w, err)

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/blang/semver"
@@ -49,6 +50,10 @@ var (
 	// ErrPluginMissing means the engine could not find a resource provider plugin (the
 	// Kubernetes provider) and may not download one.
 	ErrPluginMissing = errors.New("a Pulumi resource provider plugin is not installed")
+	// ErrBackendUnavailable means the CLI could not open the state backend (a PostgreSQL
+	// server down or refusing the password, an S3 endpoint unreachable): nothing ran, the
+	// state is as it was; retry later. The error's text names the backend, without password.
+	ErrBackendUnavailable = errors.New("the state backend is unavailable")
 )
 
 // Config says how to reach the pulumi CLI and the backend. The zero value is not usable: set
@@ -83,6 +88,11 @@ type Manager struct {
 	cfg Config
 	cmd auto.PulumiCommand
 	env map[string]string
+
+	mu sync.Mutex
+	// settled holds the stacks known to hold no pending operation of a dead update (see
+	// settlePending).
+	settled map[string]bool
 }
 
 // New checks cfg and the pulumi CLI (it runs `pulumi version` once) and returns a Manager.
@@ -129,7 +139,7 @@ func New(cfg Config) (*Manager, error) {
 	for k, v := range cfg.Env {
 		env[k] = v
 	}
-	return &Manager{cfg: cfg, cmd: cmd, env: env}, nil
+	return &Manager{cfg: cfg, cmd: cmd, env: env, settled: map[string]bool{}}, nil
 }
 
 // CLIVersion is the version of the pulumi CLI the Manager runs.
@@ -234,6 +244,10 @@ type Result struct {
 	Changes map[string]int
 	// Outputs are the stack outputs after an up, secrets shown as "[secret]".
 	Outputs map[string]string
+	// Recovered says, one line per entry, what became of the pending operations a killed
+	// update had left in the stack before this operation ran (see settlePending); nil when
+	// there were none.
+	Recovered []string
 }
 
 // Changed reports whether the operation created, updated, replaced or deleted anything.
@@ -275,11 +289,13 @@ func (m *Manager) open(ctx context.Context, stackName string, program pulumi.Run
 	if err != nil {
 		return auto.Stack{}, fmt.Errorf("open workspace of stack %s: %w", stackName, classify(err))
 	}
-	var st auto.Stack
-	if create {
-		st, err = auto.UpsertStack(ctx, stackName, ws)
-	} else {
-		st, err = auto.SelectStack(ctx, stackName, ws)
+	// auto.UpsertStack does the same select-then-create; written out to know whether the
+	// stack is new, and so holds no pending operation.
+	st, err := auto.SelectStack(ctx, stackName, ws)
+	if err != nil && create && auto.IsSelectStack404Error(err) {
+		if st, err = auto.NewStack(ctx, stackName, ws); err == nil {
+			m.recordSettled(stackName)
+		}
 	}
 	if err != nil {
 		if !create && auto.IsSelectStack404Error(err) {
@@ -358,6 +374,9 @@ func (m *Manager) UpProgram(ctx context.Context, stackName string, program pulum
 	if err != nil {
 		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
 	}
+	if res.Recovered, err = m.settlePending(ctx, st, stackName); err != nil {
+		return res, err
+	}
 	o := []optup.Option{optup.Color(colorOf(opts))}
 	if w := m.streams(opts); w != nil {
 		o = append(o, optup.ProgressStreams(w...))
@@ -373,6 +392,7 @@ func (m *Manager) UpProgram(ctx context.Context, stackName string, program pulum
 	up, err := st.Up(ctx, o...)
 	res.End = time.Now()
 	if err != nil {
+		m.recordPending(stackName)
 		return res, fmt.Errorf("up stack %s: %w", stackName, classify(err))
 	}
 	if up.Summary.ResourceChanges != nil {
@@ -441,6 +461,9 @@ func (m *Manager) Refresh(ctx context.Context, stackName string, opts RunOptions
 	if err != nil {
 		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
 	}
+	if res.Recovered, err = m.settlePending(ctx, st, stackName); err != nil {
+		return res, err
+	}
 	o := []optrefresh.Option{optrefresh.Color(colorOf(opts))}
 	if w := m.streams(opts); w != nil {
 		o = append(o, optrefresh.ProgressStreams(w...))
@@ -450,6 +473,7 @@ func (m *Manager) Refresh(ctx context.Context, stackName string, opts RunOptions
 	r, err := st.Refresh(ctx, o...)
 	res.End = time.Now()
 	if err != nil {
+		m.recordPending(stackName)
 		return res, fmt.Errorf("refresh stack %s: %w", stackName, classify(err))
 	}
 	if r.Summary.ResourceChanges != nil {
@@ -478,6 +502,10 @@ func (m *Manager) DestroyWith(ctx context.Context, stackName string, opts RunOpt
 		}
 		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
 	}
+	// A pending create left by a killed up is an object the destroy would not delete.
+	if res.Recovered, err = m.settlePending(ctx, st, stackName); err != nil {
+		return res, err
+	}
 	o := []optdestroy.Option{optdestroy.Color(colorOf(opts)), optdestroy.Remove()}
 	if w := m.streams(opts); w != nil {
 		o = append(o, optdestroy.ProgressStreams(w...))
@@ -487,8 +515,10 @@ func (m *Manager) DestroyWith(ctx context.Context, stackName string, opts RunOpt
 	d, err := st.Destroy(ctx, o...)
 	res.End = time.Now()
 	if err != nil {
+		m.recordPending(stackName)
 		return res, fmt.Errorf("destroy stack %s: %w", stackName, classify(err))
 	}
+	m.recordPending(stackName) // removed: a stack of this name made later starts afresh
 	if d.Summary.ResourceChanges != nil {
 		res.Changes = *d.Summary.ResourceChanges
 	}
@@ -591,7 +621,8 @@ const maxSummary = 1024
 
 func (e *OperationError) Error() string { return e.Summary }
 
-// Unwrap gives both the sentinel kind (ErrLocked, ErrPluginMissing) and the original error.
+// Unwrap gives both the sentinel kind (ErrLocked, ErrPluginMissing, ErrBackendUnavailable)
+// and the original error.
 func (e *OperationError) Unwrap() []error {
 	if e.kind != nil {
 		return []error{e.kind, e.Err}
@@ -599,8 +630,8 @@ func (e *OperationError) Unwrap() []error {
 	return []error{e.Err}
 }
 
-// classify turns an Automation API error into an *OperationError carrying ErrLocked or
-// ErrPluginMissing where they apply. It must see the auto package's own error value: the
+// classify turns an Automation API error into an *OperationError carrying ErrLocked,
+// ErrBackendUnavailable or ErrPluginMissing where they apply. It must see the auto package's own error value: the
 // auto.Is* helpers do not unwrap.
 func classify(err error) error {
 	if err == nil {
@@ -616,6 +647,9 @@ func classify(err error) error {
 		// update rewrites it (seen under load with two updates of one stack): the same
 		// situation as a lock, and the same wait.
 		oe.kind = ErrLocked
+	case strings.Contains(err.Error(), "unable to open bucket"):
+		// The DIY backends' open error (pkg/backend/diy: "unable to open bucket <url>: ...").
+		oe.kind = ErrBackendUnavailable
 	case pluginMissing(err.Error()):
 		oe.kind = ErrPluginMissing
 		oe.Summary = "the Kubernetes provider plugin (pulumi-resource-kubernetes) is not installed: put it on PATH or install it with `pulumi plugin install resource kubernetes` (" + oe.Summary + ")"

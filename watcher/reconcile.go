@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -157,6 +158,7 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 	key := cache.MetaObjectToName(u)
 	w.applied.Delete(key)
 	res, upErr := w.stacks.Up(ctx, d, stack.RunOptions{Refresh: p.refresh})
+	w.reportRecovered(u, stackName, res)
 	w.metrics.observeOperation("up", upErr, res)
 	w.metrics.setFailing(key, upErr != nil)
 	if upErr != nil {
@@ -316,13 +318,18 @@ func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructu
 	}
 	w.log.Info("running destroy", "object", klogRef(u), "stack", stackName)
 	res, err := w.stacks.Destroy(ctx, stackName)
+	w.reportRecovered(u, stackName, res)
 	w.metrics.observeOperation("destroy", err, res)
 	if err != nil {
 		reason := ReasonDestroyFailed
-		if errors.Is(err, stack.ErrLocked) {
+		switch {
+		case errors.Is(err, stack.ErrLocked):
 			reason = ReasonUpdateConflict
 			w.clearStaleLock(ctx, u, stackName, err)
-		} else {
+		case errors.Is(err, stack.ErrBackendUnavailable):
+			reason = ReasonBackendUnavailable
+			w.recorder.Event(u, corev1.EventTypeWarning, reason, err.Error())
+		default:
 			w.recorder.Event(u, corev1.EventTypeWarning, reason, err.Error())
 		}
 		gen := u.GetGeneration()
@@ -339,12 +346,25 @@ func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructu
 	return w.removeFinalizer(ctx, u)
 }
 
+// reportRecovered logs, and records as a Warning Event, the pending operations of a killed
+// update that the operation in res found and resolved before it ran.
+func (w *Watcher) reportRecovered(u *unstructured.Unstructured, stackName string, res stack.Result) {
+	if len(res.Recovered) == 0 {
+		return
+	}
+	w.log.Warn("resolved pending operations of an interrupted update", "object", klogRef(u), "stack", stackName, "operations", res.Recovered)
+	w.recorder.Eventf(u, corev1.EventTypeWarning, ReasonPendingOperationsResolved,
+		"stack %s had pending operations of an interrupted update: %s", stackName, strings.Join(res.Recovered, "; "))
+}
+
 func failureReason(err error) string {
 	switch {
 	case errors.Is(err, stack.ErrLocked):
 		return ReasonUpdateConflict
 	case errors.Is(err, stack.ErrPluginMissing):
 		return ReasonPluginMissing
+	case errors.Is(err, stack.ErrBackendUnavailable):
+		return ReasonBackendUnavailable
 	}
 	return ReasonUpdateFailed
 }

@@ -32,6 +32,9 @@ const (
 	// ReasonPluginMissing: the Kubernetes provider plugin is not installed where the operator
 	// runs; retried with backoff, so installing it is enough.
 	ReasonPluginMissing = "PluginMissing"
+	// ReasonBackendUnavailable: the Pulumi state backend could not be opened (down, wrong
+	// credentials); nothing ran; retried with backoff. The message names the backend.
+	ReasonBackendUnavailable = "BackendUnavailable"
 	// ReasonRetrying: Reconciling stays True while a failure is retried.
 	ReasonRetrying = "Retrying"
 	// ReasonDestroyFailed: deleting the objects failed; the finalizer stays until it succeeds.
@@ -60,6 +63,10 @@ const (
 	ReasonRequested = "ReconcileRequested"
 	// ReasonDestroyed: the stack was destroyed and removed (Normal).
 	ReasonDestroyed = "Destroyed"
+	// ReasonPendingOperationsResolved: the stack held pending operations of an update that
+	// was killed (the operator or its pulumi process died mid-update); they were resolved
+	// before the next operation: objects it had created adopted into the state (Warning).
+	ReasonPendingOperationsResolved = "PendingOperationsResolved"
 	// ReasonStaleLockCleared: a lock whose owner is gone was removed (Warning).
 	ReasonStaleLockCleared = "StaleLockCleared"
 )

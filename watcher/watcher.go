@@ -17,7 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -96,6 +98,9 @@ type Watcher struct {
 	kube     kubernetes.Interface
 	envSync  []cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	// retry is the queue's rate limiter, kept to compute the shorter backoff of a backend
+	// outage; Forget on the queue resets it.
+	retry    workqueue.TypedRateLimiter[cache.ObjectName]
 	recorder record.EventRecorder
 	events   record.EventBroadcaster
 	metrics  *metrics
@@ -126,6 +131,7 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 	inf := dynamicinformer.NewFilteredDynamicInformer(client, api.GroupVersionResource, opts.Namespace,
 		opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, envFromIndex: envFromKeys},
 		func(lo *metav1.ListOptions) { lo.LabelSelector = opts.LabelSelector })
+	retry := retryLimiter()
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	w := &Watcher{
@@ -134,8 +140,9 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 		kube:     kube,
 		informer: inf.Informer(),
 		lister:   inf.Lister(),
+		retry:    retry,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			retryLimiter(),
+			retry,
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "kindcustomhttp", MetricsProvider: m.workqueue}),
 		recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "pulumi-operator"}),
 		events:   broadcaster,
@@ -145,11 +152,41 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 	}
 	w.owned = newOwnedObjects(kube, opts.Namespace, opts.Resync, w.queue.Add)
 	_, _ = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    w.enqueue,
-		UpdateFunc: func(_, obj any) { w.enqueue(obj) },
+		AddFunc: w.enqueue,
+		UpdateFunc: func(old, obj any) {
+			if needsReconcile(old, obj) {
+				w.enqueue(obj)
+			}
+		},
 		DeleteFunc: w.enqueue,
 	})
 	return w
+}
+
+// needsReconcile filters the informer's updates of a KindCustomHttp: a change of generation
+// (spec), of metadata (labels, annotations such as reconcile-requested-at, finalizers, the
+// deletion timestamp), or a resync (same resourceVersion) is queued; a status-only update (the
+// operator's own status writes) is not. Without the filter every status write re-queued the
+// object at once, past its retry backoff: during a backend outage each failure's status write
+// brought the next failed Pulumi run forward. This is controller-runtime's
+// GenerationChangedPredicate plus its annotation and label predicates; the operator uses
+// client-go's informers directly, so it is written out here.
+func needsReconcile(old, obj any) bool {
+	o, ok1 := old.(*unstructured.Unstructured)
+	n, ok2 := obj.(*unstructured.Unstructured)
+	if !ok1 || !ok2 {
+		return true
+	}
+	if o.GetResourceVersion() == n.GetResourceVersion() || o.GetGeneration() != n.GetGeneration() {
+		return true
+	}
+	om, _, _ := unstructured.NestedMap(o.Object, "metadata")
+	nm, _, _ := unstructured.NestedMap(n.Object, "metadata")
+	for _, m := range []map[string]any{om, nm} {
+		delete(m, "resourceVersion")
+		delete(m, "managedFields")
+	}
+	return !equality.Semantic.DeepEqual(om, nm)
 }
 
 // Retry backoff per object: 1 s doubling to 5 min. client-go's default controller limiter
@@ -159,6 +196,9 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 const (
 	retryBase = time.Second
 	retryMax  = 5 * time.Minute
+	// retryMaxBackendDown caps the backoff of a reconcile that failed because the state
+	// backend could not be opened (stack.ErrBackendUnavailable).
+	retryMaxBackendDown = 15 * time.Second
 )
 
 func retryLimiter() workqueue.TypedRateLimiter[cache.ObjectName] {
@@ -259,6 +299,13 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 		w.log.Info("stack locked by another update, will retry", "object", key.String())
 	} else {
 		w.log.Error("reconcile failed, will retry", "object", key.String(), "err", err)
+	}
+	if errors.Is(err, stack.ErrBackendUnavailable) {
+		// The same doubling, capped lower: a run against a backend that is down fails before
+		// any provider starts (a fraction of a CPU-second), and the 5-minute cap made objects
+		// wait up to 2 minutes after a 30 s PostgreSQL outage ended.
+		w.queue.AddAfter(key, min(w.retry.When(key), retryMaxBackendDown))
+		return true
 	}
 	w.queue.AddRateLimited(key)
 	return true

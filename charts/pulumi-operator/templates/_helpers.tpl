@@ -40,8 +40,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name (.Chart.Version | replace "+" "_") 
 
 {{/* Fails the render on values that cannot work together, with what to do about it. */}}
 {{- define "pulumi-operator.validate" -}}
-{{- if and .Values.existingSecret (or .Values.passphrase .Values.backendURL) -}}
-{{- fail "existingSecret is set: put the passphrase and backend URL in that Secret (keys passphrase, backend-url) and leave passphrase and backendURL empty" -}}
+{{- $creds := .Values.backendCredentials | default dict -}}
+{{- if and .Values.existingSecret (or .Values.passphrase .Values.backendURL $creds.pgpassword $creds.awsAccessKeyID $creds.awsSecretAccessKey) -}}
+{{- fail "existingSecret is set: put the passphrase, backend URL and credentials in that Secret (keys passphrase, backend-url, pgpassword, aws-access-key-id, aws-secret-access-key) and leave passphrase, backendURL and backendCredentials empty" -}}
 {{- end -}}
 {{- if not (or .Values.existingSecret .Values.passphrase) -}}
 {{- fail "set passphrase (it encrypts the stacks' secrets; keep a copy) or existingSecret (a Secret with key passphrase)" -}}

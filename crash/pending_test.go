@@ -1,0 +1,115 @@
+package crash
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+	"github.com/pulumi-operator/pulumi-operator/stack"
+	"github.com/pulumi-operator/pulumi-operator/watcher"
+)
+
+// TestPendingCreateAdopted kills the operator (SIGKILL, with its pulumi processes) while its
+// up creates a Deployment, at a moment chosen to leave a pending create in the state: a
+// ResourceQuota of zero pods makes the create, which waits for available replicas, hang
+// after the Deployment exists. Pulumi keeps such an entry forever and the next up would fail
+// on "already exists". After a restart the operator must adopt the Deployment and then
+// either converge the object ("up") or, when the object was deleted while the operator was
+// down, destroy everything including that Deployment ("delete"): no pending operation, no
+// orphan, the PendingOperationsResolved Event.
+func TestPendingCreateAdopted(t *testing.T) {
+	requirePlugin(t)
+	for _, then := range []string{"up", "delete"} {
+		t.Run(then, func(t *testing.T) { pendingCreate(t, then) })
+	}
+}
+
+func pendingCreate(t *testing.T, then string) {
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	const passphrase, cluster, name = "pending-passphrase", "pending", "p"
+	backendURL := "file://" + filepath.Join(t.TempDir(), "backend")
+	op := newOperator(t, operatorConfig{name: "operator", kubeconfig: c.Kubeconfig, backendURL: backendURL, stateDir: t.TempDir(),
+		cluster: cluster, namespace: ns, env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": passphrase}})
+	t.Cleanup(func() {
+		if op.pid() == 0 {
+			op.start()
+		}
+		deleteAllAndWait(t, c, ns, 3*time.Minute)
+	})
+	quotas := c.Kube.CoreV1().ResourceQuotas(ns)
+	if _, err := quotas.Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "no-pods"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := spec{replicas: 1, data: map[string]string{"hostports": "a,8080\n"}}
+	if err := createCR(ctx, c, ns, name, s, nil); err != nil {
+		t.Fatal(err)
+	}
+	op.start()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := c.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			break
+		} else if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
+			t.Fatalf("the up never created Deployment %s/%s: %v", ns, name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	op.kill()
+
+	b := openBackend(t, backendURL, cluster, passphrase)
+	stackName, err := stack.Name(cluster, ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.export(stackName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pending []string
+	for _, o := range d.PendingOperations {
+		pending = append(pending, string(o.Type)+" "+string(o.Resource.Type))
+	}
+	if !strings.Contains(strings.Join(pending, ","), string(apitype.OperationTypeCreating)+" kubernetes:apps/v1:Deployment") {
+		t.Fatalf("precondition: after the kill the state should hold a pending create of the Deployment, has %v", pending)
+	}
+	t.Logf("after the kill: pending operations %v", pending)
+
+	if err := quotas.Delete(ctx, "no-pods", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	live, gone := map[string]spec{name: s}, []string(nil)
+	if then == "delete" {
+		if err := c.Client.Resource(api.GroupVersionResource).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		live, gone = map[string]spec{}, []string{name}
+	}
+	mark := op.logs.Len()
+	op.start()
+	took := waitConverged(t, c, ns, live, gone, 3*time.Minute)
+	rep := checkState(t, c, b, ns, live)
+	log := op.logs.since(mark)
+	if !strings.Contains(log, "resolved pending operations") || !strings.Contains(log, "adopted kubernetes:apps/v1:Deployment "+ns+"/"+name) {
+		t.Errorf("the operator's log does not say it adopted the Deployment")
+	}
+	if ev := eventTexts(t, c, ns); !strings.Contains(ev, watcher.ReasonPendingOperationsResolved) {
+		t.Errorf("no %s Event", watcher.ReasonPendingOperationsResolved)
+	}
+	t.Logf("converged %s after the restart; stacks checked %d (resources %d, cluster objects %d)",
+		took.Round(time.Second), rep.stacks, rep.resources, rep.liveObjects)
+}

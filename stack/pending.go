@@ -1,0 +1,204 @@
+package stack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
+)
+
+// Pending operations are what a pulumi process killed in the middle of an update (SIGKILL,
+// the OOM killer, a node lost) leaves in the stack's state: "creating", "updating", "deleting"
+// entries for the resources it was changing. Pulumi clears the update and delete ones at the
+// next update, but keeps pending creates forever and asks for `pulumi refresh` to be run
+// interactively (pkg/backend/snapshot.go: "these must require user intervention"). Left
+// alone they wedge a stack: the object the killed run created exists in the cluster but not
+// in the state, so every later up fails with "already exists" (pulumi-kubernetes ≥ 4.29 no
+// longer upserts on create), and a destroy deletes everything but that object.
+//
+// The CLI's non-interactive way out, `refresh --import-pending-creates URN ID`, does not work
+// in v3.255.0: the refresh turns the entry into an "importing" one and then drops it, leaving
+// the object orphaned (tried by hand on a Deployment left by a SIGKILL). `pulumi import`
+// needs the program's language plugin, which an inline Automation API program does not have.
+// So the operator adopts a pending create itself, the way the interactive prompt's "import"
+// answer would: it moves the entry into the state's resources with the ID the provider gives
+// that object (namespace/name, from the entry's own inputs), imports the state with `pulumi
+// stack import` (which takes the stack's lock and drops the other pending entries), and runs
+// `pulumi refresh`, which reads every resource from the cluster: an adopted object that was
+// never created is removed from the state again, one that was is kept, with its live state.
+
+// recordPending notes that stackName may hold pending operations: an operation on it failed
+// or was cancelled, or this process has not looked yet.
+func (m *Manager) recordPending(stackName string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.settled, stackName)
+}
+
+// recordSettled notes that stackName holds no pending operation of a dead update: this
+// process created it, or looked, or its last operation succeeded.
+func (m *Manager) recordSettled(stackName string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.settled[stackName] = true
+}
+
+func (m *Manager) isSettled(stackName string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.settled[stackName]
+}
+
+// settlePending resolves the pending operations a killed update left in the stack before
+// an operation runs on it; see the comment at the top of this file. It looks (one `stack
+// export`, ~0.3 s) only the first time this process touches the stack and after a failed
+// operation. It returns what it did, one line per entry, for the operator's log and Events;
+// nil when there was nothing to do.
+//
+// Errors: ErrLocked (wrapped in an *OperationError) when another update holds the lock or
+// changed the state while it looked: the entries may be that update's own, and only a
+// later look can tell; an error naming the entry for a pending create it cannot adopt.
+//
+// What it cannot rule out: another process starting and finishing a whole update in the
+// ~0.2 s between its second export and the import taking the lock; its result would then be
+// overwritten by the state read before it. Only a pending operation, that is a crash, opens
+// this window.
+func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName string) ([]string, error) {
+	if m.isSettled(stackName) {
+		return nil, nil
+	}
+	first, err := st.Export(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("export stack %s: %w", stackName, classify(err))
+	}
+	fixed, done, err := adoptPending(first)
+	if err != nil {
+		return nil, fmt.Errorf("stack %s: %w", stackName, err)
+	}
+	if len(done) == 0 {
+		m.recordSettled(stackName)
+		return nil, nil
+	}
+	// The entries are a dead update's only if nobody is writing the state: read it again,
+	// and let the import's own lock catch an update that starts after that.
+	again, err := st.Export(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("export stack %s: %w", stackName, classify(err))
+	}
+	if !bytes.Equal(first.Deployment, again.Deployment) {
+		return nil, &OperationError{Summary: "stack " + stackName + " has pending operations and its state is changing: another update is running", Err: ErrLocked, kind: ErrLocked}
+	}
+	if err := st.Import(ctx, fixed); err != nil {
+		return nil, fmt.Errorf("import stack %s without its pending operations: %w", stackName, classify(err))
+	}
+	if _, err := st.Refresh(ctx, optrefresh.SuppressProgress(), optrefresh.Color("never")); err != nil {
+		return done, fmt.Errorf("refresh stack %s after adopting its pending operations: %w", stackName, classify(err))
+	}
+	m.recordSettled(stackName)
+	return done, nil
+}
+
+// adoptPending returns dep without pending operations, each pending create of a Kubernetes
+// object moved into the resources with its ID, and one line per entry saying what became of
+// it. dep is a stack export (version 3); everything else in it is kept as it is (decoded
+// with json.Number, so no number changes). A pending create of another type than a
+// Kubernetes object or a provider is an error: the operator's program declares no such
+// resource, and adopting it would need that provider's ID rules.
+func adoptPending(dep apitype.UntypedDeployment) (apitype.UntypedDeployment, []string, error) {
+	var doc map[string]any
+	dec := json.NewDecoder(bytes.NewReader(dep.Deployment))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		return dep, nil, fmt.Errorf("read exported state: %w", err)
+	}
+	ops, _ := doc["pending_operations"].([]any)
+	if len(ops) == 0 {
+		return dep, nil, nil
+	}
+	resources, _ := doc["resources"].([]any)
+	known := map[string]bool{}
+	for _, r := range resources {
+		if rm, ok := r.(map[string]any); ok {
+			if urn, ok := rm["urn"].(string); ok {
+				known[urn] = true
+			}
+		}
+	}
+	var done []string
+	for _, o := range ops {
+		om, _ := o.(map[string]any)
+		res, _ := om["resource"].(map[string]any)
+		opType, _ := om["type"].(string)
+		urn, _ := res["urn"].(string)
+		typ, _ := res["type"].(string)
+		switch {
+		case opType != string(apitype.OperationTypeCreating):
+			// The resource is still in the state; the refresh reads what became of it.
+			done = append(done, fmt.Sprintf("cleared %s of %s (the refresh reads its live state)", opType, urn))
+		case known[urn]:
+			// A later update created it and recorded it; the entry is a leftover.
+			done = append(done, fmt.Sprintf("cleared creating of %s (already in the state)", urn))
+		case strings.HasPrefix(typ, "pulumi:providers:"):
+			// A provider exists only in the state: nothing outside to adopt.
+			done = append(done, fmt.Sprintf("cleared creating of provider %s", urn))
+		case strings.HasPrefix(typ, "kubernetes:"):
+			id, err := kubernetesID(res)
+			if err != nil {
+				return dep, nil, fmt.Errorf("pending create of %s: %w", urn, err)
+			}
+			if p, _ := res["provider"].(string); p != "" {
+				if purn, _, _ := strings.Cut(p, "::"+lastSegment(p)); !known[purn] {
+					return dep, nil, fmt.Errorf("pending create of %s: its provider %s is not in the state; export the stack, remove the entry and check the cluster for the object", urn, p)
+				}
+			}
+			adopted := make(map[string]any, len(res)+2)
+			for k, v := range res {
+				adopted[k] = v
+			}
+			adopted["id"] = id
+			if _, ok := adopted["outputs"]; !ok {
+				adopted["outputs"] = res["inputs"]
+			}
+			resources = append(resources, adopted)
+			known[urn] = true
+			done = append(done, fmt.Sprintf("adopted %s %s (interrupted while creating; kept if it exists)", typ, id))
+		default:
+			return dep, nil, fmt.Errorf("pending create of %s: cannot adopt a resource of type %s; export the stack, remove the entry from pending_operations and import it (`pulumi stack export|import`)", urn, typ)
+		}
+	}
+	doc["resources"] = resources
+	delete(doc, "pending_operations")
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return dep, nil, fmt.Errorf("write state: %w", err)
+	}
+	return apitype.UntypedDeployment{Version: dep.Version, Deployment: raw}, done, nil
+}
+
+// lastSegment is what follows the last "::" of a provider reference "<urn>::<id>".
+func lastSegment(ref string) string {
+	if i := strings.LastIndex(ref, "::"); i >= 0 {
+		return ref[i+2:]
+	}
+	return ""
+}
+
+// kubernetesID is the ID pulumi-kubernetes gives an object: "namespace/name", or "name" for
+// a cluster-scoped one, from the resource's inputs.
+func kubernetesID(res map[string]any) (string, error) {
+	inputs, _ := res["inputs"].(map[string]any)
+	meta, _ := inputs["metadata"].(map[string]any)
+	name, _ := meta["name"].(string)
+	if name == "" {
+		return "", fmt.Errorf("no metadata.name in its inputs")
+	}
+	if ns, _ := meta["namespace"].(string); ns != "" {
+		return ns + "/" + name, nil
+	}
+	return name, nil
+}

@@ -1,0 +1,139 @@
+package stack
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
+)
+
+// TestAdoptPending: what adoptPending makes of each kind of pending operation a killed
+// update leaves. The end-to-end proof (a real SIGKILL mid-create, then up and destroy) is
+// crash/TestPendingCreateAdopted.
+func TestAdoptPending(t *testing.T) {
+	const (
+		stackURN = "urn:pulumi:s::p::pulumi:pulumi:Stack::p-s"
+		provURN  = "urn:pulumi:s::p::pulumi:providers:kubernetes::default_4_33_0"
+		provRef  = provURN + "::f525414a-e508-4c43-a167-36138e5e37e6"
+		cmURN    = "urn:pulumi:s::p::kubernetes:core/v1:ConfigMap::configmap"
+		depURN   = "urn:pulumi:s::p::kubernetes:apps/v1:Deployment::deployment"
+	)
+	resources := `[{"urn":"` + stackURN + `","type":"pulumi:pulumi:Stack"},
+		{"urn":"` + provURN + `","type":"pulumi:providers:kubernetes","id":"f525414a-e508-4c43-a167-36138e5e37e6"},
+		{"urn":"` + cmURN + `","type":"kubernetes:core/v1:ConfigMap","id":"ns/a-configmap","outputs":{"big":12345678901234567890}}]`
+	deployment := func(pending string) string {
+		return `{"manifest":{"time":"2026-11-22T15:00:00Z"},"secrets_providers":{"type":"passphrase"},"resources":` + resources +
+			`,"pending_operations":[` + pending + `]}`
+	}
+	op := func(typ, urn, resType, inputs string) string {
+		return `{"type":"` + typ + `","resource":{"urn":"` + urn + `","type":"` + resType + `","provider":"` + provRef + `","inputs":` + inputs + `}}`
+	}
+	depInputs := `{"metadata":{"name":"a","namespace":"ns"},"spec":{"replicas":2}}`
+	for name, tc := range map[string]struct {
+		deployment string
+		wantDone   []string // substrings, one per entry
+		wantIDs    map[string]string
+		wantErr    string
+	}{
+		"none": {deployment: deployment(""), wantIDs: map[string]string{cmURN: "ns/a-configmap"}},
+		"create of a Deployment": {
+			deployment: deployment(op("creating", depURN, "kubernetes:apps/v1:Deployment", depInputs)),
+			wantDone:   []string{"adopted kubernetes:apps/v1:Deployment ns/a"},
+			wantIDs:    map[string]string{cmURN: "ns/a-configmap", depURN: "ns/a"},
+		},
+		"create of a cluster-scoped object": {
+			deployment: deployment(op("creating", "urn:pulumi:s::p::kubernetes:core/v1:Namespace::n", "kubernetes:core/v1:Namespace", `{"metadata":{"name":"n"}}`)),
+			wantDone:   []string{"adopted kubernetes:core/v1:Namespace n"},
+			wantIDs:    map[string]string{"urn:pulumi:s::p::kubernetes:core/v1:Namespace::n": "n"},
+		},
+		"create already recorded": {
+			deployment: deployment(op("creating", cmURN, "kubernetes:core/v1:ConfigMap", `{"metadata":{"name":"a-configmap","namespace":"ns"}}`)),
+			wantDone:   []string{"already in the state"},
+			wantIDs:    map[string]string{cmURN: "ns/a-configmap"},
+		},
+		"create of a provider": {
+			deployment: deployment(`{"type":"creating","resource":{"urn":"urn:pulumi:s::p::pulumi:providers:kubernetes::other","type":"pulumi:providers:kubernetes"}}`),
+			wantDone:   []string{"cleared creating of provider"},
+		},
+		"update and delete": {
+			deployment: deployment(op("updating", cmURN, "kubernetes:core/v1:ConfigMap", `{}`) + "," + op("deleting", cmURN, "kubernetes:core/v1:ConfigMap", `{}`)),
+			wantDone:   []string{"cleared updating of " + cmURN, "cleared deleting of " + cmURN},
+			wantIDs:    map[string]string{cmURN: "ns/a-configmap"},
+		},
+		"create of another provider's resource": {
+			deployment: deployment(op("creating", "urn:pulumi:s::p::random:index/randomId:RandomId::r", "random:index/randomId:RandomId", `{}`)),
+			wantErr:    "cannot adopt a resource of type random:index/randomId:RandomId",
+		},
+		"create without a name": {
+			deployment: deployment(op("creating", depURN, "kubernetes:apps/v1:Deployment", `{"metadata":{"generateName":"a-"}}`)),
+			wantErr:    "no metadata.name",
+		},
+		"create whose provider is not in the state": {
+			deployment: strings.Replace(deployment(op("creating", depURN, "kubernetes:apps/v1:Deployment", depInputs)), provRef, provURN+"2::x", 1),
+			wantErr:    "is not in the state",
+		},
+		"not JSON": {deployment: `{"resources":`, wantErr: "read exported state"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, done, err := adoptPending(apitype.UntypedDeployment{Version: 3, Deployment: json.RawMessage(tc.deployment)})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(done) != len(tc.wantDone) {
+				t.Fatalf("done = %q, want %d entries like %q", done, len(tc.wantDone), tc.wantDone)
+			}
+			for i, w := range tc.wantDone {
+				if !strings.Contains(done[i], w) {
+					t.Errorf("done[%d] = %q, want it to contain %q", i, done[i], w)
+				}
+			}
+			if len(tc.wantDone) == 0 {
+				if string(got.Deployment) != tc.deployment {
+					t.Errorf("a state without pending operations was rewritten")
+				}
+				return
+			}
+			var d apitype.DeploymentV3
+			if err := json.Unmarshal(got.Deployment, &d); err != nil {
+				t.Fatalf("result is no deployment: %v\n%s", err, got.Deployment)
+			}
+			if got.Version != 3 || len(d.PendingOperations) != 0 {
+				t.Errorf("version %d, pending operations %v: want 3 and none", got.Version, d.PendingOperations)
+			}
+			if d.SecretsProviders == nil || d.SecretsProviders.Type != "passphrase" {
+				t.Errorf("secrets provider lost: %+v", d.SecretsProviders)
+			}
+			ids := map[string]string{}
+			seen := map[string]int{}
+			for _, r := range d.Resources {
+				seen[string(r.URN)]++
+				if r.ID != "" && !strings.HasPrefix(string(r.Type), "pulumi:") {
+					ids[string(r.URN)] = string(r.ID)
+				}
+				if r.URN == depURN && r.Outputs["spec"] == nil {
+					t.Errorf("adopted Deployment has no outputs: %+v", r)
+				}
+			}
+			for urn, n := range seen {
+				if n != 1 {
+					t.Errorf("%s appears %d times in the resources", urn, n)
+				}
+			}
+			for urn, id := range tc.wantIDs {
+				if ids[urn] != id {
+					t.Errorf("ID of %s = %q, want %q (all: %v)", urn, ids[urn], id, ids)
+				}
+			}
+			if !strings.Contains(string(got.Deployment), "12345678901234567890") {
+				t.Error("a large number in another resource's outputs changed")
+			}
+		})
+	}
+}
