@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -57,5 +58,41 @@ func TestNameHashKeepsLongNamesApart(t *testing.T) {
 	}
 	if !strings.HasPrefix(a, "c1.sss") {
 		t.Fatalf("hashed name %q lost its readable prefix", a)
+	}
+}
+
+// TestPrepareBackend: the backend URLs the operator accepts. Schemes other than file:// go
+// to the pulumi CLI unchanged (gs://, azblob:// and Pulumi Cloud are documented pass-throughs:
+// nothing here can reach them); a file:// backend's directory is made absolute and created.
+func TestPrepareBackend(t *testing.T) {
+	dir := t.TempDir()
+	for name, tc := range map[string]struct {
+		raw, want, wantErr string
+	}{
+		"gcs":              {raw: "gs://my-bucket/pulumi", want: "gs://my-bucket/pulumi"},
+		"azure blob":       {raw: "azblob://state?storage_account=acct", want: "azblob://state?storage_account=acct"},
+		"pulumi cloud":     {raw: "https://api.pulumi.com", want: "https://api.pulumi.com"},
+		"postgres":         {raw: "postgres://u@db:5432/pulumi?sslmode=require", want: "postgres://u@db:5432/pulumi?sslmode=require"},
+		"s3 with endpoint": {raw: "s3://b?endpoint=127.0.0.1:9000&s3ForcePathStyle=true", want: "s3://b?endpoint=127.0.0.1:9000&s3ForcePathStyle=true"},
+		"file":             {raw: "file://" + dir + "/state", want: "file://" + dir + "/state"},
+		"empty":            {raw: "", wantErr: "empty backend URL"},
+		"no scheme":        {raw: "my-bucket", wantErr: "want file:///dir, postgres://"},
+		"file without dir": {raw: "file://", wantErr: "names no directory"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := prepareBackend(tc.raw)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("prepareBackend(%q) = %q, %v; want an error containing %q", tc.raw, got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("prepareBackend(%q) = %q, %v; want %q", tc.raw, got, err, tc.want)
+			}
+		})
+	}
+	if fi, err := os.Stat(dir + "/state"); err != nil || !fi.IsDir() {
+		t.Errorf("file backend directory not created: %v", err)
 	}
 }
