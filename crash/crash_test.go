@@ -204,11 +204,11 @@ func crashRun(t *testing.T, rng *rand.Rand, kills int, backendURL, stateDir stri
 	logs := op.logs.String()
 	t.Logf("kills survived: %d container kills (%d processes, operator restarts: %d, workspace wipes: %d) and %d pulumi-only kills in %s; "+
 		"actions %v; converged %s after the last restart (%d up runs after it); stacks checked %d (resources %d, cluster objects %d); "+
-		"log: %d \"running up\", %d \"running destroy\", %d \"cancelled stale lock\", %d \"stack locked\", %d \"reconcile failed\"",
+		"log: %d \"running up\", %d \"running destroy\", %d \"cancelled stale lock\", %d \"resolved pending operations\", %d \"stack locked\", %d \"reconcile failed\"",
 		containerKills, processesKilled, op.starts-1, wipes, pulumiKills, killPhase.Round(time.Second),
 		w.actions, took.Round(time.Second), countLines(logs[logAtEnd:], "running up"), rep.stacks, rep.resources, rep.liveObjects,
 		countLines(logs, "running up"), countLines(logs, "running destroy"), countLines(logs, "cancelled stale lock"),
-		countLines(logs, "stack locked"), countLines(logs, "reconcile failed"))
+		countLines(logs, "resolved pending operations"), countLines(logs, "stack locked"), countLines(logs, "reconcile failed"))
 	if t.Failed() {
 		reportFailures(t, logs)
 	}
