@@ -15,6 +15,7 @@ import (
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
 // TestPassphraseNeverLeaks runs the operator with a distinctive passphrase (from a file, as a
@@ -155,7 +156,7 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 	opWrong.start()
 	s.replicas = 3
 	step("change under the wrong password", s)
-	t.Logf("wrong password: Ready False: %s", waitCondition("Ready", metav1.ConditionFalse, "UpdateFailed"))
+	t.Logf("wrong password: Ready False: %s", waitCondition("Ready", metav1.ConditionFalse, watcher.ReasonBackendUnavailable))
 	opWrong.stop()
 	// 5. The database stopped: the up fails.
 	pg.down(t)
@@ -163,7 +164,7 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 	op.start()
 	s.replicas = 1
 	step("change with the database down", s)
-	t.Logf("database down: Ready False: %s", waitCondition("Ready", metav1.ConditionFalse, "UpdateFailed"))
+	t.Logf("database down: Ready False: %s", waitCondition("Ready", metav1.ConditionFalse, watcher.ReasonBackendUnavailable))
 	// 6. The database back: Ready.
 	pg.up(t)
 	pgDown = false
@@ -177,7 +178,7 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 	<-sampled
 
 	events := eventTexts(t, c, ns)
-	for _, want := range []string{"InvalidSpec", "UpdateFailed", "Destroyed"} {
+	for _, want := range []string{watcher.ReasonInvalidSpec, watcher.ReasonBackendUnavailable, watcher.ReasonDestroyed} {
 		if !strings.Contains(events, "reason: "+want) {
 			t.Errorf("no %s Event: the scenario did not happen as planned", want)
 		}

@@ -6,6 +6,8 @@ package stack
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +24,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrename"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
@@ -497,8 +500,9 @@ func (m *Manager) DestroyWith(ctx context.Context, stackName string, opts RunOpt
 	st, err := m.open(ctx, stackName, noop, false)
 	if err != nil {
 		if auto.IsSelectStack404Error(err) {
+			err = m.sweepRemoved(ctx, stackName)
 			res.End = time.Now()
-			return res, nil
+			return res, err
 		}
 		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
 	}
@@ -526,6 +530,29 @@ func (m *Manager) DestroyWith(ctx context.Context, stackName string, opts RunOpt
 		return res, fmt.Errorf("remove workspace directory of stack %s: %w", stackName, err)
 	}
 	return res, nil
+}
+
+// sweepRemoved makes sure a stack that does not exist leaves no lock behind. A DIY backend's
+// `stack rm` takes the stack's lock (pkg/backend/diy RemoveStack) and a process killed after
+// the stack is gone but before the unlock leaves a lock that no later operation would meet:
+// seen in the crash test, a destroy killed in its final `stack rm`. So the empty stack is
+// created again and removed: the removal either takes and releases the lock, or fails with
+// ErrLocked naming the dead owner, for the caller's stale-lock handling (CancelLock then
+// finds the stack). Costs two CLI runs, only when a destroy finds no stack.
+func (m *Manager) sweepRemoved(ctx context.Context, stackName string) error {
+	noop := func(*pulumi.Context) error { return nil }
+	st, err := m.open(ctx, stackName, noop, true)
+	if err != nil {
+		return fmt.Errorf("select stack %s: %w", stackName, classify(err))
+	}
+	if err := st.Workspace().RemoveStack(ctx, stackName); err != nil {
+		return fmt.Errorf("remove stack %s: %w", stackName, classify(err))
+	}
+	m.recordPending(stackName)
+	if err := os.RemoveAll(filepath.Join(m.cfg.WorkRoot, stackName)); err != nil {
+		return fmt.Errorf("remove workspace directory of stack %s: %w", stackName, err)
+	}
+	return nil
 }
 
 // StackInfo describes one stack of the project in the backend.
@@ -578,9 +605,19 @@ func (m *Manager) ListStacks(ctx context.Context) ([]StackInfo, error) {
 // CancelLock removes the stack's lock (`pulumi cancel`). Only call it for a lock whose owner
 // is known to be gone: an update still running would go on without a lock, and two updates at
 // once can corrupt the state.
+//
+// A lock can outlive its stack: a DIY backend's `stack init` and `stack rm` take the lock too
+// (pkg/backend/diy CreateStack, RemoveStack), so a process killed inside either leaves the
+// lock of a stack that does not exist, and `pulumi cancel` refuses a stack that does not
+// exist. Then CancelLock makes the stack exist without taking its lock, by creating a
+// throwaway stack and renaming it (renameStack locks only the old name), cancels, and
+// removes the stack again.
 func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
 	noop := func(*pulumi.Context) error { return nil }
 	st, err := m.open(ctx, stackName, noop, false)
+	if err != nil && auto.IsSelectStack404Error(err) {
+		return m.cancelLockOfMissingStack(ctx, stackName)
+	}
 	if err != nil {
 		return fmt.Errorf("select stack %s: %w", stackName, classify(err))
 	}
@@ -588,6 +625,38 @@ func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
 		return fmt.Errorf("cancel lock of stack %s: %w", stackName, classify(err))
 	}
 	return nil
+}
+
+// cancelLockOfMissingStack is CancelLock for a stack that does not exist; see there.
+func (m *Manager) cancelLockOfMissingStack(ctx context.Context, stackName string) error {
+	noop := func(*pulumi.Context) error { return nil }
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmpName := "lock-sweep-" + hex.EncodeToString(rnd[:])
+	defer func() { _ = os.RemoveAll(filepath.Join(m.cfg.WorkRoot, tmpName)) }()
+	tmp, err := m.open(ctx, tmpName, noop, true)
+	if err != nil {
+		return fmt.Errorf("create stack %s to take over the lock of missing stack %s: %w", tmpName, stackName, classify(err))
+	}
+	// auto's Rename reads the history of the old name after `stack rename` and so always
+	// fails once the rename has worked: whether the stack now exists is the answer.
+	_, renameErr := tmp.Rename(ctx, optrename.StackName(stackName))
+	st, err := m.open(ctx, stackName, noop, false)
+	if err != nil {
+		_ = tmp.Workspace().RemoveStack(context.WithoutCancel(ctx), tmpName)
+		if renameErr != nil {
+			err = renameErr
+		}
+		return fmt.Errorf("rename stack %s to missing stack %s: %w", tmpName, stackName, classify(err))
+	}
+	if err := st.Cancel(ctx); err != nil {
+		return fmt.Errorf("cancel lock of stack %s: %w", stackName, classify(err))
+	}
+	if err := st.Workspace().RemoveStack(ctx, stackName); err != nil {
+		return fmt.Errorf("remove stack %s after cancelling its lock: %w", stackName, classify(err))
+	}
+	m.recordPending(stackName)
+	return os.RemoveAll(filepath.Join(m.cfg.WorkRoot, stackName))
 }
 
 // Exists reports whether the backend holds the stack.

@@ -393,3 +393,85 @@ func TestFreshWorkspaceReadsSecrets(t *testing.T) {
 		t.Fatal("a wrong passphrase decrypted the stack's secrets")
 	}
 }
+
+// A `stack rm` killed after it removed the stack but before it released the stack's lock
+// (DIY RemoveStack locks; so does `stack init`) leaves a lock of a stack that no longer
+// exists; the crash test met one. Destroy must not call such a stack destroyed while its lock
+// stays, and an up must not wait for it forever: both report the lock (ErrLocked, with the
+// dead owner); CancelLock removes it although `pulumi cancel` refuses a missing stack; then
+// both succeed and no lock is left. The situation is made with a real lock of a killed
+// pulumi process, and the stack's checkpoint then deleted as that `stack rm` had done.
+func TestLockOfRemovedStack(t *testing.T) {
+	m, backend := newManager(t)
+	name, _ := m.StackName("ns", "removed")
+	ctx := context.Background()
+	if _, err := m.UpProgram(ctx, name, program("x", 0), RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan error, 1)
+	go func() {
+		_, err := m.UpProgram(ctx, name, program("y", 20*time.Second), RunOptions{})
+		slow <- err
+	}()
+	waitForLockFile(t, backend, name)
+	var lock Lock
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && lock.Pid == 0 {
+		_, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{})
+		var oe *OperationError
+		if errors.As(err, &oe) && len(oe.Locks) == 1 {
+			lock = oe.Locks[0]
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if lock.Pid == 0 {
+		t.Fatal("never saw the slow update's lock")
+	}
+	if p, err := os.FindProcess(lock.Pid); err != nil || p.Kill() != nil {
+		t.Fatalf("kill the lock holder (pid %d): %v", lock.Pid, err)
+	}
+	<-slow
+	checkpoints, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json*"))
+	if len(checkpoints) == 0 {
+		t.Fatal("no checkpoint file to remove")
+	}
+	for _, f := range checkpoints {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := m.Exists(ctx, name); err != nil || ok {
+		t.Fatalf("Exists after the checkpoint is gone = %v, %v; want false", ok, err)
+	}
+
+	for _, op := range []string{"destroy", "up"} {
+		var err error
+		if op == "destroy" {
+			_, err = m.Destroy(ctx, name)
+		} else {
+			_, err = m.UpProgram(ctx, name, program("w", 0), RunOptions{})
+		}
+		var oe *OperationError
+		if !errors.Is(err, ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) != 1 || oe.Locks[0].Pid != lock.Pid {
+			t.Fatalf("%s of the removed stack = %v, want ErrLocked naming pid %d", op, err, lock.Pid)
+		}
+	}
+	if err := m.CancelLock(ctx, name); err != nil {
+		t.Fatalf("CancelLock: %v", err)
+	}
+	if ok, err := m.Exists(ctx, name); err != nil || ok {
+		t.Fatalf("Exists after CancelLock = %v, %v; want false (the stack stays removed)", ok, err)
+	}
+	if res, err := m.UpProgram(ctx, name, program("w", 0), RunOptions{}); err != nil || res.Outputs["greeting"] != "w" {
+		t.Fatalf("up after CancelLock = %+v, %v", res, err)
+	}
+	if _, err := m.Destroy(ctx, name); err != nil {
+		t.Fatalf("destroy after CancelLock: %v", err)
+	}
+	if locks, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "locks", "*", "kindcustomhttp", name, "*.json")); len(locks) > 0 {
+		t.Errorf("locks left: %v", locks)
+	}
+	if ok, err := m.Exists(ctx, name); err != nil || ok {
+		t.Errorf("Exists after the destroy = %v, %v; want false", ok, err)
+	}
+}
