@@ -211,11 +211,11 @@ func TestLockedStack(t *testing.T) {
 	}
 }
 
-// A lock left by a pulumi process that was killed (SIGKILL, as a crashed pod) stays until
-// CancelLock removes it; then updates work again.
-func TestStaleLockCancel(t *testing.T) {
-	m, backend := newManager(t)
-	name, _ := m.StackName("ns", "stale")
+// killedLock creates stack name with one up, starts a second, slow up, SIGKILLs that up's
+// pulumi process while it holds the lock (as a crashed pod would), and returns the lock it
+// left behind.
+func killedLock(t *testing.T, m *Manager, backend, name string) Lock {
+	t.Helper()
 	ctx := context.Background()
 	if _, err := m.UpProgram(ctx, name, program("x", 0), RunOptions{}); err != nil {
 		t.Fatal(err)
@@ -249,6 +249,16 @@ func TestStaleLockCancel(t *testing.T) {
 	if err := <-slow; err == nil {
 		t.Fatal("the killed update reported success")
 	}
+	return lock
+}
+
+// A lock left by a pulumi process that was killed (SIGKILL, as a crashed pod) stays until
+// CancelLock removes it; then updates work again.
+func TestStaleLockCancel(t *testing.T) {
+	m, backend := newManager(t)
+	name, _ := m.StackName("ns", "stale")
+	ctx := context.Background()
+	killedLock(t, m, backend, name)
 	if _, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{}); !errors.Is(err, ErrLocked) {
 		t.Fatalf("up after the kill = %v, want ErrLocked (the lock is left behind)", err)
 	}
@@ -405,32 +415,7 @@ func TestLockOfRemovedStack(t *testing.T) {
 	m, backend := newManager(t)
 	name, _ := m.StackName("ns", "removed")
 	ctx := context.Background()
-	if _, err := m.UpProgram(ctx, name, program("x", 0), RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	slow := make(chan error, 1)
-	go func() {
-		_, err := m.UpProgram(ctx, name, program("y", 20*time.Second), RunOptions{})
-		slow <- err
-	}()
-	waitForLockFile(t, backend, name)
-	var lock Lock
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && lock.Pid == 0 {
-		_, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{})
-		var oe *OperationError
-		if errors.As(err, &oe) && len(oe.Locks) == 1 {
-			lock = oe.Locks[0]
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if lock.Pid == 0 {
-		t.Fatal("never saw the slow update's lock")
-	}
-	if p, err := os.FindProcess(lock.Pid); err != nil || p.Kill() != nil {
-		t.Fatalf("kill the lock holder (pid %d): %v", lock.Pid, err)
-	}
-	<-slow
+	lock := killedLock(t, m, backend, name)
 	checkpoints, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json*"))
 	if len(checkpoints) == 0 {
 		t.Fatal("no checkpoint file to remove")
