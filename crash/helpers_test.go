@@ -658,7 +658,7 @@ func (b *backend) locks(t *testing.T, ns string) []string {
 		if table == "" {
 			table = "pulumi_state"
 		}
-		keys = psql(t, b.url, fmt.Sprintf("SELECT key FROM %s WHERE key LIKE '%%/.pulumi/locks/%%'", table))
+		keys = testenv.PSQL(t, b.url, fmt.Sprintf("SELECT key FROM %s WHERE key LIKE '%%/.pulumi/locks/%%'", table))
 	default:
 		t.Fatalf("locks: backend %s not handled", stack.RedactURL(b.url))
 	}
@@ -669,47 +669,6 @@ func (b *backend) locks(t *testing.T, ns string) []string {
 		}
 	}
 	return out
-}
-
-// psql runs query in the database of the postgres:// URL raw and returns its rows; the
-// password goes through PGPASSWORD, not the command line.
-func psql(t *testing.T, raw, query string) []string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Del("table")
-	u.RawQuery = q.Encode()
-	password, _ := u.User.Password()
-	u.User = url.User(u.User.Username())
-	bin := "psql" // from PATH unless $PG_BIN or Debian's PostgreSQL 15 has one
-	candidates := []string{"/usr/lib/postgresql/15/bin/psql"}
-	if dir := os.Getenv("PG_BIN"); dir != "" {
-		candidates = append([]string{filepath.Join(dir, "psql")}, candidates...)
-	}
-	for _, p := range candidates {
-		if _, err := os.Stat(p); err == nil {
-			bin = p
-			break
-		}
-	}
-	cmd := exec.Command(bin, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", u.String(), "-c", query)
-	cmd.Env = append(os.Environ(), "PGPASSWORD="+password, "PGCONNECT_TIMEOUT=10")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("psql %q: %v: %s", query, err, stderr.String())
-	}
-	var rows []string
-	for _, l := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
-		if l != "" {
-			rows = append(rows, l)
-		}
-	}
-	return rows
 }
 
 // ---- KindCustomHttp objects

@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -389,14 +388,14 @@ func postgresBackend(t *testing.T) stateBackend {
 	return stateBackend{
 		url: raw,
 		keys: func(t *testing.T, prefix string) []string {
-			rows := psql(t, raw, fmt.Sprintf("SELECT key FROM %s WHERE starts_with(key, %s) ORDER BY key", table, sqlString(objects+prefix)))
+			rows := testenv.PSQL(t, raw, fmt.Sprintf("SELECT key FROM %s WHERE starts_with(key, %s) ORDER BY key", table, sqlString(objects+prefix)))
 			for i := range rows {
 				rows[i] = strings.TrimPrefix(rows[i], objects)
 			}
 			return rows
 		},
 		read: func(t *testing.T, key string) []byte {
-			rows := psql(t, raw, fmt.Sprintf("SELECT data->>'data' FROM %s WHERE key = %s", table, sqlString(objects+key)))
+			rows := testenv.PSQL(t, raw, fmt.Sprintf("SELECT data->>'data' FROM %s WHERE key = %s", table, sqlString(objects+key)))
 			if len(rows) != 1 {
 				t.Fatalf("table %s has %d rows for key %s, want 1", table, len(rows), key)
 			}
@@ -410,56 +409,6 @@ func postgresBackend(t *testing.T) stateBackend {
 }
 
 func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-// psql runs query in the database of the postgres:// URL raw and returns its rows (one column).
-// The password goes through PGPASSWORD, not the command line.
-func psql(t *testing.T, raw, query string) []string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Del("table") // the CLI's parameter, unknown to libpq
-	u.RawQuery = q.Encode()
-	password, _ := u.User.Password()
-	u.User = url.User(u.User.Username())
-	cmd := exec.Command(psqlPath(t), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", u.String(), "-c", query)
-	cmd.Env = append(os.Environ(), "PGPASSWORD="+password, "PGCONNECT_TIMEOUT=10")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("psql %q: %v: %s", query, err, stderr.String())
-	}
-	var rows []string
-	for _, l := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
-		if l != "" {
-			rows = append(rows, l)
-		}
-	}
-	return rows
-}
-
-// psqlPath finds psql: $PG_BIN/psql (as hack/postgres-up.sh uses it), Debian's PostgreSQL 15,
-// or PATH.
-func psqlPath(t *testing.T) string {
-	t.Helper()
-	candidates := []string{"/usr/lib/postgresql/15/bin/psql"}
-	if dir := os.Getenv("PG_BIN"); dir != "" {
-		candidates = append([]string{filepath.Join(dir, "psql")}, candidates...)
-	}
-	for _, p := range candidates {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	p, err := exec.LookPath("psql")
-	if err != nil {
-		t.Fatalf("no psql to read the backend's table with: install postgresql-client-15 or set PG_BIN")
-	}
-	return p
-}
 
 // s3Backend is the bucket of PULUMI_TEST_S3_URL (MinIO from hack/minio-up.sh), with the keys
 // from PULUMI_TEST_S3_ACCESS_KEY_ID / PULUMI_TEST_S3_SECRET_ACCESS_KEY (else AWS_ACCESS_KEY_ID /
