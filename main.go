@@ -41,6 +41,7 @@ const DefaultProject = "kindcustomhttp"
 type config struct {
 	kubeconfig   string
 	backendURL   string
+	secrets      string
 	projectFile  string
 	stateDir     string
 	pulumiPath   string
@@ -90,6 +91,8 @@ func newApp() *cli.App {
 				Usage: "kubeconfig `FILE`; empty: in-cluster config, then ~/.kube/config"},
 			&cli.StringFlag{Name: "backend-url", EnvVars: []string{"PULUMI_BACKEND_URL"}, Destination: &cfg.backendURL,
 				Usage: "Pulumi state backend `URL` (file://DIR, postgres://, s3://, ...); default: Pulumi.yaml's backend, else file://<state-dir>/backend"},
+			&cli.StringFlag{Name: "secrets-provider", EnvVars: []string{"PULUMI_OPERATOR_SECRETS_PROVIDER"}, Value: "passphrase", Destination: &cfg.secrets,
+				Usage: "secrets provider of new stacks: `passphrase` (PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE) or a KMS URL (awskms://, azurekeyvault://, gcpkms://, hashivault://; credentials from the provider's usual environment)"},
 			&cli.StringFlag{Name: "project-file", EnvVars: []string{"PULUMI_OPERATOR_PROJECT_FILE"}, Value: "Pulumi.yaml", Destination: &cfg.projectFile,
 				Usage: "Pulumi project `FILE` giving the project name and backend; a missing default file means project " + DefaultProject},
 			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"PULUMI_OPERATOR_STATE_DIR"}, Value: filepath.Join(home, ".pulumi-operator"), Destination: &cfg.stateDir,
@@ -298,6 +301,9 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 		PulumiPath:  pulumiPath,
 		ClusterName: cluster,
 		Env:         env,
+		// Pulumi records a stack's secrets provider in its state at `stack init`; later
+		// runs use that one, so the flag only matters for new stacks.
+		SecretsProvider: cfg.secrets,
 	})
 	if err != nil {
 		return nil, "", err

@@ -51,6 +51,11 @@ func TestWatchConfigErrors(t *testing.T) {
 			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "--cluster-name", "Bad_Name", "watch"},
 			want: "cluster name",
 		},
+		"bad secrets provider": {
+			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
+			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "--cluster-name", "c", "--secrets-provider", "vault://x", "watch"},
+			want: "secrets provider",
+		},
 		"unreadable kubeconfig": {
 			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
 			args: []string{"--kubeconfig", filepath.Join(dir, "missing-kubeconfig"), "watch"},

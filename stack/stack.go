@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -111,6 +112,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.SecretsProvider == "" {
 		cfg.SecretsProvider = "passphrase"
 	}
+	if err := checkSecretsProvider(cfg.SecretsProvider); err != nil {
+		return nil, err
+	}
 	if cfg.SecretsProvider == "passphrase" && !hasPassphrase(cfg.Env) {
 		return nil, ErrNoPassphrase
 	}
@@ -164,6 +168,23 @@ func hasPassphrase(env map[string]string) bool {
 		}
 	}
 	return false
+}
+
+// secretsProviderSchemes are the KMS URL schemes the pulumi CLI takes as a secrets provider
+// (pkg/secrets/cloud: gocloud.dev/secrets drivers, and hashivault).
+var secretsProviderSchemes = []string{"awskms", "azurekeyvault", "gcpkms", "hashivault"}
+
+// checkSecretsProvider accepts "passphrase", "default" (Pulumi Cloud's own) and a KMS URL, so
+// that a typo fails at start instead of at the first `stack init`.
+func checkSecretsProvider(p string) error {
+	if p == "passphrase" || p == "default" {
+		return nil
+	}
+	if u, err := url.Parse(p); err == nil && slices.Contains(secretsProviderSchemes, u.Scheme) {
+		return nil
+	}
+	return fmt.Errorf("configure stack manager: secrets provider %q: want passphrase, default (Pulumi Cloud) or a KMS URL (%s://...)",
+		p, strings.Join(secretsProviderSchemes, "://, "))
 }
 
 // prepareBackend checks the backend URL and creates a file:// backend's directory.

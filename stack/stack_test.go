@@ -283,7 +283,27 @@ func TestParseLocks(t *testing.T) {
 	}
 }
 
+// TestNewAcceptsKMSWithoutPassphrase: a KMS secrets provider needs no passphrase (nothing here
+// reaches a KMS: New only checks and runs `pulumi version`).
+func TestNewAcceptsKMSWithoutPassphrase(t *testing.T) {
+	dir := t.TempDir()
+	for _, k := range []string{"PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	for _, p := range []string{"awskms://alias/pulumi?region=eu-west-1", "gcpkms://projects/p/locations/l/keyRings/r/cryptoKeys/k", "hashivault://pulumi", "default"} {
+		if _, err := New(Config{Project: "p", BackendURL: "file://" + dir, WorkRoot: dir, PulumiPath: testenv.PulumiCLI(t),
+			ClusterName: "c", SecretsProvider: p}); err != nil {
+			t.Errorf("New with secrets provider %s: %v", p, err)
+		}
+	}
+}
+
 func TestNewRejects(t *testing.T) {
+	for _, k := range []string{"PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
 	cli := testenv.PulumiCLI(t)
 	dir := t.TempDir()
 	ok := Config{Project: "p", BackendURL: "file://" + dir, WorkRoot: dir, PulumiPath: cli, ClusterName: "c",
@@ -292,14 +312,16 @@ func TestNewRejects(t *testing.T) {
 		mutate func(*Config)
 		want   string
 	}{
-		"no project":      {func(c *Config) { c.Project = "" }, "project"},
-		"bad project":     {func(c *Config) { c.Project = "a b" }, "project name"},
-		"no backend":      {func(c *Config) { c.BackendURL = "" }, "backend URL"},
-		"backend no URL":  {func(c *Config) { c.BackendURL = "/just/a/dir" }, "want file:///dir"},
-		"password hidden": {func(c *Config) { c.BackendURL = "::postgres://u:hunter2@h/db" }, "backend URL"},
-		"no workroot":     {func(c *Config) { c.WorkRoot = "" }, "workspace root"},
-		"no CLI":          {func(c *Config) { c.PulumiPath = filepath.Join(dir, "nope") }, "make tools"},
-		"bad cluster":     {func(c *Config) { c.ClusterName = "Not_A_Label" }, "cluster name"},
+		"no project":                             {func(c *Config) { c.Project = "" }, "project"},
+		"bad project":                            {func(c *Config) { c.Project = "a b" }, "project name"},
+		"no backend":                             {func(c *Config) { c.BackendURL = "" }, "backend URL"},
+		"backend no URL":                         {func(c *Config) { c.BackendURL = "/just/a/dir" }, "want file:///dir"},
+		"password hidden":                        {func(c *Config) { c.BackendURL = "::postgres://u:hunter2@h/db" }, "backend URL"},
+		"no workroot":                            {func(c *Config) { c.WorkRoot = "" }, "workspace root"},
+		"no CLI":                                 {func(c *Config) { c.PulumiPath = filepath.Join(dir, "nope") }, "make tools"},
+		"bad cluster":                            {func(c *Config) { c.ClusterName = "Not_A_Label" }, "cluster name"},
+		"bad secrets provider":                   {func(c *Config) { c.SecretsProvider = "kms://x" }, "want passphrase, default (Pulumi Cloud) or a KMS URL"},
+		"passphrase provider without passphrase": {func(c *Config) { c.Env = nil }, "PULUMI_CONFIG_PASSPHRASE"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
