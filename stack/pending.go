@@ -31,6 +31,16 @@ import (
 // stack import` (which takes the stack's lock and drops the other pending entries), and runs
 // `pulumi refresh`, which reads every resource from the cluster: an adopted object that was
 // never created is removed from the state again, one that was is kept, with its live state.
+//
+// Until that refresh has run, an adopted resource's outputs are only its inputs, and an up
+// would take it for something to replace (pulumi-kubernetes finds no old inputs in them; seen
+// in the crash test, a kill between the import and the refresh). So adopted outputs carry
+// adoptedMarker, which only a provider's read removes, and a state that still has it is
+// refreshed before anything else runs on it.
+
+// adoptedMarker is the key, in an adopted resource's outputs, that says the resource has
+// not been read from the cluster since its adoption.
+const adoptedMarker = "__pulumiOperatorAdoptedUnread"
 
 // recordPending notes that stackName may hold pending operations: an operation on it failed
 // or was cancelled, or this process has not looked yet.
@@ -76,13 +86,22 @@ func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName st
 	if err != nil {
 		return nil, fmt.Errorf("export stack %s: %w", stackName, classify(err))
 	}
-	fixed, done, err := adoptPending(first)
+	fixed, done, unread, err := adoptPending(first)
 	if err != nil {
 		return nil, fmt.Errorf("stack %s: %w", stackName, err)
 	}
-	if len(done) == 0 {
+	if len(done) == 0 && !unread {
 		m.recordSettled(stackName)
 		return nil, nil
+	}
+	if len(done) == 0 {
+		// Adopted by an earlier run that died before its refresh.
+		done = []string{"refreshed resources adopted by an interrupted run"}
+		if _, err := st.Refresh(ctx, optrefresh.SuppressProgress(), optrefresh.Color("never")); err != nil {
+			return done, fmt.Errorf("refresh stack %s after adopting its pending operations: %w", stackName, classify(err))
+		}
+		m.recordSettled(stackName)
+		return done, nil
 	}
 	// The entries are a dead update's only if nobody is writing the state: read it again,
 	// and let the import's own lock catch an update that starts after that.
@@ -104,21 +123,18 @@ func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName st
 }
 
 // adoptPending returns dep without pending operations, each pending create of a Kubernetes
-// object moved into the resources with its ID, and one line per entry saying what became of
-// it. dep is a stack export (version 3); everything else in it is kept as it is (decoded
+// object moved into the resources with its ID (outputs: its inputs and adoptedMarker), and
+// one line per entry saying what became of it; unread says whether the result holds a
+// resource adopted and not yet read (marked), which a refresh must read before an up. dep is a stack export (version 3); everything else in it is kept as it is (decoded
 // with json.Number, so no number changes). A pending create of another type than a
 // Kubernetes object or a provider is an error: the operator's program declares no such
 // resource, and adopting it would need that provider's ID rules.
-func adoptPending(dep apitype.UntypedDeployment) (apitype.UntypedDeployment, []string, error) {
+func adoptPending(dep apitype.UntypedDeployment) (_ apitype.UntypedDeployment, _ []string, unread bool, _ error) {
 	var doc map[string]any
 	dec := json.NewDecoder(bytes.NewReader(dep.Deployment))
 	dec.UseNumber()
 	if err := dec.Decode(&doc); err != nil {
-		return dep, nil, fmt.Errorf("read exported state: %w", err)
-	}
-	ops, _ := doc["pending_operations"].([]any)
-	if len(ops) == 0 {
-		return dep, nil, nil
+		return dep, nil, false, fmt.Errorf("read exported state: %w", err)
 	}
 	resources, _ := doc["resources"].([]any)
 	known := map[string]bool{}
@@ -127,7 +143,14 @@ func adoptPending(dep apitype.UntypedDeployment) (apitype.UntypedDeployment, []s
 			if urn, ok := rm["urn"].(string); ok {
 				known[urn] = true
 			}
+			if out, ok := rm["outputs"].(map[string]any); ok && out[adoptedMarker] != nil {
+				unread = true
+			}
 		}
+	}
+	ops, _ := doc["pending_operations"].([]any)
+	if len(ops) == 0 {
+		return dep, nil, unread, nil
 	}
 	var done []string
 	for _, o := range ops {
@@ -149,11 +172,11 @@ func adoptPending(dep apitype.UntypedDeployment) (apitype.UntypedDeployment, []s
 		case strings.HasPrefix(typ, "kubernetes:"):
 			id, err := kubernetesID(res)
 			if err != nil {
-				return dep, nil, fmt.Errorf("pending create of %s: %w", urn, err)
+				return dep, nil, false, fmt.Errorf("pending create of %s: %w", urn, err)
 			}
 			if p, _ := res["provider"].(string); p != "" {
 				if purn, _, _ := strings.Cut(p, "::"+lastSegment(p)); !known[purn] {
-					return dep, nil, fmt.Errorf("pending create of %s: its provider %s is not in the state; export the stack, remove the entry and check the cluster for the object", urn, p)
+					return dep, nil, false, fmt.Errorf("pending create of %s: its provider %s is not in the state; export the stack, remove the entry and check the cluster for the object", urn, p)
 				}
 			}
 			adopted := make(map[string]any, len(res)+2)
@@ -161,23 +184,28 @@ func adoptPending(dep apitype.UntypedDeployment) (apitype.UntypedDeployment, []s
 				adopted[k] = v
 			}
 			adopted["id"] = id
-			if _, ok := adopted["outputs"]; !ok {
-				adopted["outputs"] = res["inputs"]
+			inputs, _ := res["inputs"].(map[string]any)
+			outputs := make(map[string]any, len(inputs)+1)
+			for k, v := range inputs {
+				outputs[k] = v
 			}
+			outputs[adoptedMarker] = "true"
+			adopted["outputs"] = outputs
+			unread = true
 			resources = append(resources, adopted)
 			known[urn] = true
 			done = append(done, fmt.Sprintf("adopted %s %s (interrupted while creating; kept if it exists)", typ, id))
 		default:
-			return dep, nil, fmt.Errorf("pending create of %s: cannot adopt a resource of type %s; export the stack, remove the entry from pending_operations and import it (`pulumi stack export|import`)", urn, typ)
+			return dep, nil, false, fmt.Errorf("pending create of %s: cannot adopt a resource of type %s; export the stack, remove the entry from pending_operations and import it (`pulumi stack export|import`)", urn, typ)
 		}
 	}
 	doc["resources"] = resources
 	delete(doc, "pending_operations")
 	raw, err := json.Marshal(doc)
 	if err != nil {
-		return dep, nil, fmt.Errorf("write state: %w", err)
+		return dep, nil, false, fmt.Errorf("write state: %w", err)
 	}
-	return apitype.UntypedDeployment{Version: dep.Version, Deployment: raw}, done, nil
+	return apitype.UntypedDeployment{Version: dep.Version, Deployment: raw}, done, unread, nil
 }
 
 // lastSegment is what follows the last "::" of a provider reference "<urn>::<id>".

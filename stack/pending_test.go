@@ -34,18 +34,25 @@ func TestAdoptPending(t *testing.T) {
 		deployment string
 		wantDone   []string // substrings, one per entry
 		wantIDs    map[string]string
+		wantUnread bool
 		wantErr    string
 	}{
 		"none": {deployment: deployment(""), wantIDs: map[string]string{cmURN: "ns/a-configmap"}},
+		"adopted, not yet read": {
+			deployment: strings.Replace(deployment(""), `"outputs":{"big"`, `"outputs":{"`+adoptedMarker+`":"true","big"`, 1),
+			wantUnread: true,
+		},
 		"create of a Deployment": {
 			deployment: deployment(op("creating", depURN, "kubernetes:apps/v1:Deployment", depInputs)),
 			wantDone:   []string{"adopted kubernetes:apps/v1:Deployment ns/a"},
 			wantIDs:    map[string]string{cmURN: "ns/a-configmap", depURN: "ns/a"},
+			wantUnread: true,
 		},
 		"create of a cluster-scoped object": {
 			deployment: deployment(op("creating", "urn:pulumi:s::p::kubernetes:core/v1:Namespace::n", "kubernetes:core/v1:Namespace", `{"metadata":{"name":"n"}}`)),
 			wantDone:   []string{"adopted kubernetes:core/v1:Namespace n"},
 			wantIDs:    map[string]string{"urn:pulumi:s::p::kubernetes:core/v1:Namespace::n": "n"},
+			wantUnread: true,
 		},
 		"create already recorded": {
 			deployment: deployment(op("creating", cmURN, "kubernetes:core/v1:ConfigMap", `{"metadata":{"name":"a-configmap","namespace":"ns"}}`)),
@@ -76,7 +83,7 @@ func TestAdoptPending(t *testing.T) {
 		"not JSON": {deployment: `{"resources":`, wantErr: "read exported state"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, done, err := adoptPending(apitype.UntypedDeployment{Version: 3, Deployment: json.RawMessage(tc.deployment)})
+			got, done, unread, err := adoptPending(apitype.UntypedDeployment{Version: 3, Deployment: json.RawMessage(tc.deployment)})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
@@ -85,6 +92,9 @@ func TestAdoptPending(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if unread != tc.wantUnread {
+				t.Errorf("unread = %v, want %v", unread, tc.wantUnread)
 			}
 			if len(done) != len(tc.wantDone) {
 				t.Fatalf("done = %q, want %d entries like %q", done, len(tc.wantDone), tc.wantDone)
@@ -117,8 +127,8 @@ func TestAdoptPending(t *testing.T) {
 				if r.ID != "" && !strings.HasPrefix(string(r.Type), "pulumi:") {
 					ids[string(r.URN)] = string(r.ID)
 				}
-				if r.URN == depURN && r.Outputs["spec"] == nil {
-					t.Errorf("adopted Deployment has no outputs: %+v", r)
+				if r.URN == depURN && (r.Outputs["spec"] == nil || r.Outputs[adoptedMarker] == nil || r.Inputs[adoptedMarker] != nil) {
+					t.Errorf("adopted Deployment: want outputs = inputs + %s: %+v", adoptedMarker, r)
 				}
 			}
 			for urn, n := range seen {
