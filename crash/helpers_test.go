@@ -581,7 +581,7 @@ func openBackend(t *testing.T, rawURL, cluster, passphrase string) *backend {
 		auto.EnvVars(map[string]string{"PULUMI_CONFIG_PASSPHRASE": passphrase, "PULUMI_SKIP_UPDATE_CHECK": "true",
 			"PULUMI_DIY_BACKEND_NO_LEGACY_WARNING": "true"}))
 	if err != nil {
-		t.Fatalf("workspace: %v", stack.RedactURL(err.Error()))
+		t.Fatalf("workspace: %v", stack.RedactText(err.Error()))
 	}
 	return &backend{url: backendURL, cluster: cluster, mgr: mgr, ws: ws}
 }
@@ -621,11 +621,11 @@ func (b *backend) export(stackName string) (apitype.DeploymentV3, error) {
 	var d apitype.DeploymentV3
 	st, err := auto.SelectStack(ctx, stackName, b.ws)
 	if err != nil {
-		return d, fmt.Errorf("select stack %s: %s", stackName, stack.RedactURL(err.Error()))
+		return d, fmt.Errorf("select stack %s: %s", stackName, stack.RedactText(err.Error()))
 	}
 	ud, err := st.Export(ctx)
 	if err != nil {
-		return d, fmt.Errorf("export stack %s: %s", stackName, stack.RedactURL(err.Error()))
+		return d, fmt.Errorf("export stack %s: %s", stackName, stack.RedactText(err.Error()))
 	}
 	if err := json.Unmarshal(ud.Deployment, &d); err != nil {
 		return d, fmt.Errorf("export stack %s: version %d: %w", stackName, ud.Version, err)

@@ -96,3 +96,20 @@ func TestPrepareBackend(t *testing.T) {
 		t.Errorf("file backend directory not created: %v", err)
 	}
 }
+
+// TestBackendUnavailable: the CLI errors that mean "the state backend cannot be reached or
+// opened" (retried with a short backoff, reason BackendUnavailable), as the CLI v3.255.0
+// prints them, and errors that do not.
+func TestBackendUnavailable(t *testing.T) {
+	for msg, want := range map[string]bool{
+		`error: unable to open bucket postgres://pulumi:xxxxx@127.0.0.1:34939/pulumi?sslmode=disable: failed to ping PostgreSQL: dial tcp 127.0.0.1:34939: connect: connection refused`:                                                                                                                                                                                            true,
+		`error: unable to open bucket postgres://pulumi:xxxxx@127.0.0.1:35442/pulumi: failed to ping PostgreSQL: pq: password authentication failed for user "pulumi" (28P01)`:                                                                                                                                                                                                     true,
+		`error: read ".pulumi/meta.yaml": blob (key ".pulumi/meta.yaml") (code=Unknown): operation error S3: GetObject, exceeded maximum number of attempts, 3, https response error StatusCode: 0, RequestID: , HostID: , request send failed, Get "http://127.0.0.1:42759/pulumi-state/.pulumi/meta.yaml?x-id=GetObject": dial tcp 127.0.0.1:42759: connect: connection refused`: true,
+		`error: the stack is currently locked by 1 lock(s).`: false,
+		`error: resource "urn:pulumi:s::p::kubernetes:apps/v1:Deployment::deployment" was not successfully created by the Kubernetes API server: dial tcp 127.0.0.1:6443: connect: connection refused`: false,
+	} {
+		if got := backendUnavailable(msg); got != want {
+			t.Errorf("backendUnavailable(%.60q...) = %v, want %v", msg, got, want)
+		}
+	}
+}

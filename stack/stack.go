@@ -737,8 +737,7 @@ func classify(err error) error {
 		// update rewrites it (seen under load with two updates of one stack): the same
 		// situation as a lock, and the same wait.
 		oe.kind = ErrLocked
-	case strings.Contains(err.Error(), "unable to open bucket"):
-		// The DIY backends' open error (pkg/backend/diy: "unable to open bucket <url>: ...").
+	case backendUnavailable(err.Error()):
 		oe.kind = ErrBackendUnavailable
 	case pluginMissing(err.Error()):
 		oe.kind = ErrPluginMissing
@@ -748,6 +747,18 @@ func classify(err error) error {
 		oe.Summary = oe.Summary[:maxSummary] + "..."
 	}
 	return oe
+}
+
+// backendUnavailable recognizes a CLI error that says the state backend could not be
+// reached or opened: the DIY backends' open error ("unable to open bucket <url>: ...", e.g.
+// PostgreSQL down or refusing the password), or the first read of a bucket (the backend's
+// .pulumi/meta.yaml) failing to connect, which is how an unreachable S3 endpoint shows.
+func backendUnavailable(msg string) bool {
+	if strings.Contains(msg, "unable to open bucket") {
+		return true
+	}
+	return strings.Contains(msg, `read ".pulumi/meta.yaml"`) &&
+		(strings.Contains(msg, "dial tcp") || strings.Contains(msg, "request send failed") || strings.Contains(msg, "no such host"))
 }
 
 func pluginMissing(msg string) bool {
@@ -763,6 +774,10 @@ var urlPassword = regexp.MustCompile(`(://[^/\s:@]*):[^/\s@]*@`)
 
 // redactPasswords replaces every URL password in s with "xxxxx", as url.URL.Redacted does.
 func redactPasswords(s string) string { return urlPassword.ReplaceAllString(s, "${1}:xxxxx@") }
+
+// RedactText is s (any text: an error, a log line) with the password of every URL in it
+// replaced by "xxxxx". RedactURL is for one URL.
+func RedactText(s string) string { return redactPasswords(s) }
 
 // redactedError is an error whose text showed a URL password. It keeps no reference to the
 // original, so that nothing that walks an error chain can find the password.

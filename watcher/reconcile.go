@@ -33,6 +33,7 @@ func (w *Watcher) sync(ctx context.Context, key cache.ObjectName) error {
 	if apierrors.IsNotFound(err) {
 		w.metrics.forget(key)
 		w.applied.Delete(key)
+		w.destroyed.Delete(key)
 		return nil // deleted, and the finalizer already did its work
 	}
 	if err != nil {
@@ -307,8 +308,12 @@ func (w *Watcher) digest(d api.Desired, stackName string) string {
 // reconcileDelete destroys the stack, then removes the finalizer. A failed destroy keeps the
 // finalizer (and the object) and is retried: removing it first could orphan the objects.
 func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructured) error {
+	key := cache.MetaObjectToName(u)
 	if !hasFinalizer(u) {
 		return nil
+	}
+	if uid, ok := w.destroyed.Load(key); ok && uid == u.GetUID() {
+		return nil // an informer copy from before our finalizer removal
 	}
 	stackName, err := w.stacks.StackName(u.GetNamespace(), u.GetName())
 	if err != nil {
@@ -343,7 +348,11 @@ func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructu
 	}
 	w.recorder.Eventf(u, corev1.EventTypeNormal, ReasonDestroyed, "destroyed stack %s: %v", stackName, res.Changes)
 	w.log.Info("stack destroyed", "object", klogRef(u), "stack", stackName, "changes", res.Changes)
-	return w.removeFinalizer(ctx, u)
+	if err := w.removeFinalizer(ctx, u); err != nil {
+		return err
+	}
+	w.destroyed.Store(key, u.GetUID())
+	return nil
 }
 
 // reportRecovered logs, and records as a Warning Event, the pending operations of a killed

@@ -36,6 +36,7 @@ type programStacks struct {
 	*stack.Manager
 	kube     kubernetes.Interface
 	ups      atomic.Int32
+	destroys atomic.Int32
 	failures atomic.Int32
 
 	mu       sync.Mutex
@@ -72,6 +73,7 @@ func (p *programStacks) Up(ctx context.Context, d api.Desired, opts stack.RunOpt
 }
 
 func (p *programStacks) Destroy(ctx context.Context, stackName string) (stack.Result, error) {
+	p.destroys.Add(1)
 	res, err := p.Manager.Destroy(ctx, stackName)
 	if err != nil {
 		return res, err

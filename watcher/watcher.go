@@ -110,6 +110,11 @@ type Watcher struct {
 	// applied and requests cover the time until the informer shows our own status writes.
 	applied  appliedMap
 	requests handledRequests
+	// destroyed holds, per object, the UID whose stack was destroyed and finalizer removed,
+	// until the informer shows the object gone: a delivery of the object from before the
+	// finalizer's removal must not destroy again (that destroy finds no stack, and its lock
+	// sweep would create and remove the stack once more).
+	destroyed sync.Map
 }
 
 // New returns a Watcher of KindCustomHttp objects through client (dynamic) and kube (typed:

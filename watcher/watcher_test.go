@@ -241,6 +241,12 @@ func TestReconcileLifecycle(t *testing.T) {
 	if _, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(context.Background(), "web", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("deployment after delete: %v", err)
 	}
+	// One destroy: the informer's copies from before the finalizer's removal must not start
+	// another (it would re-create and remove the stack while sweeping for a lost lock).
+	time.Sleep(2 * time.Second)
+	if n := f.stacks.destroys.Load(); n != 1 {
+		t.Errorf("%d destroys for one delete, want 1", n)
+	}
 }
 
 // waitEvent waits for an Event with reason on the object called name.
@@ -374,4 +380,53 @@ func TestCRDValidation(t *testing.T) {
 	}
 	// No watcher runs here, so no finalizer was added: the object can simply go.
 	_ = cr.Delete(context.Background(), u.GetName(), metav1.DeleteOptions{})
+}
+
+// TestStaleDeleteDeliveryDestroysOnce: after the destroy and the finalizer's removal, the
+// workqueue can hand the worker the object again from an informer cache that still shows the
+// finalizer (the destroy's own deletions of the owned objects queue it). That copy must not
+// start a second destroy. A watcher that is not running (no informer to catch up) is given
+// the same stale copy twice.
+func TestStaleDeleteDeliveryDestroysOnce(t *testing.T) {
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	dir := t.TempDir()
+	m, err := stack.New(stack.Config{
+		Project: "kindcustomhttp", BackendURL: "file://" + filepath.Join(dir, "backend"), WorkRoot: filepath.Join(dir, "ws"),
+		PulumiPath: testenv.PulumiCLI(t), ClusterName: "test", Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stacks := &programStacks{Manager: m, kube: c.Kube}
+	ns := c.Namespace(t)
+	w := New(c.Client, c.Kube, stacks, Options{Namespace: ns, Registry: prometheus.NewRegistry(), Logger: testLogger()})
+	cr := c.Client.Resource(api.GroupVersionResource).Namespace(ns)
+	ctx := context.Background()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "groupsp.measutosh.dev/v1", "kind": "KindCustomHttp",
+		"metadata": map[string]any{"name": "gone", "namespace": ns, "finalizers": []any{Finalizer}},
+		"spec":     map[string]any{"replicaCount": int64(1), "port": int64(80)},
+	}}
+	if _, err := cr.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cr.Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stale, err := cr.Get(ctx, "gone", metav1.GetOptions{})
+	if err != nil || stale.GetDeletionTimestamp() == nil {
+		t.Fatalf("object being deleted: %v (deletionTimestamp %v)", err, stale.GetDeletionTimestamp())
+	}
+	for i := 0; i < 2; i++ {
+		if err := w.reconcileDelete(ctx, stale.DeepCopy()); err != nil {
+			t.Fatalf("delivery %d: %v", i+1, err)
+		}
+	}
+	if _, err := cr.Get(ctx, "gone", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("object still there after its destroy: %v", err)
+	}
+	if n := stacks.destroys.Load(); n != 1 {
+		t.Errorf("%d destroys for two deliveries of one deleted object, want 1", n)
+	}
 }
