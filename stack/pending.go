@@ -95,25 +95,21 @@ func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName st
 		return nil, nil
 	}
 	if len(done) == 0 {
-		// Adopted by an earlier run that died before its refresh.
+		// No entries: resources adopted by an earlier run that died before its refresh.
 		done = []string{"refreshed resources adopted by an interrupted run"}
-		if _, err := st.Refresh(ctx, optrefresh.SuppressProgress(), optrefresh.Color("never")); err != nil {
-			return done, fmt.Errorf("refresh stack %s after adopting its pending operations: %w", stackName, classify(err))
+	} else {
+		// The entries are a dead update's only if nobody is writing the state: read it
+		// again, and let the import's own lock catch an update that starts after that.
+		again, err := st.Export(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("export stack %s: %w", stackName, classify(err))
 		}
-		m.recordSettled(stackName)
-		return done, nil
-	}
-	// The entries are a dead update's only if nobody is writing the state: read it again,
-	// and let the import's own lock catch an update that starts after that.
-	again, err := st.Export(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("export stack %s: %w", stackName, classify(err))
-	}
-	if !bytes.Equal(first.Deployment, again.Deployment) {
-		return nil, &OperationError{Summary: "stack " + stackName + " has pending operations and its state is changing: another update is running", Err: ErrLocked, kind: ErrLocked}
-	}
-	if err := st.Import(ctx, fixed); err != nil {
-		return nil, fmt.Errorf("import stack %s without its pending operations: %w", stackName, classify(err))
+		if !bytes.Equal(first.Deployment, again.Deployment) {
+			return nil, &OperationError{Summary: "stack " + stackName + " has pending operations and its state is changing: another update is running", Err: ErrLocked, kind: ErrLocked}
+		}
+		if err := st.Import(ctx, fixed); err != nil {
+			return nil, fmt.Errorf("import stack %s without its pending operations: %w", stackName, classify(err))
+		}
 	}
 	if _, err := st.Refresh(ctx, optrefresh.SuppressProgress(), optrefresh.Color("never")); err != nil {
 		return done, fmt.Errorf("refresh stack %s after adopting its pending operations: %w", stackName, classify(err))
@@ -125,8 +121,9 @@ func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName st
 // adoptPending returns dep without pending operations, each pending create of a Kubernetes
 // object moved into the resources with its ID (outputs: its inputs and adoptedMarker), and
 // one line per entry saying what became of it; unread says whether the result holds a
-// resource adopted and not yet read (marked), which a refresh must read before an up. dep is a stack export (version 3); everything else in it is kept as it is (decoded
-// with json.Number, so no number changes). A pending create of another type than a
+// resource adopted and not yet read (marked), which a refresh must read before an up. dep
+// is a stack export (version 3); everything else in it is kept as it is (decoded with
+// json.Number, so no number changes). A pending create of another type than a
 // Kubernetes object or a provider is an error: the operator's program declares no such
 // resource, and adopting it would need that provider's ID rules.
 func adoptPending(dep apitype.UntypedDeployment) (_ apitype.UntypedDeployment, _ []string, unread bool, _ error) {
