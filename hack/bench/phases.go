@@ -100,14 +100,8 @@ func (b *bench) phaseLatency(ctx context.Context, doDrift, doChange bool) error 
 			clusterCPU = b.clusterCPU() - c0
 			return err
 		}
-		steps := []func() error{runRaw, runCR}
-		if i%2 == 1 {
-			steps = []func() error{runCR, runRaw}
-		}
-		for _, s := range steps {
-			if err := s(); err != nil {
-				return err
-			}
+		if err := alternate(i, runRaw, runCR); err != nil {
+			return err
 		}
 		what := "sample"
 		if i < warm {
@@ -214,14 +208,8 @@ func (b *bench) phaseDrift(ctx context.Context, op *operator, n, warm int) error
 			rawSecs = at.Sub(t0).Seconds()
 			return nil
 		}
-		steps := []func() error{runRaw, runOp}
-		if i%2 == 1 {
-			steps = []func() error{runOp, runRaw}
-		}
-		for _, s := range steps {
-			if err := s(); err != nil {
-				return err
-			}
+		if err := alternate(i, runRaw, runOp); err != nil {
+			return err
 		}
 		res.Operator = append(res.Operator, opSecs)
 		res.Floor = append(res.Floor, rawSecs)
@@ -255,14 +243,8 @@ func (b *bench) phaseChange(ctx context.Context, op *operator, n, warm int) erro
 			return err
 		}
 		runRaw := func() error { rawSecs, rawCPU, err = b.rawUp(ctx, b.raw, d, false); return err }
-		steps := []func() error{runRaw, runOp}
-		if i%2 == 1 {
-			steps = []func() error{runOp, runRaw}
-		}
-		for _, s := range steps {
-			if err := s(); err != nil {
-				return err
-			}
+		if err := alternate(i, runRaw, runOp); err != nil {
+			return err
 		}
 		res.Operator = append(res.Operator, opSecs)
 		res.Floor = append(res.Floor, rawSecs)
@@ -655,4 +637,17 @@ func machineBusy() float64 {
 		total += x
 	}
 	return total / clockTicks
+}
+
+// alternate runs a then b for even i, b then a for odd i, stopping at the first error: the
+// operator's run and its raw floor take turns going first, so neither always meets a warmer
+// or colder machine.
+func alternate(i int, a, b func() error) error {
+	if i%2 == 1 {
+		a, b = b, a
+	}
+	if err := a(); err != nil {
+		return err
+	}
+	return b()
 }
