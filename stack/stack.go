@@ -543,12 +543,11 @@ func (m *Manager) DestroyWith(ctx context.Context, stackName string, opts RunOpt
 		m.recordPending(stackName)
 		return res, fmt.Errorf("destroy stack %s: %w", stackName, classify(err))
 	}
-	m.recordPending(stackName) // removed: a stack of this name made later starts afresh
 	if d.Summary.ResourceChanges != nil {
 		res.Changes = *d.Summary.ResourceChanges
 	}
-	if err := os.RemoveAll(filepath.Join(m.cfg.WorkRoot, stackName)); err != nil {
-		return res, fmt.Errorf("remove workspace directory of stack %s: %w", stackName, err)
+	if err := m.forget(stackName); err != nil {
+		return res, err
 	}
 	return res, nil
 }
@@ -569,6 +568,12 @@ func (m *Manager) sweepRemoved(ctx context.Context, stackName string) error {
 	if err := st.Workspace().RemoveStack(ctx, stackName); err != nil {
 		return fmt.Errorf("remove stack %s: %w", stackName, classify(err))
 	}
+	return m.forget(stackName)
+}
+
+// forget drops what this Manager keeps of a stack removed from the backend: its settled
+// record (a stack of the same name made later starts afresh) and its workspace directory.
+func (m *Manager) forget(stackName string) error {
 	m.recordPending(stackName)
 	if err := os.RemoveAll(filepath.Join(m.cfg.WorkRoot, stackName)); err != nil {
 		return fmt.Errorf("remove workspace directory of stack %s: %w", stackName, err)
@@ -676,8 +681,7 @@ func (m *Manager) cancelLockOfMissingStack(ctx context.Context, stackName string
 	if err := st.Workspace().RemoveStack(ctx, stackName); err != nil {
 		return fmt.Errorf("remove stack %s after cancelling its lock: %w", stackName, classify(err))
 	}
-	m.recordPending(stackName)
-	return os.RemoveAll(filepath.Join(m.cfg.WorkRoot, stackName))
+	return m.forget(stackName)
 }
 
 // Exists reports whether the backend holds the stack.
