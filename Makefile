@@ -14,7 +14,7 @@ RUN_KUBECONFIG := $(LOCAL)/cluster/kubeconfig
 PASSPHRASE_FILE := $(LOCAL)/passphrase
 WORKERS ?= 2
 
-.PHONY: all build tools cluster cluster-down install uninstall run test e2e vet fmt clean
+.PHONY: all build tools plugins cluster cluster-down install uninstall run test e2e vet fmt clean
 
 all: build
 
@@ -22,10 +22,17 @@ all: build
 build:
 	go build -o $(BIN)/pulumi-operator .
 
-## tools: the pinned pulumi CLI, the local cluster's binaries and MinIO (S3 backend tests)
-tools: $(BIN)/pulumi
+## tools: the pinned pulumi CLI and its plugins, the local cluster's binaries and MinIO (S3 backend tests)
+tools: $(BIN)/pulumi plugins
 	hack/build-tools.sh $(BIN)
 	hack/build-minio.sh $(BIN)
+
+## plugins: the Kubernetes provider plugin (the version in go.mod) and the Go language host into the
+## project's Pulumi home, bin/pulumi-home, where the operator finds them. From the files named by
+## PULUMI_KUBERNETES_PLUGIN_FILE / PULUMI_GO_LANGUAGE_PLUGIN_FILE (air-gapped), else downloaded
+## (README.md "The Kubernetes provider plugin"). Seconds when already installed.
+plugins: $(BIN)/pulumi
+	hack/install-plugins.sh $(BIN)
 
 # The Automation API refuses a CLI that reports no version, hence the -X.
 $(BIN)/pulumi: hack/tools/pulumi/go.mod hack/tools/pulumi/go.sum

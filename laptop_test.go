@@ -148,7 +148,7 @@ func TestLaptopLockedStack(t *testing.T) {
 // The whole laptop and CI flow with the real program and provider: up, preview with and
 // without changes, stacks, refresh, destroy.
 func TestLaptopFlow(t *testing.T) {
-	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPlugin)
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
 	c := testenv.Connect(t)
 	c.InstallCRD(t)
 	ns := c.Namespace(t)

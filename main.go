@@ -184,7 +184,7 @@ func runWatch(parent context.Context, cfg *config) error {
 	}
 	slog.Info("watching", "cluster", cfg.clusterName, "namespace", cfg.namespace, "labelSelector", cfg.selector,
 		"workers", cfg.workers, "pulumiVersion", mgr.CLIVersion().String())
-	if p, err := stack.FindKubernetesPlugin(); err != nil {
+	if p, err := mgr.KubernetesPlugin(); err != nil {
 		slog.Warn("Kubernetes provider plugin not found: every up will fail with reason PluginMissing until it is installed", "err", err)
 	} else {
 		slog.Info("Kubernetes provider plugin found", "path", p)

@@ -109,7 +109,7 @@ func operatorBinary(t *testing.T) string {
 // needs and no reachable registry serves.
 func requirePlugin(t *testing.T) {
 	t.Helper()
-	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPlugin)
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
 }
 
 // requireEnv returns $name, or SKIPs saying how to get it (FAILs under CI=true, where

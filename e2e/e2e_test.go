@@ -74,7 +74,7 @@ func startOperator(t *testing.T, c *testenv.Cluster, ns string) (stateDir string
 }
 
 func TestSampleEndToEnd(t *testing.T) {
-	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPlugin)
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
 	c := testenv.Connect(t)
 	c.InstallCRD(t)
 	ns := c.Namespace(t)

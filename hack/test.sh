@@ -24,6 +24,7 @@ teardown() {
 	hack/postgres-down.sh --purge >/dev/null 2>&1 || true
 	hack/minio-down.sh --purge >/dev/null 2>&1 || true
 }
+test_start=$(date +%s)
 teardown
 trap teardown EXIT
 hack/cluster-up.sh
@@ -58,5 +59,7 @@ if grep -q '^FAIL' "${log}" && [[ "${failed}" -eq 0 ]]; then
 fi
 echo
 echo "full log: ${log}"
+# CI_START (epoch seconds, set by .ci/run) measures the whole CI run, tool builds included.
+echo "took $(( $(date +%s) - ${CI_START:-${test_start}} ))s since ${CI_START:+.ci/run started}${CI_START:-the test run started}"
 echo "${passed} passed, ${failed} failed, ${skipped} skipped"
 exit "${status}"

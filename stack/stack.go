@@ -73,6 +73,9 @@ type Config struct {
 	WorkRoot string
 	// PulumiPath is the pulumi CLI binary to run.
 	PulumiPath string
+	// PulumiHome is the CLI's PULUMI_HOME: where it finds plugins (the Kubernetes provider)
+	// and keeps its workspace settings. Empty takes DefaultPulumiHome(PulumiPath).
+	PulumiHome string
 	// SecretsProvider is "passphrase" (the default when empty) or a KMS URL
 	// (awskms://..., gcpkms://..., ...). Only "passphrase" needs a passphrase.
 	SecretsProvider string
@@ -132,6 +135,9 @@ func New(cfg Config) (*Manager, error) {
 	cmd, err := pulumiCommand(cfg.PulumiPath, cfg.WorkRoot)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.PulumiHome == "" {
+		cfg.PulumiHome = DefaultPulumiHome(cfg.PulumiPath)
 	}
 	env := map[string]string{
 		// No network here and none wanted: never look for CLI updates, never download a
@@ -294,14 +300,18 @@ func (m *Manager) workspaceOptions(stackName string, program pulumi.RunFunc) ([]
 		Runtime: workspace.NewProjectRuntimeInfo("go", nil),
 		Backend: &workspace.ProjectBackend{URL: m.cfg.BackendURL},
 	}
-	return []auto.LocalWorkspaceOption{
+	opts := []auto.LocalWorkspaceOption{
 		auto.WorkDir(dir),
 		auto.Pulumi(m.cmd),
 		auto.Project(proj),
 		auto.SecretsProvider(m.cfg.SecretsProvider),
 		auto.EnvVars(m.env),
 		auto.Program(program),
-	}, nil
+	}
+	if m.cfg.PulumiHome != "" {
+		opts = append(opts, auto.PulumiHome(m.cfg.PulumiHome))
+	}
+	return opts, nil
 }
 
 func (m *Manager) open(ctx context.Context, stackName string, program pulumi.RunFunc, create bool) (auto.Stack, error) {

@@ -111,9 +111,13 @@ func run() int {
 	if *render != "" {
 		return renderOnly(*render, *docs)
 	}
-	if p, err := stack.FindKubernetesPlugin(); err != nil {
+	// Every pulumi run of the bench, through the operator, the raw managers or the timing
+	// wrapper, uses the Pulumi home where `make plugins` put the provider.
+	if home := stack.DefaultPulumiHome(*pulumi); home != "" {
+		_ = os.Setenv("PULUMI_HOME", home)
+	}
+	if p, err := stack.FindKubernetesPluginFor(*pulumi); err != nil {
 		fmt.Printf("SKIP: the benchmarks need the Kubernetes provider plugin: %v\n", err)
-		fmt.Printf("      install it where there is internet: bin/pulumi plugin install resource kubernetes v%s\n", stack.KubernetesPluginVersion)
 		return exitSkip
 	} else if *preflight {
 		fmt.Println("bench: Kubernetes provider plugin:", p)
@@ -455,7 +459,7 @@ func (b *bench) versions() Versions {
 	if out, err := cmd.Output(); err == nil {
 		v.PulumiCLI = strings.TrimSpace(string(out))
 	}
-	if p, err := stack.FindKubernetesPlugin(); err == nil {
+	if p, err := stack.FindKubernetesPluginFor(b.pulumi); err == nil {
 		v.ProviderPlugin = "v" + stack.KubernetesPluginVersion + " (" + p + ")"
 	}
 	cmd = exec.Command("git", "describe", "--always", "--dirty")

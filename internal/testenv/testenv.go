@@ -1,7 +1,7 @@
 // Package testenv gives tests the real parts they run against: the repository's pinned pulumi
 // CLI, the local simulated cluster started by `make cluster`, and the Kubernetes provider
-// plugin. When a part is absent a test says SKIP with the reason; under CI=true a missing CLI
-// or cluster is a failure instead, because `make test` always provides them.
+// plugin. When a part is absent a test says SKIP with the reason; under CI=true a missing CLI,
+// cluster or plugin is a failure instead, because `make test` always provides them.
 package testenv
 
 import (
@@ -69,13 +69,16 @@ func Kubeconfig(t testing.TB) string {
 	return abs
 }
 
-// RequireKubernetesPlugin skips the test, loudly, when find (stack.FindKubernetesPlugin)
-// reports the Kubernetes provider plugin absent: it is in no registry this project can reach.
-func RequireKubernetesPlugin(t testing.TB, find func() (string, error)) string {
+// RequireKubernetesPlugin returns the Kubernetes provider plugin that the pinned CLI
+// (PulumiCLI) will run, as find (stack.FindKubernetesPluginFor) reports it. Where it is absent
+// the test says SKIP with the reason, loudly; under CI=true it fails instead: `make test`
+// installs the plugin (`make plugins`, from PULUMI_KUBERNETES_PLUGIN_FILE where there is no
+// internet), so a missing plugin there means the main job went untested.
+func RequireKubernetesPlugin(t testing.TB, find func(pulumiPath string) (string, error)) string {
 	t.Helper()
-	p, err := find()
+	p, err := find(PulumiCLI(t))
 	if err != nil {
-		t.Skipf("SKIP: needs the Kubernetes provider plugin: %v", err)
+		missing(t, "needs the Kubernetes provider plugin: "+err.Error())
 	}
 	return p
 }
