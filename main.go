@@ -55,6 +55,7 @@ type config struct {
 	leaderElect  bool
 	leaseNS      string
 	leaseName    string
+	lease        watcher.LeaderElection
 	grace        time.Duration
 	staleLock    time.Duration
 	logFormat    string
@@ -132,6 +133,12 @@ func newApp() *cli.App {
 					Usage: "`NAMESPACE` of the leader election Lease"},
 				&cli.StringFlag{Name: "leader-election-id", EnvVars: []string{"PULUMI_OPERATOR_LEADER_ELECTION_ID"}, Value: "pulumi-operator.groupsp.measutosh.dev", Destination: &cfg.leaseName,
 					Usage: "`NAME` of the Lease; operators sharing one must share a label selector"},
+				&cli.DurationFlag{Name: "leader-election-lease-duration", EnvVars: []string{"PULUMI_OPERATOR_LEADER_ELECTION_LEASE_DURATION"}, Value: 15 * time.Second, Destination: &cfg.lease.LeaseDuration,
+					Usage: "how long followers wait after the leader's last renewal before taking the Lease"},
+				&cli.DurationFlag{Name: "leader-election-renew-deadline", EnvVars: []string{"PULUMI_OPERATOR_LEADER_ELECTION_RENEW_DEADLINE"}, Value: 10 * time.Second, Destination: &cfg.lease.RenewDeadline,
+					Usage: "how long the leader retries renewing before it gives up leading and cancels its running operations (less than the lease duration)"},
+				&cli.DurationFlag{Name: "leader-election-retry-period", EnvVars: []string{"PULUMI_OPERATOR_LEADER_ELECTION_RETRY_PERIOD"}, Value: 2 * time.Second, Destination: &cfg.lease.RetryPeriod,
+					Usage: "how often candidates try to take or renew the Lease"},
 				&cli.DurationFlag{Name: "shutdown-grace", EnvVars: []string{"PULUMI_OPERATOR_SHUTDOWN_GRACE"}, Value: 25 * time.Second, Destination: &cfg.grace,
 					Usage: "on SIGTERM, how long running Pulumi operations may finish before they are cancelled"},
 				&cli.DurationFlag{Name: "stale-lock-timeout", EnvVars: []string{"PULUMI_OPERATOR_STALE_LOCK_TIMEOUT"}, Value: 30 * time.Minute, Destination: &cfg.staleLock,
@@ -160,6 +167,11 @@ func setupLogging(cfg *config) error {
 }
 
 func runWatch(parent context.Context, cfg *config) error {
+	if l := cfg.lease; cfg.leaderElect && (l.RetryPeriod <= 0 || l.RetryPeriod >= l.RenewDeadline || l.RenewDeadline >= l.LeaseDuration) {
+		// client-go's leaderelection requires this order; checked here to name the flags.
+		return fmt.Errorf("leader election: want 0 < --leader-election-retry-period (%s) < --leader-election-renew-deadline (%s) < --leader-election-lease-duration (%s)",
+			l.RetryPeriod, l.RenewDeadline, l.LeaseDuration)
+	}
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rc, err := restConfig(cfg.kubeconfig)
@@ -194,13 +206,16 @@ func runWatch(parent context.Context, cfg *config) error {
 	w := watcher.New(client, kube, mgr, watcher.Options{
 		Namespace: cfg.namespace, LabelSelector: cfg.selector, Resync: cfg.resync, DigestSalt: salt,
 		ShutdownGrace: cfg.grace, StaleLockTimeout: cfg.staleLock, Registry: reg, Metadata: meta,
+		FindPlugin: mgr.KubernetesPlugin,
 	})
 	serve(ctx, cfg.metricsAddr, "/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	serve(ctx, cfg.healthAddr, "/", healthHandler(w, cfg.leaderElect))
 	if !cfg.leaderElect {
 		return w.Run(ctx, cfg.workers)
 	}
-	return w.RunLeaderElected(ctx, kube, watcher.LeaderElection{Namespace: cfg.leaseNS, Name: cfg.leaseName}, cfg.workers)
+	le := cfg.lease
+	le.Namespace, le.Name = cfg.leaseNS, cfg.leaseName
+	return w.RunLeaderElected(ctx, kube, le, cfg.workers)
 }
 
 // healthHandler serves /healthz (the process answers) and /readyz (the informer caches have

@@ -27,6 +27,12 @@ func TestWatchConfigErrors(t *testing.T) {
 			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "watch"},
 			want: "PULUMI_CONFIG_PASSPHRASE",
 		},
+		"renew deadline not below the lease": {
+			env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
+			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "watch", "--leader-elect",
+				"--leader-election-lease-duration", "10s", "--leader-election-renew-deadline", "10s"},
+			want: "--leader-election-renew-deadline (10s) < --leader-election-lease-duration (10s)",
+		},
 		"bad log format": {
 			args: []string{"--log-format", "xml", "watch"},
 			want: "--log-format",

@@ -32,6 +32,15 @@ var ErrLeadershipLost = errors.New("lost leader election lease")
 // RunLeaderElected campaigns for the Lease and runs the watcher (Run with workers) only while
 // it leads. Followers wait, with their caches unstarted. Leading reports whether this process
 // leads now.
+//
+// Two ways to stop, each safe for the stacks:
+//   - ctx cancelled (SIGTERM): the leader keeps renewing the Lease while running operations
+//     finish within Options.ShutdownGrace, and releases it only then, so no other replica
+//     starts on a stack this one is still changing.
+//   - the Lease lost (renewal failed for RenewDeadline): running operations are cancelled at
+//     once, no grace, because another replica may take the Lease LeaseDuration after the last
+//     renewal, that is LeaseDuration-RenewDeadline (5 s by default) after the loss is noticed;
+//     RunLeaderElected then returns ErrLeadershipLost.
 func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubernetes.Interface, le LeaderElection, workers int) error {
 	if le.Identity == "" {
 		host, _ := os.Hostname()
@@ -51,34 +60,43 @@ func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubernetes.Interfac
 	if err != nil {
 		return fmt.Errorf("create leader election lock: %w", err)
 	}
-	runErr := make(chan error, 1)
+	// The election outlives ctx: after a SIGTERM the leader keeps the Lease until its
+	// operations are done (electing is cancelled then), a follower stops campaigning at once.
+	electing, stopElecting := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElecting()
 	var started atomic.Bool
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	runErr := make(chan error, 1)
+	go func() {
+		<-ctx.Done()
+		if !started.Load() {
+			stopElecting()
+		}
+	}()
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: lock, LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod,
 		ReleaseOnCancel: true,
 		Name:            le.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
+			OnStartedLeading: func(leading context.Context) {
 				started.Store(true)
 				w.leading.Store(true)
 				w.log.Info("became leader", "identity", le.Identity, "lease", le.Namespace+"/"+le.Name)
-				runErr <- w.Run(ctx, workers)
+				// leading ends when the Lease is lost (or after stopElecting, below).
+				runErr <- w.run(ctx, leading.Done(), workers)
+				stopElecting() // release the Lease: nothing of ours runs any more
 			},
 			OnStoppedLeading: func() {
 				w.leading.Store(false)
 				w.log.Info("stopped leading", "identity", le.Identity)
-				cancel()
 			},
 		},
 	})
 	if err != nil {
 		return fmt.Errorf("configure leader election: %w", err)
 	}
-	elector.Run(runCtx)
+	elector.Run(electing)
 	if started.Load() {
-		// Let Run finish its graceful shutdown before the process goes.
+		// After a loss, run returns once its cancelled operations have stopped.
 		if err := <-runErr; err != nil {
 			return err
 		}

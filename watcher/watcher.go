@@ -82,6 +82,14 @@ type Options struct {
 	// change of a spec.envFrom source rolls the pods within seconds; without it such a change
 	// is noticed at the next resync.
 	Metadata metadata.Interface
+	// FindPlugin, when set, reports where the Kubernetes provider plugin is
+	// (stack.Manager.KubernetesPlugin; an error when it is absent). Objects whose up failed
+	// with stack.ErrPluginMissing are then retried within PluginPoll of the plugin appearing,
+	// instead of after their backoff (up to 5 minutes).
+	FindPlugin func() (string, error)
+	// PluginPoll is how often FindPlugin is called while objects wait for the plugin.
+	// Default 2 s: FindPlugin only looks at files.
+	PluginPoll time.Duration
 	// Registry receives the watcher's Prometheus metrics; nil registers nowhere.
 	Registry prometheus.Registerer
 	// Logger receives structured logs; default slog.Default().
@@ -110,6 +118,9 @@ type Watcher struct {
 	// applied and requests cover the time until the informer shows our own status writes.
 	applied  appliedMap
 	requests handledRequests
+	// pluginWait holds the objects whose last up failed because the provider plugin is
+	// missing, to requeue when it appears (see Options.FindPlugin).
+	pluginWait keySet
 	// destroyed holds, per object, the UID whose stack was destroyed and finalizer removed,
 	// until the informer shows the object gone: a delivery of the object from before the
 	// finalizer's removal must not destroy again (that destroy finds no stack, and its lock
@@ -131,6 +142,9 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.PluginPoll == 0 {
+		opts.PluginPoll = 2 * time.Second
 	}
 	m := newMetrics(opts.Registry)
 	inf := dynamicinformer.NewFilteredDynamicInformer(client, api.GroupVersionResource, opts.Namespace,
@@ -226,44 +240,70 @@ func (w *Watcher) enqueue(obj any) {
 // ctx is cancelled. Then it takes no new work, lets running Pulumi operations finish for up to
 // Options.ShutdownGrace, cancels the rest (so no lock is left behind), and returns. It returns
 // an error only if the caches never sync.
-func (w *Watcher) Run(ctx context.Context, workers int) error {
+func (w *Watcher) Run(ctx context.Context, workers int) error { return w.run(ctx, nil, workers) }
+
+// run is Run, and also stops when lost is closed: the leader election lease is gone, and
+// another replica may take it over once the lease expires (LeaseDuration after the last
+// renewal, RenewDeadline of which has already passed). Then there is no grace period: running
+// operations are cancelled at once, so that Pulumi has stopped and released the stack's lock
+// before the new leader starts its own operations.
+func (w *Watcher) run(ctx context.Context, lost <-chan struct{}, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer w.events.Shutdown()
 	if workers < 1 {
 		workers = 1
 	}
-	go w.informer.RunWithContext(ctx)
-	w.owned.start(ctx)
+	// work ends with ctx (shutdown) or with the lease (lost).
+	work, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+	go func() {
+		select {
+		case <-lost:
+			stopWork()
+		case <-work.Done():
+		}
+	}()
+	go w.informer.RunWithContext(work)
+	w.owned.start(work)
 	if w.opts.Metadata != nil {
-		w.envSync = w.watchEnvSources(ctx, w.opts.Metadata, w.opts.Resync)
+		w.envSync = w.watchEnvSources(work, w.opts.Metadata, w.opts.Resync)
 	}
 	w.log.Info("waiting for informer caches to sync", "resource", api.GroupVersionResource.String(), "namespace", w.opts.Namespace)
-	if !cache.WaitForCacheSync(ctx.Done(), append(append(w.owned.synced(), w.envSync...), w.informer.HasSynced)...) {
+	if !cache.WaitForCacheSync(work.Done(), append(append(w.owned.synced(), w.envSync...), w.informer.HasSynced)...) {
 		w.queue.ShutDown()
 		return errors.New("wait for informer caches to sync: cancelled before they synced")
 	}
 
-	// Pulumi operations run on opCtx, which outlives ctx by the grace period.
-	opCtx, cancelOps := context.WithCancel(context.WithoutCancel(ctx))
+	// Pulumi operations run on opCtx, which outlives work by the grace period.
+	opCtx, cancelOps := context.WithCancel(context.WithoutCancel(work))
 	defer cancelOps()
+	go wait.UntilWithContext(work, w.requeueIfPluginAppeared, w.opts.PluginPoll)
 	w.log.Info("starting workers", "workers", workers)
 	var wg sync.WaitGroup
 	for i := 0; i < workers; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			wait.UntilWithContext(ctx, func(context.Context) { w.runWorker(opCtx) }, time.Second)
+			wait.UntilWithContext(work, func(context.Context) { w.runWorker(opCtx) }, time.Second)
 		}()
 	}
-	<-ctx.Done()
-	w.log.Info("shutting down: no new work, waiting for running operations", "grace", w.opts.ShutdownGrace.String())
+	<-work.Done()
 	w.queue.ShutDown()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
+	grace := w.opts.ShutdownGrace
+	if ctx.Err() == nil { // the lease was lost, not a shutdown
+		grace = 0
+		w.log.Warn("lost leadership: no new work, cancelling running operations now")
+	} else {
+		w.log.Info("shutting down: no new work, waiting for running operations", "grace", grace.String())
+	}
 	select {
 	case <-done:
-	case <-time.After(w.opts.ShutdownGrace):
-		w.log.Warn("grace period over: cancelling running operations")
+	case <-time.After(grace):
+		if grace > 0 {
+			w.log.Warn("grace period over: cancelling running operations")
+		}
 		cancelOps()
 		<-done
 	}
@@ -305,6 +345,11 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	} else {
 		w.log.Error("reconcile failed, will retry", "object", key.String(), "err", err)
 	}
+	if errors.Is(err, stack.ErrPluginMissing) && w.opts.FindPlugin != nil {
+		// Retried at once when the plugin appears (requeueIfPluginAppeared); the backoff
+		// below stays as the fallback.
+		w.pluginWait.add(key)
+	}
 	if errors.Is(err, stack.ErrBackendUnavailable) {
 		// The same doubling, capped lower: a run against a backend that is down fails before
 		// any provider starts (a fraction of a CPU-second), and the 5-minute cap made objects
@@ -314,4 +359,56 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	}
 	w.queue.AddRateLimited(key)
 	return true
+}
+
+// requeueIfPluginAppeared queues every object waiting for the Kubernetes provider plugin, with
+// its backoff reset, once Options.FindPlugin finds it. Installing the plugin while the operator
+// runs (`make plugins`, `pulumi plugin install`) so takes effect within Options.PluginPoll.
+func (w *Watcher) requeueIfPluginAppeared(context.Context) {
+	if w.opts.FindPlugin == nil || w.pluginWait.len() == 0 {
+		return
+	}
+	p, err := w.opts.FindPlugin()
+	if err != nil {
+		return
+	}
+	keys := w.pluginWait.drain()
+	w.log.Info("Kubernetes provider plugin found: retrying the objects that waited for it", "path", p, "objects", len(keys))
+	for _, k := range keys {
+		w.queue.Forget(k)
+		w.queue.Add(k)
+	}
+}
+
+// keySet is a set of object keys, safe for concurrent use.
+type keySet struct {
+	mu sync.Mutex
+	m  map[cache.ObjectName]struct{}
+}
+
+func (s *keySet) add(k cache.ObjectName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[cache.ObjectName]struct{}{}
+	}
+	s.m[k] = struct{}{}
+}
+
+func (s *keySet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// drain empties the set and returns what it held.
+func (s *keySet) drain() []cache.ObjectName {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]cache.ObjectName, 0, len(s.m))
+	for k := range s.m {
+		out = append(out, k)
+	}
+	s.m = nil
+	return out
 }
