@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"github.com/urfave/cli/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 	"github.com/pulumi-operator/pulumi-operator/stack"
@@ -36,24 +38,45 @@ func newLaptop(t *testing.T) *laptop {
 
 func (l *laptop) run(args ...string) (stdout, stderr string, code int) {
 	l.t.Helper()
+	_, done := l.start(args...)
+	r := <-done
+	return r.stdout, r.stderr, r.code
+}
+
+// laptopRun is how one run of the CLI ended.
+type laptopRun struct {
+	stdout, stderr string
+	code           int
+}
+
+// start runs the CLI like run, in the background: out shows its stdout while it runs, done
+// yields the result when it ends.
+func (l *laptop) start(args ...string) (out *syncBuffer, done <-chan laptopRun) {
+	l.t.Helper()
 	app := newApp()
-	var out, errOut bytes.Buffer
-	app.Writer, app.ErrWriter = &out, &errOut
+	out = &syncBuffer{}
+	var errOut bytes.Buffer
+	app.Writer, app.ErrWriter = out, &errOut
 	full := append([]string{"pulumi-operator", "--kubeconfig", l.kc, "--backend-url", "file://" + l.backend,
 		"--state-dir", l.state, "--pulumi", testenv.PulumiCLI(l.t), "--cluster-name", "laptop",
 		"--project-file", filepath.Join(testenv.RepoRoot(), "Pulumi.yaml")}, args...)
-	err := app.Run(full)
-	var ec cli.ExitCoder
-	switch {
-	case err == nil:
-	case errors.As(err, &ec):
-		code = ec.ExitCode()
-		errOut.WriteString(err.Error())
-	default:
-		code = ExitFailed
-		errOut.WriteString(err.Error())
-	}
-	return out.String(), errOut.String(), code
+	ch := make(chan laptopRun, 1)
+	go func() {
+		err := app.Run(full)
+		var code int
+		var ec cli.ExitCoder
+		switch {
+		case err == nil:
+		case errors.As(err, &ec):
+			code = ec.ExitCode()
+			errOut.WriteString(err.Error())
+		default:
+			code = ExitFailed
+			errOut.WriteString(err.Error())
+		}
+		ch <- laptopRun{stdout: out.String(), stderr: errOut.String(), code: code}
+	}()
+	return out, ch
 }
 
 func (l *laptop) stacks() []string {
@@ -105,43 +128,116 @@ func TestLaptopBadInput(t *testing.T) {
 	}
 }
 
+// holdLock starts an up of the existing stack name whose program blocks, and returns once that
+// update certainly holds the stack's lock: its program runs (the CLI takes the lock before it
+// runs the program) and the engine has answered the program's one registration. release
+// unblocks the program and returns the update's error, once it ended; the test's end
+// releases it too, and waits for it.
+func holdLock(t *testing.T, m *stack.Manager, name string) (release func() error) {
+	t.Helper()
+	held, unblock := make(chan struct{}), make(chan struct{})
+	var heldOnce, unblockOnce sync.Once
+	prog := func(ctx *pulumi.Context) error {
+		var c pulumi.ResourceState
+		if err := ctx.RegisterComponentResource("test:index:LockHolder", "holder", &c); err != nil {
+			return err
+		}
+		c.URN().ApplyT(func(pulumi.URN) int { heldOnce.Do(func() { close(held) }); return 0 })
+		<-unblock
+		return nil
+	}
+	finished := make(chan struct{})
+	var result error
+	go func() {
+		_, result = m.UpProgram(context.Background(), name, prog, stack.RunOptions{})
+		close(finished)
+	}()
+	stop := func() { unblockOnce.Do(func() { close(unblock) }) }
+	release = func() error { stop(); <-finished; return result }
+	// Before the test's directories go: the update writes into them until it ends.
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-finished:
+		case <-time.After(2 * time.Minute):
+		}
+	})
+	select {
+	case <-held:
+	case <-finished:
+		t.Fatalf("the lock holder's up ended before its program ran: %v", result)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the lock holder's program never ran")
+	}
+	return release
+}
+
 // While another update holds the stack's lock, up exits ExitLocked at once, saying who holds
-// it; with --wait-for-lock it waits and goes on.
+// it; with --wait-for-lock it waits until the holder is done and then applies the file.
 func TestLaptopLockedStack(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	c := testenv.Connect(t)
+	ns := c.Namespace(t)
 	l := newLaptop(t)
 	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + l.backend, WorkRoot: t.TempDir(),
 		PulumiPath: testenv.PulumiCLI(t), ClusterName: "laptop"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	name, _ := m.StackName("a", "noport") // any stack of a file below
-	slow := func(ctx *pulumi.Context) error { time.Sleep(8 * time.Second); return nil }
+	name, _ := m.StackName(ns, "locked") // the stack of the file below
 	if _, err := m.UpProgram(context.Background(), name, func(*pulumi.Context) error { return nil }, stack.RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { _, err := m.UpProgram(context.Background(), name, slow, stack.RunOptions{}); done <- err }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if locks, _ := filepath.Glob(filepath.Join(l.backend, ".pulumi", "locks", "*", "*", name, "*.json")); len(locks) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the slow update never took the lock")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	file := filepath.Join(t.TempDir(), "cr.yaml")
-	doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: noport, namespace: a}\nspec: {replicaCount: 1, port: 80}\n"
+	doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: locked, namespace: " + ns +
+		"}\nspec: {replicaCount: 1, port: 80}\n"
 	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	release := holdLock(t, m, name)
+
 	_, stderr, code := l.run("up", "-f", file)
 	if code != ExitLocked || !strings.Contains(stderr, "is locked by") || !strings.Contains(stderr, "--wait-for-lock") {
 		t.Fatalf("exit %d, stderr %q; want %d naming the lock holder", code, stderr, ExitLocked)
 	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
+
+	out, done := l.start("up", "-f", file, "--wait-for-lock", "5m")
+	waiting := "stack " + name + " is locked by another update; waiting"
+	var early *laptopRun // the command's end, if it ended while the lock was held
+	ended := func() bool {
+		select {
+		case r := <-done:
+			early = &r
+			return true
+		default:
+			return false
+		}
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true,
+		func(context.Context) (bool, error) { return ended() || strings.Contains(out.String(), waiting), nil })
+	if early != nil || ended() {
+		t.Fatalf("up --wait-for-lock ended while the lock was held: exit %d\n%s\n%s", early.code, early.stdout, early.stderr)
+	}
+	if err != nil {
+		t.Fatalf("up --wait-for-lock never said it waits for the lock; stdout:\n%s", out.String())
+	}
+	if err := release(); err != nil {
+		t.Fatalf("the lock holder's up failed: %v", err)
+	}
+	var r laptopRun
+	select {
+	case r = <-done:
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("up --wait-for-lock did not end after the lock was released; stdout:\n%s", out.String())
+	}
+	if r.code != 0 {
+		t.Fatalf("up --wait-for-lock after the lock was released: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := c.Kube.AppsV1().Deployments(ns).Get(context.Background(), "locked", metaGet); err != nil {
+		t.Fatalf("up --wait-for-lock succeeded but made no Deployment: %v", err)
+	}
+	if _, stderr, code := l.run("destroy", "-f", file, "--yes"); code != 0 {
+		t.Fatalf("destroy: exit %d: %s", code, stderr)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -131,8 +132,19 @@ func TestLeaderElection(t *testing.T) {
 	if err := cr.Delete(context.Background(), "led", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	// Gone means NotFound: any other error (a timeout under load) says nothing, poll on.
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := cr.Get(ctx, "led", metav1.GetOptions{})
-		return err != nil, nil
+		return apierrors.IsNotFound(err), nil
 	})
+	if err != nil {
+		obj, gerr := cr.Get(context.Background(), "led", metav1.GetOptions{})
+		switch {
+		case gerr == nil:
+			t.Fatalf("KindCustomHttp %s/led still exists 60 s after its delete (finalizers %v): the new leader did not destroy its stack and remove the finalizer",
+				ns, obj.GetFinalizers())
+		case !apierrors.IsNotFound(gerr):
+			t.Fatalf("KindCustomHttp %s/led: not seen deleted within 60 s; get: %v", ns, gerr)
+		}
+	}
 }

@@ -1,6 +1,13 @@
 package stack
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"time"
@@ -40,4 +47,62 @@ func parseLocks(msg string) []Lock {
 		locks = append(locks, Lock{User: m[1], Host: m[2], Pid: pid, Created: t})
 	}
 	return locks
+}
+
+// lockFile is the JSON of one DIY backend lock file (pkg/backend/diy/lock.go lockContent).
+type lockFile struct {
+	Pid       int       `json:"pid"`
+	Username  string    `json:"username"`
+	Hostname  string    `json:"hostname"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// fileBackendLocks reads the locks a file:// backend holds on stack project/stackName, from
+// the files <backend dir>/.pulumi/locks/<organization>/<project>/<stack>/<lock id>.json
+// (pkg/backend/diy lock.go stackLockDir and lockPath; a DIY backend's organization is always
+// "organization", matched by a wildcard all the same).
+//
+// held is true when at least one lock file exists; locks lists those that parse (a lock file
+// that is being written may be empty, and still means the lock is taken). Any other backend
+// (postgres://, s3://, Pulumi Cloud) has no lock files to read: held is false. An error means
+// the lock directory could not be read, so whether a lock is held is unknown.
+func fileBackendLocks(backendURL, project, stackName string) (held bool, locks []Lock, err error) {
+	u, err := url.Parse(backendURL)
+	if err != nil || u.Scheme != "file" {
+		return false, nil, nil
+	}
+	orgs := filepath.Join(u.Path, ".pulumi", "locks")
+	entries, err := os.ReadDir(orgs)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil, nil
+	}
+	if err != nil {
+		return false, nil, fmt.Errorf("read lock directory: %w", err)
+	}
+	for _, org := range entries {
+		dir := filepath.Join(orgs, org.Name(), project, stackName)
+		files, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return false, nil, fmt.Errorf("read lock directory: %w", err)
+		}
+		for _, f := range files {
+			if f.IsDir() || filepath.Ext(f.Name()) != ".json" {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(dir, f.Name()))
+			if errors.Is(err, fs.ErrNotExist) { // released while this looked
+				continue
+			}
+			held = true
+			var c lockFile
+			if err != nil || json.Unmarshal(b, &c) != nil {
+				continue
+			}
+			locks = append(locks, Lock{User: c.Username, Host: c.Hostname, Pid: c.Pid, Created: c.Timestamp})
+		}
+	}
+	return held, locks, nil
 }

@@ -737,6 +737,9 @@ func (e *OperationError) Unwrap() []error {
 // classify turns an Automation API error into an *OperationError carrying ErrLocked,
 // ErrBackendUnavailable or ErrPluginMissing where they apply. It must see the auto package's own error value: the
 // auto.Is* helpers do not unwrap.
+//
+// A torn checkpoint read is a plain failure here: whether it is a lock's wait depends on the
+// stack's lock, which only classifyStack can look at.
 func classify(err error) error {
 	if err == nil {
 		return nil
@@ -746,11 +749,6 @@ func classify(err error) error {
 	case auto.IsConcurrentUpdateError(err):
 		oe.kind = ErrLocked
 		oe.Locks = parseLocks(err.Error())
-	case strings.Contains(err.Error(), "failed to load checkpoint: EOF"):
-		// The file backend can hand a reader an empty checkpoint while another process's
-		// update rewrites it (seen under load with two updates of one stack): the same
-		// situation as a lock, and the same wait.
-		oe.kind = ErrLocked
 	case backendUnavailable(err.Error()):
 		oe.kind = ErrBackendUnavailable
 	case pluginMissing(err.Error()):
@@ -760,6 +758,30 @@ func classify(err error) error {
 	if len(oe.Summary) > maxSummary {
 		oe.Summary = oe.Summary[:maxSummary] + "..."
 	}
+	return oe
+}
+
+// tornRead is how the CLI reports a checkpoint it read empty: the file backend can hand a
+// reader an empty checkpoint while another process's update rewrites it (seen under load with
+// two updates of one stack).
+const tornRead = "failed to load checkpoint: EOF"
+
+// classifyStack is classify for an error of an operation on stackName. A torn checkpoint read
+// (tornRead) is ErrLocked, the same wait as a lock, with the locks as OperationError.Locks, only
+// while the file backend holds a lock on the stack (fileBackendLocks): then another update is
+// writing the checkpoint. With no lock held, on another backend, or when the lock files cannot
+// be read, it stays a plain failure: an empty checkpoint that nobody is writing is damage.
+func (m *Manager) classifyStack(stackName string, err error) error {
+	cerr := classify(err)
+	var oe *OperationError
+	if !errors.As(cerr, &oe) || oe.kind != nil || !strings.Contains(err.Error(), tornRead) {
+		return cerr
+	}
+	held, locks, lerr := fileBackendLocks(m.cfg.BackendURL, m.cfg.Project, stackName)
+	if lerr != nil || !held {
+		return cerr
+	}
+	oe.kind, oe.Locks = ErrLocked, locks
 	return oe
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,20 +16,6 @@ import (
 
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
-
-// waitForLockFile waits until the file backend holds a lock on the stack, so that a probe
-// does not take the lock before the update under test does.
-func waitForLockFile(t *testing.T, backend, stackName string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if m, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "locks", "*", "kindcustomhttp", stackName, "*.json")); len(m) > 0 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("stack %s was never locked", stackName)
-}
 
 // newManager returns a Manager on the real pinned CLI with a fresh file backend.
 func newManager(t *testing.T) (*Manager, string) {
@@ -171,74 +158,171 @@ func TestTwoStacksAtOnce(t *testing.T) {
 	}
 }
 
-// A second update of a stack that is being updated gets ErrLocked, not a generic failure.
+// holdLock starts an up of the existing stack name whose program blocks, and returns once that
+// update certainly holds the stack's lock: its program runs (the CLI takes the lock before it
+// runs the program) and the engine has applied the program's one registration (so no
+// checkpoint write is under way while the test probes). release unblocks the program and
+// returns the update's error, once it ended; the test's end releases it too, and waits for it.
+func holdLock(t *testing.T, m *Manager, name string) (release func() error) {
+	t.Helper()
+	held, unblock := make(chan struct{}), make(chan struct{})
+	var heldOnce, unblockOnce sync.Once
+	prog := func(ctx *pulumi.Context) error {
+		var c pulumi.ResourceState
+		if err := ctx.RegisterComponentResource("test:index:LockHolder", "holder", &c); err != nil {
+			return err
+		}
+		// The URN resolves when the engine answers the registration, after it wrote the step.
+		c.URN().ApplyT(func(pulumi.URN) int { heldOnce.Do(func() { close(held) }); return 0 })
+		<-unblock
+		return nil
+	}
+	finished := make(chan struct{})
+	var result error
+	go func() {
+		_, result = m.UpProgram(context.Background(), name, prog, RunOptions{})
+		close(finished)
+	}()
+	stop := func() { unblockOnce.Do(func() { close(unblock) }) }
+	release = func() error { stop(); <-finished; return result }
+	// Before the test's directories go: the update writes into them until it ends.
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-finished:
+		case <-time.After(2 * time.Minute):
+		}
+	})
+	select {
+	case <-held:
+	case <-finished:
+		t.Fatalf("the lock holder's up ended before its program ran: %v", result)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the lock holder's program never ran")
+	}
+	return release
+}
+
+// A second update of a stack that is being updated gets ErrLocked, naming the holder, not a
+// generic failure and never success. A torn checkpoint read is ErrLocked only while the lock
+// is held.
 func TestLockedStack(t *testing.T) {
-	m, backend := newManager(t)
+	m, _ := newManager(t)
 	name, _ := m.StackName("ns", "locked")
 	ctx := context.Background()
 	if _, err := m.UpProgram(ctx, name, program("x", 0), RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	slow := make(chan error, 1)
-	go func() {
-		_, err := m.UpProgram(ctx, name, program("y", 8*time.Second), RunOptions{})
-		slow <- err
-	}()
-	waitForLockFile(t, backend, name)
-	var err error
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		_, err = m.UpProgram(ctx, name, program("z", 0), RunOptions{})
-		var oe *OperationError
-		// A torn checkpoint read (ErrLocked without lock details) is retried: the lock's
-		// own report is what this test reads.
-		if err != nil && !(errors.As(err, &oe) && errors.Is(err, ErrLocked) && len(oe.Locks) == 0) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if !errors.Is(err, ErrLocked) {
-		t.Fatalf("concurrent up error = %v, want ErrLocked", err)
+	release := holdLock(t, m, name)
+	_, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{})
+	if err == nil {
+		t.Fatal("an up succeeded while another update held the stack's lock")
 	}
 	var oe *OperationError
 	host, _ := os.Hostname()
-	if !errors.As(err, &oe) || len(oe.Locks) != 1 || oe.Locks[0].Host != host || oe.Locks[0].Pid <= 0 ||
-		time.Since(oe.Locks[0].Created) > time.Minute {
-		t.Fatalf("lock details = %+v, want one lock of this host taken just now", oe)
+	if !errors.Is(err, ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) != 1 || oe.Locks[0].Host != host ||
+		oe.Locks[0].Pid <= 0 || time.Since(oe.Locks[0].Created) > time.Minute {
+		t.Fatalf("concurrent up = %v (%+v), want ErrLocked naming one lock of this host taken just now", err, oe)
 	}
-	if err := <-slow; err != nil && !errors.Is(err, ErrLocked) {
-		t.Fatalf("the slow up failed: %v", err)
+	holder := oe.Locks[0]
+
+	torn := errors.New("failed to run update: exit status 255\ncode: 255\nstdout: \nstderr: error: " + tornRead + "\n")
+	err = m.classifyStack(name, torn)
+	if oe = nil; !errors.As(err, &oe) || !errors.Is(err, ErrLocked) || len(oe.Locks) != 1 || !sameLock(oe.Locks[0], holder) {
+		t.Fatalf("torn read while %+v holds the lock = %v, want ErrLocked naming it", holder, err)
+	}
+
+	if err := release(); err != nil {
+		t.Fatalf("the lock holder's up failed: %v", err)
+	}
+	if err := m.classifyStack(name, torn); errors.Is(err, ErrLocked) || err == nil {
+		t.Fatalf("torn read with no lock held = %v, want a plain failure", err)
+	}
+	if res, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{}); err != nil || res.Outputs["greeting"] != "z" {
+		t.Fatalf("up after the lock was released = %+v, %v", res, err)
 	}
 }
 
-// killedLock creates stack name with one up, starts a second, slow up, SIGKILLs that up's
-// pulumi process while it holds the lock (as a crashed pod would), and returns the lock it
-// left behind.
-func killedLock(t *testing.T, m *Manager, backend, name string) Lock {
+// sameLock compares two reports of a lock; the CLI's message has the time to the second, the
+// lock file to the nanosecond.
+func sameLock(a, b Lock) bool {
+	return a.User == b.User && a.Host == b.Host && a.Pid == b.Pid && a.Created.Truncate(time.Second).Equal(b.Created.Truncate(time.Second))
+}
+
+// TestClassifyTornRead: the empty checkpoint read ("failed to load checkpoint: EOF") is a lock's
+// wait only while a lock file of that stack exists in the file backend.
+func TestClassifyTornRead(t *testing.T) {
+	const stackName = "test.ns.torn"
+	torn := errors.New("failed to run update: exit status 255\ncode: 255\nstdout: \nstderr: error: " + tornRead + "\n")
+	lockJSON := `{"pid":4242,"username":"op","hostname":"pod-a","timestamp":"2026-01-02T03:04:05Z"}`
+	tests := map[string]struct {
+		backend   string            // "" for a fresh file backend
+		files     map[string]string // lock files, relative to <backend>/.pulumi/locks
+		err       error
+		want      bool // ErrLocked
+		wantLocks []Lock
+	}{
+		"torn read, lock held": {files: map[string]string{"organization/kindcustomhttp/" + stackName + "/a.json": lockJSON}, err: torn,
+			want: true, wantLocks: []Lock{{User: "op", Host: "pod-a", Pid: 4242, Created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}},
+		"torn read, lock being written": {files: map[string]string{"organization/kindcustomhttp/" + stackName + "/a.json": ""}, err: torn,
+			want: true},
+		"torn read, no lock":                 {err: torn},
+		"torn read, lock of another stack":   {files: map[string]string{"organization/kindcustomhttp/test.ns.other/a.json": lockJSON}, err: torn},
+		"torn read, lock of another project": {files: map[string]string{"organization/other/" + stackName + "/a.json": lockJSON}, err: torn},
+		"torn read, not a file backend":      {backend: "postgres://u:p@localhost/db", err: torn},
+		"another failure, lock held": {files: map[string]string{"organization/kindcustomhttp/" + stackName + "/a.json": lockJSON},
+			err: errors.New("failed to run update: exit status 255\nstderr: error: boom\n")},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			backend := "file://" + t.TempDir()
+			if tc.backend != "" {
+				backend = tc.backend
+			}
+			for rel, content := range tc.files {
+				p := filepath.Join(strings.TrimPrefix(backend, "file://"), ".pulumi", "locks", filepath.FromSlash(rel))
+				if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m := &Manager{cfg: Config{Project: "kindcustomhttp", BackendURL: backend}}
+			err := m.classifyStack(stackName, tc.err)
+			var oe *OperationError
+			if err == nil || !errors.As(err, &oe) || !errors.Is(err, tc.err) {
+				t.Fatalf("classifyStack = %v, want an *OperationError wrapping the CLI's error", err)
+			}
+			if got := errors.Is(err, ErrLocked); got != tc.want {
+				t.Fatalf("classifyStack = %v: ErrLocked %v, want %v", err, got, tc.want)
+			}
+			if !slices.EqualFunc(oe.Locks, tc.wantLocks, sameLock) {
+				t.Fatalf("locks = %+v, want %+v", oe.Locks, tc.wantLocks)
+			}
+		})
+	}
+}
+
+// killedLock creates stack name with one up, holds its lock with a second up (holdLock),
+// SIGKILLs that up's pulumi process (as a crashed pod would), and returns the lock it left
+// behind.
+func killedLock(t *testing.T, m *Manager, name string) Lock {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := m.UpProgram(ctx, name, program("x", 0), RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	slow := make(chan error, 1)
-	go func() {
-		_, err := m.UpProgram(ctx, name, program("y", 20*time.Second), RunOptions{})
-		slow <- err
-	}()
-	waitForLockFile(t, backend, name)
-	var lock Lock
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && lock.Pid == 0 {
-		_, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{})
-		var oe *OperationError
-		if errors.As(err, &oe) && len(oe.Locks) == 1 {
-			lock = oe.Locks[0]
-		}
-		time.Sleep(200 * time.Millisecond)
+	release := holdLock(t, m, name)
+	_, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{})
+	var oe *OperationError
+	if err == nil {
+		t.Fatal("an up succeeded while another update held the stack's lock")
 	}
-	if lock.Pid == 0 {
-		t.Fatal("never saw the slow update's lock")
+	if !errors.Is(err, ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) != 1 {
+		t.Fatalf("up while the lock is held = %v, want ErrLocked naming one lock", err)
 	}
+	lock := oe.Locks[0]
 	p, err := os.FindProcess(lock.Pid)
 	if err != nil {
 		t.Fatal(err)
@@ -246,7 +330,7 @@ func killedLock(t *testing.T, m *Manager, backend, name string) Lock {
 	if err := p.Kill(); err != nil {
 		t.Fatalf("kill the lock holder (pid %d): %v", lock.Pid, err)
 	}
-	if err := <-slow; err == nil {
+	if err := release(); err == nil {
 		t.Fatal("the killed update reported success")
 	}
 	return lock
@@ -255,10 +339,10 @@ func killedLock(t *testing.T, m *Manager, backend, name string) Lock {
 // A lock left by a pulumi process that was killed (SIGKILL, as a crashed pod) stays until
 // CancelLock removes it; then updates work again.
 func TestStaleLockCancel(t *testing.T) {
-	m, backend := newManager(t)
+	m, _ := newManager(t)
 	name, _ := m.StackName("ns", "stale")
 	ctx := context.Background()
-	killedLock(t, m, backend, name)
+	killedLock(t, m, name)
 	if _, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{}); !errors.Is(err, ErrLocked) {
 		t.Fatalf("up after the kill = %v, want ErrLocked (the lock is left behind)", err)
 	}
@@ -437,7 +521,7 @@ func TestLockOfRemovedStack(t *testing.T) {
 	m, backend := newManager(t)
 	name, _ := m.StackName("ns", "removed")
 	ctx := context.Background()
-	lock := killedLock(t, m, backend, name)
+	lock := killedLock(t, m, name)
 	checkpoints, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json*"))
 	if len(checkpoints) == 0 {
 		t.Fatal("no checkpoint file to remove")
