@@ -1,9 +1,22 @@
 # The operator image: pulumi-operator, the pinned pulumi CLI and the pinned Kubernetes provider
 # plugin, so nothing is downloaded at run time. Not built in this project's CI (no Docker engine
 # there); the versions below must match go.mod, hack/tools/pulumi/go.mod and the Makefile.
+#
+# Build arguments (the defaults build the image users get, downloading what they need):
+#   BUILD_IMAGE, RUNTIME_IMAGE      base images, e.g. from a mirror or a local registry
+#   PULUMI_KUBERNETES_PLUGIN_FILE   the provider plugin archive (or binary) as a path inside the
+#                                   build context, e.g. .local/plugins/pulumi-resource-kubernetes-
+#                                   v4.33.0-linux-amd64.tar.gz: installed with `pulumi plugin
+#                                   install --file`, nothing downloaded (air-gapped builds; the
+#                                   same file `make plugins` takes). Empty: the official release.
+#                                   The plugin must run on RUNTIME_IMAGE: the official release is
+#                                   static, as distroless/static requires.
+# RUN --mount needs BuildKit (Docker 23+) or buildah/podman.
 ARG GO_VERSION=1.26
+ARG BUILD_IMAGE=golang:${GO_VERSION}
+ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
-FROM golang:${GO_VERSION} AS build
+FROM ${BUILD_IMAGE} AS build
 ARG PULUMI_VERSION=v3.255.0
 ARG KUBERNETES_PLUGIN_VERSION=v4.33.0
 WORKDIR /src
@@ -11,8 +24,14 @@ COPY hack/tools/pulumi/ hack/tools/pulumi/
 RUN cd hack/tools/pulumi && CGO_ENABLED=0 go build \
       -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=${PULUMI_VERSION}" \
       -o /out/bin/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
-# The provider's official release, installed by the pinned CLI into the image's plugin directory.
-RUN PULUMI_HOME=/out/pulumi-home /out/bin/pulumi plugin install resource kubernetes ${KUBERNETES_PLUGIN_VERSION}
+# The provider plugin, installed by the pinned CLI into the image's plugin directory: from the
+# file when one is given, else the official release. The ARG comes after the CLI build so that
+# setting it keeps the CLI's layer. The install log is not part of the image.
+ARG PULUMI_KUBERNETES_PLUGIN_FILE=
+RUN --mount=type=bind,target=/ctx PULUMI_HOME=/out/pulumi-home /out/bin/pulumi plugin install \
+      resource kubernetes ${KUBERNETES_PLUGIN_VERSION} \
+      ${PULUMI_KUBERNETES_PLUGIN_FILE:+--file /ctx/${PULUMI_KUBERNETES_PLUGIN_FILE}} && \
+    rm -rf /out/pulumi-home/logs
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
@@ -22,14 +41,14 @@ RUN CGO_ENABLED=0 go build -o /out/http-server ./cmd/http-server
 
 # The http server the operator deploys by default (`docker build --target http-server`):
 # listens on 8080, runs as 65532 on a read-only root file system.
-FROM gcr.io/distroless/static-debian12:nonroot AS http-server
+FROM ${RUNTIME_IMAGE} AS http-server
 COPY --from=build /out/http-server /usr/local/bin/http-server
 USER 65532:65532
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/http-server"]
 
 # The operator (the default, last target).
-FROM gcr.io/distroless/static-debian12:nonroot AS operator
+FROM ${RUNTIME_IMAGE} AS operator
 COPY --from=build /out/bin/ /usr/local/bin/
 COPY --from=build --chown=65532:65532 /out/pulumi-home/ /home/nonroot/.pulumi/
 COPY Pulumi.yaml /etc/pulumi-operator/Pulumi.yaml

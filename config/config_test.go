@@ -50,6 +50,7 @@ import (
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 	"github.com/pulumi-operator/pulumi-operator/internal/version"
+	"github.com/pulumi-operator/pulumi-operator/stack"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
@@ -1177,13 +1178,14 @@ func (f *rbacFixture) realRequests(t *testing.T) {
 // TestOperatorRunsOnItsRBAC runs the real operator binary with nothing but the ServiceAccount's
 // token: it must take the Lease, name the cluster, sync its informers, reconcile an object whose
 // envFrom names a Secret and a ConfigMap (add the finalizer, read both, write status and
-// Events, run up: Ready, or PluginMissing where the Kubernetes provider plugin is absent), and
-// on delete destroy the stack and remove the finalizer, all without a single "forbidden" in its
-// log. Where the plugin is present the provider runs on the token too: create, a spec change,
-// a repaired hand-made change, destroy.
+// Events, run up: Ready), and on delete destroy the stack and remove the finalizer, all without
+// a single "forbidden" in its log. The Kubernetes provider runs on the token too: create, a
+// spec change, a repaired hand-made change, destroy. Without the provider plugin the test
+// SKIPs (FAILs under CI=true): PluginMissing would prove none of that.
 func TestOperatorRunsOnItsRBAC(t *testing.T) {
-	f := applyRBAC(t)
 	cli := testenv.PulumiCLI(t)
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	f := applyRBAC(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 
@@ -1268,28 +1270,27 @@ func TestOperatorRunsOnItsRBAC(t *testing.T) {
 		_, _ = crs.Patch(context.Background(), "web", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	})
 
-	reason := f.waitSettled(t, crs, 1)
-	t.Logf("Ready reason %s", reason)
-	if reason == watcher.ReasonSucceeded {
-		// The provider plugin is here, so the provider ran on the token too: it created the
-		// objects. Now a spec change (an update through server-side apply and the Deployment
-		// await) and a change by hand (drift: live reads, refresh, repair).
-		deps := f.admin.Kube.AppsV1().Deployments(f.workNS)
-		if _, err := crs.Patch(ctx, "web", types.MergePatchType, []byte(`{"spec":{"replicaCount":2}}`), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		f.waitSettled(t, crs, 2)
-		if d, err := deps.Get(ctx, "web", metav1.GetOptions{}); err != nil || *d.Spec.Replicas != 2 {
-			t.Fatalf("Deployment after the spec change: %v, %v", d, err)
-		}
-		if _, err := deps.Patch(ctx, "web", types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		poll(t, "the hand-made change was never repaired", func(ctx context.Context) (bool, error) {
-			d, err := deps.Get(ctx, "web", metav1.GetOptions{})
-			return err == nil && *d.Spec.Replicas == 2, nil
-		})
+	f.waitSettled(t, crs, 1)
+	// A spec change (an update through server-side apply and the Deployment await) and a
+	// change by hand (drift: live reads, refresh, repair).
+	deps := f.admin.Kube.AppsV1().Deployments(f.workNS)
+	if d, err := deps.Get(ctx, "web", metav1.GetOptions{}); err != nil || *d.Spec.Replicas != 1 {
+		t.Fatalf("Deployment after the create: %v, %v", d, err)
 	}
+	if _, err := crs.Patch(ctx, "web", types.MergePatchType, []byte(`{"spec":{"replicaCount":2}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitSettled(t, crs, 2)
+	if d, err := deps.Get(ctx, "web", metav1.GetOptions{}); err != nil || *d.Spec.Replicas != 2 {
+		t.Fatalf("Deployment after the spec change: %v, %v", d, err)
+	}
+	if _, err := deps.Patch(ctx, "web", types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the hand-made change was never repaired", func(ctx context.Context) (bool, error) {
+		d, err := deps.Get(ctx, "web", metav1.GetOptions{})
+		return err == nil && *d.Spec.Replicas == 2, nil
+	})
 	poll(t, "no Event from the operator", func(ctx context.Context) (bool, error) {
 		evs, err := f.admin.Kube.CoreV1().Events(f.workNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web"})
 		if err != nil {
@@ -1334,13 +1335,11 @@ func (f *rbacFixture) refused() string {
 }
 
 // waitSettled waits until the operator has handled generation gen of the KindCustomHttp: the
-// finalizer is on and Ready is True, or False only because the provider plugin is missing. An
-// up that failed for any other reason (a refused request, say) fails the test. It returns
-// Ready's reason.
-func (f *rbacFixture) waitSettled(t *testing.T, crs dynamic.ResourceInterface, gen int64) string {
+// finalizer is on and Ready is True. An up that failed (a refused request, a missing plugin)
+// fails the test at once with the condition's message.
+func (f *rbacFixture) waitSettled(t *testing.T, crs dynamic.ResourceInterface, gen int64) {
 	t.Helper()
-	var reason string
-	poll(t, fmt.Sprintf("generation %d never reached Ready or PluginMissing", gen), func(ctx context.Context) (bool, error) {
+	poll(t, fmt.Sprintf("generation %d never became Ready", gen), func(ctx context.Context) (bool, error) {
 		if line := f.refused(); line != "" {
 			return false, fmt.Errorf("the operator was refused something: %s", line)
 		}
@@ -1354,17 +1353,15 @@ func (f *rbacFixture) waitSettled(t *testing.T, crs dynamic.ResourceInterface, g
 			if m["type"] != watcher.ConditionReady || m["observedGeneration"] != gen {
 				continue
 			}
-			switch {
-			case m["status"] == "True", m["reason"] == watcher.ReasonPluginMissing:
-				reason = fmt.Sprint(m["reason"])
-				return true, nil
-			case m["reason"] == watcher.ReasonUpdateFailed:
-				return false, fmt.Errorf("up failed: %v", m["message"])
+			switch m["reason"] {
+			case watcher.ReasonSucceeded:
+				return m["status"] == "True", nil
+			case watcher.ReasonUpdateFailed, watcher.ReasonPluginMissing:
+				return false, fmt.Errorf("up failed (%v): %v", m["reason"], m["message"])
 			}
 		}
 		return false, nil
 	})
-	return reason
 }
 
 func (f *rbacFixture) writeKubeconfig(t *testing.T, path string) {

@@ -15,6 +15,10 @@
 #   PULUMI_GO_LANGUAGE_PLUGIN_FILE  network (the air-gapped install; CI points them at ../shared/plugins)
 #   otherwise                       `pulumi plugin install` downloads the official release
 #
+# Exit status: non-zero when the Kubernetes provider cannot be installed, unless PLUGINS_REQUIRED=0
+# (`make tools` outside CI), which prints the same error and goes on: the operator then reports
+# PluginMissing and the tests that need the plugin SKIP. The Go language host is never required.
+#
 # Idempotent: a plugin already installed at the wanted version (and, when installed from a file,
 # from a file with the same SHA-256) is kept, in well under a second. FORCE=1 reinstalls.
 #
@@ -26,6 +30,7 @@ DEST="${1:-${REPO_ROOT}/bin}"
 DEST="$(cd "${DEST}" && pwd)"
 PULUMI="${DEST}/pulumi"
 FORCE="${FORCE:-0}"
+PLUGINS_REQUIRED="${PLUGINS_REQUIRED:-1}"
 export PULUMI_HOME="${DEST}/pulumi-home"
 # No update check, no telemetry prompt; the install itself is the only network use, and only
 # without a file.
@@ -68,12 +73,14 @@ install_plugin() {
 Either
   - give the plugin file: ${file_var}=/path/to/${binary}-${version}-linux-amd64.tar.gz (or the binary), or
   - run where the official release can be downloaded (\`${PULUMI} plugin install ${kind} ${name} ${version}\`)."
-		if [[ "${required}" == "required" ]]; then
-			echo "${msg}" >&2
-			return 1
-		fi
 		echo "${msg}" >&2
-		echo "install-plugins: going on without it: only the plain pulumi CLI running this project needs it" >&2
+		if [[ "${required}" == "required" && "${PLUGINS_REQUIRED}" != "0" ]]; then
+			return 1
+		elif [[ "${required}" == "required" ]]; then
+			echo "install-plugins: going on without it (PLUGINS_REQUIRED=0): objects report PluginMissing, tests that need it SKIP (and fail under CI=true)" >&2
+		else
+			echo "install-plugins: going on without it: only the plain pulumi CLI running this project needs it" >&2
+		fi
 		return 0
 	fi
 	echo "${want}" >"${stamp}"

@@ -64,13 +64,15 @@ func FindKubernetesPlugin(home string) (string, error) {
 	}
 	dir := filepath.Join(home, "plugins", "resource-kubernetes-v"+KubernetesPluginVersion)
 	p := filepath.Join(dir, KubernetesPluginBinary)
-	if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-		// Pulumi marks an install still in progress with <dir>.partial.
-		if _, err := os.Stat(dir + ".partial"); errors.Is(err, os.ErrNotExist) {
-			return p, nil
-		}
+	// The engine takes only a real directory as a plugin's (workspace.tryPlugin checks
+	// DirEntry.IsDir, which is false for a symbolic link), so Lstat, not Stat.
+	di, derr := os.Lstat(dir)
+	fi, ferr := os.Stat(p)
+	_, perr := os.Stat(dir + ".partial") // Pulumi marks an install still in progress so
+	if derr == nil && di.IsDir() && ferr == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 && errors.Is(perr, os.ErrNotExist) {
+		return p, nil
 	}
-	return "", fmt.Errorf("%w: %s v%s is neither on PATH nor in %s; install it with `make plugins` "+
+	return "", fmt.Errorf("%w: %s v%s is neither on PATH nor in the directory %s; install it with `make plugins` "+
 		"(PULUMI_KUBERNETES_PLUGIN_FILE=<archive> where there is no internet) or "+
 		"`PULUMI_HOME=%s pulumi plugin install resource kubernetes v%s [--file <archive>]`",
 		ErrPluginMissing, KubernetesPluginBinary, KubernetesPluginVersion, dir, home, KubernetesPluginVersion)

@@ -3,7 +3,9 @@ package watcher
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,9 +19,11 @@ import (
 
 // An object that failed with PluginMissing is retried within seconds of the plugin appearing,
 // not after its backoff. Real parts throughout: the real program and CLI run with a Pulumi home
-// that has no plugin (a real PluginMissing), the object fails until its backoff has grown to
-// 8 s or more, then the installed provider appears in that home (a link to the one `make
-// plugins` installed), and the next up must start within PluginPoll plus a margin.
+// that has no plugin (a real PluginMissing), and the object fails until its backoff has grown
+// to 8 s or more. Then, at a moment when no up runs, the provider appears in that home at once
+// (installed with `pulumi plugin install --file` into a staging home and renamed into place),
+// and an up must start within PluginPoll plus a margin and succeed. Every up that started
+// before the plugin appeared must have failed, so a lucky retry cannot pass the test.
 func TestPluginMissingRecoversWhenPluginAppears(t *testing.T) {
 	cli := testenv.PulumiCLI(t)
 	installed := testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
@@ -27,9 +31,14 @@ func TestPluginMissingRecoversWhenPluginAppears(t *testing.T) {
 	c.InstallCRD(t)
 	ns := c.Namespace(t)
 	dir := t.TempDir()
-	home := filepath.Join(dir, "pulumi-home")
+	home, staging := filepath.Join(dir, "pulumi-home"), filepath.Join(dir, "staging-home")
 	if err := os.MkdirAll(filepath.Join(home, "plugins"), 0o700); err != nil {
 		t.Fatal(err)
+	}
+	install := exec.Command(cli, "plugin", "install", "resource", "kubernetes", "v"+stack.KubernetesPluginVersion, "--file", installed)
+	install.Env = append(os.Environ(), "PULUMI_HOME="+staging, "PULUMI_SKIP_UPDATE_CHECK=true")
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("pulumi plugin install: %v\n%s", err, out)
 	}
 	m, err := stack.New(stack.Config{
 		Project: "kindcustomhttp", BackendURL: "file://" + filepath.Join(dir, "backend"), WorkRoot: filepath.Join(dir, "ws"),
@@ -42,8 +51,9 @@ func TestPluginMissingRecoversWhenPluginAppears(t *testing.T) {
 	if _, err := m.KubernetesPlugin(); err == nil {
 		t.Fatalf("the empty Pulumi home %s already has the plugin (is pulumi-resource-kubernetes on PATH?)", home)
 	}
+	ups := &recordingStacks{Manager: m}
 	reg := prometheus.NewRegistry()
-	w := New(c.Client, c.Kube, m, Options{Namespace: ns, Resync: time.Minute, Registry: reg, Logger: testLogger(),
+	w := New(c.Client, c.Kube, ups, Options{Namespace: ns, Resync: time.Minute, Registry: reg, Logger: testLogger(),
 		FindPlugin: m.KubernetesPlugin, PluginPoll: 500 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -61,22 +71,97 @@ func TestPluginMissingRecoversWhenPluginAppears(t *testing.T) {
 	f.waitFor(t, "web", "Ready False with reason PluginMissing", func(o *api.KindCustomHttp) bool {
 		return cond(o, ConditionReady).Reason == ReasonPluginMissing
 	})
-	// Four failed ups (after 1, 2 and 4 s of backoff): the next retry is 8 s or more away.
-	pollFor(t, 60*time.Second, "four failed reconciles", func() bool {
-		return counter(t, reg, "pulumi_operator_reconciles_total", "result", "error") >= 4
+	// Four failed ups (after backoffs of 1, 2 and 4 s): the next retry is 8 s or more away.
+	var appeared time.Time
+	pollFor(t, 3*time.Minute, "four failed ups and none running", func() bool {
+		if ups.failed() < 4 || !ups.idle() {
+			return false
+		}
+		dirName := "resource-kubernetes-v" + stack.KubernetesPluginVersion
+		if err := os.Rename(filepath.Join(staging, "plugins", dirName), filepath.Join(home, "plugins", dirName)); err != nil {
+			t.Fatal(err)
+		}
+		appeared = time.Now()
+		return true
 	})
+	f.waitFor(t, "web", "Ready after the plugin appeared", readyAt(1))
+	first, ok := ups.firstStartAfter(appeared)
+	if !ok {
+		t.Fatal("Ready, but no up started after the plugin appeared")
+	}
+	if wait := first.Sub(appeared); wait > 2500*time.Millisecond {
+		t.Fatalf("the first up started %s after the plugin appeared; want within PluginPoll (0.5 s) plus a margin, not the backoff (8 s or more)",
+			wait.Round(100*time.Millisecond))
+	}
+	if n := ups.succeededStartingBefore(appeared); n > 0 {
+		t.Fatalf("%d up(s) that started before the plugin appeared succeeded", n)
+	}
+	t.Logf("up started %s after the plugin appeared, after %d failed ups", first.Sub(appeared).Round(10*time.Millisecond), ups.failed())
+}
 
-	link := filepath.Join(home, "plugins", "resource-kubernetes-v"+stack.KubernetesPluginVersion)
-	if err := os.Symlink(filepath.Dir(installed), link); err != nil {
-		t.Fatal(err)
+// recordingStacks is the real Manager, recording when each up started and how it ended.
+type recordingStacks struct {
+	*stack.Manager
+	mu      sync.Mutex
+	running int
+	ups     []upRecord
+}
+
+type upRecord struct {
+	start time.Time
+	err   error
+	ended bool
+}
+
+func (r *recordingStacks) Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
+	r.mu.Lock()
+	r.running++
+	i := len(r.ups)
+	r.ups = append(r.ups, upRecord{start: time.Now()})
+	r.mu.Unlock()
+	res, err := r.Manager.Up(ctx, d, opts)
+	r.mu.Lock()
+	r.running--
+	r.ups[i].err, r.ups[i].ended = err, true
+	r.mu.Unlock()
+	return res, err
+}
+
+func (r *recordingStacks) idle() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.running == 0 }
+
+func (r *recordingStacks) failed() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, u := range r.ups {
+		if u.ended && u.err != nil {
+			n++
+		}
 	}
-	appeared := time.Now()
-	o := f.waitFor(t, "web", "Ready after the plugin appeared", readyAt(1))
-	// lastUpdate.startTime is truncated to the second, hence the extra second.
-	if started := o.Status.LastUpdate.StartTime.Time; started.Sub(appeared) > 4*time.Second {
-		t.Fatalf("the up started %s after the plugin appeared; want within PluginPoll (0.5 s) plus a margin, not the backoff",
-			started.Sub(appeared).Round(100*time.Millisecond))
+	return n
+}
+
+func (r *recordingStacks) firstStartAfter(t time.Time) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, u := range r.ups {
+		if u.start.After(t) {
+			return u.start, true
+		}
 	}
+	return time.Time{}, false
+}
+
+func (r *recordingStacks) succeededStartingBefore(t time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, u := range r.ups {
+		if u.start.Before(t) && u.ended && u.err == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // waitGone waits until the object no longer exists (its finalizer removed after destroy).
