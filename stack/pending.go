@@ -84,7 +84,7 @@ func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName st
 	}
 	first, err := st.Export(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("export stack %s: %w", stackName, classify(err))
+		return nil, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	fixed, done, unread, err := adoptPending(first)
 	if err != nil {
@@ -102,17 +102,17 @@ func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName st
 		// again, and let the import's own lock catch an update that starts after that.
 		again, err := st.Export(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("export stack %s: %w", stackName, classify(err))
+			return nil, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, err))
 		}
 		if !bytes.Equal(first.Deployment, again.Deployment) {
 			return nil, &OperationError{Summary: "stack " + stackName + " has pending operations and its state is changing: another update is running", Err: ErrLocked, kind: ErrLocked}
 		}
 		if err := st.Import(ctx, fixed); err != nil {
-			return nil, fmt.Errorf("import stack %s without its pending operations: %w", stackName, classify(err))
+			return nil, fmt.Errorf("import stack %s without its pending operations: %w", stackName, m.classifyStack(stackName, err))
 		}
 	}
 	if _, err := st.Refresh(ctx, optrefresh.SuppressProgress(), optrefresh.Color("never")); err != nil {
-		return done, fmt.Errorf("refresh stack %s after adopting its pending operations: %w", stackName, classify(err))
+		return done, fmt.Errorf("refresh stack %s after adopting its pending operations: %w", stackName, m.classifyStack(stackName, err))
 	}
 	m.recordSettled(stackName)
 	return done, nil

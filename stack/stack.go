@@ -321,7 +321,7 @@ func (m *Manager) open(ctx context.Context, stackName string, program pulumi.Run
 	}
 	ws, err := auto.NewLocalWorkspace(ctx, opts...)
 	if err != nil {
-		return auto.Stack{}, fmt.Errorf("open workspace of stack %s: %w", stackName, classify(err))
+		return auto.Stack{}, fmt.Errorf("open workspace of stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	// auto.UpsertStack does the same select-then-create; written out to know whether the
 	// stack is new, and so holds no pending operation.
@@ -406,7 +406,7 @@ func (m *Manager) UpProgram(ctx context.Context, stackName string, program pulum
 	res := Result{Operation: "up", Start: time.Now()}
 	st, err := m.open(ctx, stackName, program, true)
 	if err != nil {
-		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
+		return res, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	if res.Recovered, err = m.settlePending(ctx, st, stackName); err != nil {
 		return res, err
@@ -427,7 +427,7 @@ func (m *Manager) UpProgram(ctx context.Context, stackName string, program pulum
 	res.End = time.Now()
 	if err != nil {
 		m.recordPending(stackName)
-		return res, fmt.Errorf("up stack %s: %w", stackName, classify(err))
+		return res, fmt.Errorf("up stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	if up.Summary.ResourceChanges != nil {
 		res.Changes = *up.Summary.ResourceChanges
@@ -454,7 +454,7 @@ func (m *Manager) PreviewProgram(ctx context.Context, stackName string, program 
 	}
 	st, err := m.open(ctx, stackName, program, true)
 	if err != nil {
-		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
+		return res, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	if !existed {
 		defer func() {
@@ -477,7 +477,7 @@ func (m *Manager) PreviewProgram(ctx context.Context, stackName string, program 
 	pr, err := st.Preview(ctx, o...)
 	res.End = time.Now()
 	if err != nil {
-		return res, fmt.Errorf("preview stack %s: %w", stackName, classify(err))
+		return res, fmt.Errorf("preview stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	res.Changes = make(map[string]int, len(pr.ChangeSummary))
 	for op, n := range pr.ChangeSummary {
@@ -493,7 +493,7 @@ func (m *Manager) Refresh(ctx context.Context, stackName string, opts RunOptions
 	noop := func(*pulumi.Context) error { return nil }
 	st, err := m.open(ctx, stackName, noop, false)
 	if err != nil {
-		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
+		return res, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	if res.Recovered, err = m.settlePending(ctx, st, stackName); err != nil {
 		return res, err
@@ -508,7 +508,7 @@ func (m *Manager) Refresh(ctx context.Context, stackName string, opts RunOptions
 	res.End = time.Now()
 	if err != nil {
 		m.recordPending(stackName)
-		return res, fmt.Errorf("refresh stack %s: %w", stackName, classify(err))
+		return res, fmt.Errorf("refresh stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	if r.Summary.ResourceChanges != nil {
 		res.Changes = *r.Summary.ResourceChanges
@@ -535,7 +535,7 @@ func (m *Manager) DestroyWith(ctx context.Context, stackName string, opts RunOpt
 			res.End = time.Now()
 			return res, err
 		}
-		return res, fmt.Errorf("select stack %s: %w", stackName, classify(err))
+		return res, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	// A pending create left by a killed up is an object the destroy would not delete.
 	if res.Recovered, err = m.settlePending(ctx, st, stackName); err != nil {
@@ -551,7 +551,7 @@ func (m *Manager) DestroyWith(ctx context.Context, stackName string, opts RunOpt
 	res.End = time.Now()
 	if err != nil {
 		m.recordPending(stackName)
-		return res, fmt.Errorf("destroy stack %s: %w", stackName, classify(err))
+		return res, fmt.Errorf("destroy stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	if d.Summary.ResourceChanges != nil {
 		res.Changes = *d.Summary.ResourceChanges
@@ -573,10 +573,10 @@ func (m *Manager) sweepRemoved(ctx context.Context, stackName string) error {
 	noop := func(*pulumi.Context) error { return nil }
 	st, err := m.open(ctx, stackName, noop, true)
 	if err != nil {
-		return fmt.Errorf("select stack %s: %w", stackName, classify(err))
+		return fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	if err := st.Workspace().RemoveStack(ctx, stackName); err != nil {
-		return fmt.Errorf("remove stack %s: %w", stackName, classify(err))
+		return fmt.Errorf("remove stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	return m.forget(stackName)
 }
@@ -655,10 +655,10 @@ func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
 		return m.cancelLockOfMissingStack(ctx, stackName)
 	}
 	if err != nil {
-		return fmt.Errorf("select stack %s: %w", stackName, classify(err))
+		return fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	if err := st.Cancel(ctx); err != nil {
-		return fmt.Errorf("cancel lock of stack %s: %w", stackName, classify(err))
+		return fmt.Errorf("cancel lock of stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	return nil
 }
@@ -672,7 +672,7 @@ func (m *Manager) cancelLockOfMissingStack(ctx context.Context, stackName string
 	defer func() { _ = os.RemoveAll(filepath.Join(m.cfg.WorkRoot, tmpName)) }()
 	tmp, err := m.open(ctx, tmpName, noop, true)
 	if err != nil {
-		return fmt.Errorf("create stack %s to take over the lock of missing stack %s: %w", tmpName, stackName, classify(err))
+		return fmt.Errorf("create stack %s to take over the lock of missing stack %s: %w", tmpName, stackName, m.classifyStack(tmpName, err))
 	}
 	// auto's Rename reads the history of the old name after `stack rename` and so always
 	// fails once the rename has worked: whether the stack now exists is the answer.
@@ -683,13 +683,13 @@ func (m *Manager) cancelLockOfMissingStack(ctx context.Context, stackName string
 		if renameErr != nil {
 			err = renameErr
 		}
-		return fmt.Errorf("rename stack %s to missing stack %s: %w", tmpName, stackName, classify(err))
+		return fmt.Errorf("rename stack %s to missing stack %s: %w", tmpName, stackName, m.classifyStack(stackName, err))
 	}
 	if err := st.Cancel(ctx); err != nil {
-		return fmt.Errorf("cancel lock of stack %s: %w", stackName, classify(err))
+		return fmt.Errorf("cancel lock of stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	if err := st.Workspace().RemoveStack(ctx, stackName); err != nil {
-		return fmt.Errorf("remove stack %s after cancelling its lock: %w", stackName, classify(err))
+		return fmt.Errorf("remove stack %s after cancelling its lock: %w", stackName, m.classifyStack(stackName, err))
 	}
 	return m.forget(stackName)
 }
@@ -704,7 +704,7 @@ func (m *Manager) Exists(ctx context.Context, stackName string) (bool, error) {
 	if auto.IsSelectStack404Error(err) {
 		return false, nil
 	}
-	return false, fmt.Errorf("select stack %s: %w", stackName, classify(err))
+	return false, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
 }
 
 // OperationError is a failed CLI run, reduced to what a person needs: the CLI's "error:"
@@ -766,7 +766,8 @@ func classify(err error) error {
 // two updates of one stack).
 const tornRead = "failed to load checkpoint: EOF"
 
-// classifyStack is classify for an error of an operation on stackName. A torn checkpoint read
+// classifyStack is classify for an error of an operation on stackName. A missing provider
+// plugin's message says where this Manager's CLI looks (FindKubernetesPlugin). A torn checkpoint read
 // (tornRead) is ErrLocked, the same wait as a lock, with the locks as OperationError.Locks, only
 // while the file backend holds a lock on the stack (fileBackendLocks): then another update is
 // writing the checkpoint. With no lock held, on another backend, or when the lock files cannot
@@ -774,6 +775,16 @@ const tornRead = "failed to load checkpoint: EOF"
 func (m *Manager) classifyStack(stackName string, err error) error {
 	cerr := classify(err)
 	var oe *OperationError
+	if errors.As(cerr, &oe) && oe.kind == ErrPluginMissing {
+		// Say where this Manager's CLI looks, and how to install it there.
+		if _, ferr := m.KubernetesPlugin(); ferr != nil {
+			oe.Summary = ferr.Error()
+			if len(oe.Summary) > maxSummary {
+				oe.Summary = oe.Summary[:maxSummary] + "..."
+			}
+		}
+		return oe
+	}
 	if !errors.As(cerr, &oe) || oe.kind != nil || !strings.Contains(err.Error(), tornRead) {
 		return cerr
 	}
