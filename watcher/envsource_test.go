@@ -13,14 +13,33 @@ import (
 	"sigs.k8s.io/yaml"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
+// realProgram runs ups and destroys of the real infra.Program through stack.Manager (the
+// Kubernetes provider plugin applies the objects), counted in the programStacks' counters.
+type realProgram struct{ *programStacks }
+
+func (r realProgram) Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
+	r.ups.Add(1)
+	return r.Manager.Up(ctx, d, opts)
+}
+
+func (r realProgram) Destroy(ctx context.Context, stackName string) (stack.Result, error) {
+	r.destroys.Add(1)
+	return r.Manager.Destroy(ctx, stackName)
+}
+
 // spec.envFrom: a change of a named ConfigMap's or Secret's data reaches the stack within
-// seconds (a new env digest, so a new up); a missing source is a retried wait; the Secret's
-// value never reaches the Pulumi state, status or Events.
+// seconds (a new env digest, so a new up that rolls the pods); a missing source is a retried
+// wait; the Secret's value never reaches the Pulumi state, status or Events. The real program
+// runs, so what the watcher hands it about the env sources is in the state the test searches.
 func TestEnvFromSources(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
 	// A long resync: only the ConfigMap and Secret informers can notice the changes in time.
-	f := startWith(t, Options{Resync: time.Hour})
+	f := startWrapped(t, Options{Resync: time.Hour}, func(p *programStacks) Stacks { return realProgram{p} })
 	ctx := context.Background()
 	const secretValue = "s3cr3t-value-that-must-not-leak"
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "env-a"}, Data: map[string]string{"MODE": "one"}}
@@ -42,6 +61,7 @@ func TestEnvFromSources(t *testing.T) {
 	}
 	f.waitFor(t, "web", "Ready once the Secret exists", readyAt(1))
 	ups := f.stacks.ups.Load()
+	digest := f.envDigestAnnotation(t, "web", "")
 
 	// A ConfigMap data change: one more up, no spec change.
 	cm.Data["MODE"] = "two"
@@ -50,6 +70,7 @@ func TestEnvFromSources(t *testing.T) {
 	}
 	poll(t, "an up after the ConfigMap change", func() bool { return f.stacks.ups.Load() == ups+1 })
 	f.waitFor(t, "web", "Ready after the ConfigMap change", readyAt(1))
+	digest = f.envDigestAnnotation(t, "web", digest)
 
 	// A Secret data change: one more.
 	sec, _ = f.cluster.Kube.CoreV1().Secrets(f.ns).Get(ctx, "creds", metav1.GetOptions{})
@@ -58,6 +79,18 @@ func TestEnvFromSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, "an up after the Secret change", func() bool { return f.stacks.ups.Load() == ups+2 })
+	o = f.waitFor(t, "web", "Ready after the Secret change", readyAt(1))
+	digest = f.envDigestAnnotation(t, "web", digest)
+
+	// What the program received about the env sources (their digest) reaches the state, so the
+	// walk below searches where the Secret's value would be if it were handed on. (The
+	// checkpoint follows the Deployment's update once the provider's await is over.)
+	stackName, _ := f.stacks.StackName(f.ns, "web")
+	statePath := filepath.Join(f.backend, ".pulumi", "stacks", "kindcustomhttp", stackName+".json")
+	poll(t, "the pod template's env digest in the stack state", func() bool {
+		state, err := os.ReadFile(statePath)
+		return err == nil && strings.Contains(string(state), digest)
+	})
 	o = f.waitFor(t, "web", "Ready after the Secret change", readyAt(1))
 
 	// The value is nowhere: stack state and workspace files, status, Events.
@@ -75,4 +108,21 @@ func TestEnvFromSources(t *testing.T) {
 	if strings.Contains(string(status), secretValue) || strings.Contains(string(all), secretValue) {
 		t.Error("the Secret's value is in the object's status or Events")
 	}
+}
+
+// envDigestAnnotation waits until the Deployment name's pod template carries an env digest
+// other than before ("" for any) and returns it: each change of an envFrom source's data must
+// roll the pods.
+func (f *fixture) envDigestAnnotation(t *testing.T, name, before string) string {
+	t.Helper()
+	var got string
+	poll(t, "a new env digest on the pod template of "+name, func() bool {
+		d, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		got = d.Spec.Template.Annotations[infra.EnvDigestAnnotation]
+		return got != "" && got != before
+	})
+	return got
 }

@@ -8,17 +8,20 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -90,11 +93,7 @@ func TestDriftRepair(t *testing.T) {
 	}
 
 	// Nothing changed since: resyncs every second start nothing.
-	ups = f.stacks.ups.Load()
-	time.Sleep(3 * time.Second)
-	if n := f.stacks.ups.Load() - ups; n != 0 {
-		t.Fatalf("%d ups without drift", n)
-	}
+	f.noUpsThrough(t, 3, "resyncs without drift")
 }
 
 // Ready means the pods are available, not only that Pulumi finished.
@@ -132,7 +131,7 @@ func TestSuspend(t *testing.T) {
 	if c := cond(o, ConditionReconciling); c.Status != metav1.ConditionFalse {
 		t.Fatalf("Reconciling = %+v", c)
 	}
-	time.Sleep(2 * time.Second)
+	f.noUpsThrough(t, 2, "resyncs while suspended")
 	if n := f.stacks.ups.Load(); n != 0 {
 		t.Fatalf("%d ups while suspended", n)
 	}
@@ -156,10 +155,7 @@ func TestReconcileRequestAnnotation(t *testing.T) {
 	if c := cond(o, ConditionReady); c.Status != metav1.ConditionTrue {
 		t.Fatalf("Ready = %+v", c)
 	}
-	time.Sleep(2 * time.Second)
-	if f.stacks.ups.Load() != ups+1 {
-		t.Fatal("a handled request ran again")
-	}
+	f.noUpsThrough(t, 2, "resyncs after a handled request")
 	f.waitEvent(t, "web", ReasonRequested)
 }
 
@@ -245,22 +241,87 @@ func TestShutdownLetsUpFinish(t *testing.T) {
 	f.stop = f.run(t, Options{Namespace: f.ns, Resync: time.Second, Logger: testLogger()}) // for cleanup
 }
 
-// Past the grace period the up is cancelled, and Pulumi releases the stack's lock.
-func TestShutdownCancelsAfterGrace(t *testing.T) {
-	f := startWith(t, Options{ShutdownGrace: time.Second})
-	f.create(t, "slow", "  replicaCount: 1\n  port: 80\n  image: example.com/slow:1\n")
-	poll(t, "up started", func() bool { return f.stacks.ups.Load() == 1 })
-	time.Sleep(1500 * time.Millisecond) // the CLI is running the program
-	start := time.Now()
-	f.stop()
-	if d := time.Since(start); d > 15*time.Second {
-		t.Fatalf("shutdown took %s with a 1 s grace period", d)
+// hangingUps runs ups as programStacks does, except that an image containing "hang" runs a
+// program that blocks for 10 minutes, far past any shutdown bound, so only a cancelled up
+// ends in time. The program ends early when the engine goes away (its context is done: a
+// real program's resource calls fail then; the Automation API waits for an inline program to
+// return before Up returns) or when release is closed (cleanup). running receives once the
+// program runs.
+type hangingUps struct {
+	*programStacks
+	running chan struct{}
+	release chan struct{}
+}
+
+func (h *hangingUps) Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
+	if !strings.Contains(d.Image, "hang") {
+		return h.programStacks.Up(ctx, d, opts)
 	}
+	h.ups.Add(1)
+	name, err := h.StackName(d.Namespace, d.Name)
+	if err != nil {
+		return stack.Result{}, err
+	}
+	return h.UpProgram(ctx, name, func(pctx *pulumi.Context) error {
+		select {
+		case h.running <- struct{}{}:
+		default:
+		}
+		select {
+		case <-h.release:
+		case <-pctx.Context().Done(): // the engine went away: how a real program's calls end
+		case <-time.After(10 * time.Minute):
+		}
+		pctx.Export(infra.OutputDeploymentName, pulumi.String(d.Name))
+		return nil
+	}, opts)
+}
+
+// Past the grace period the up is cancelled: Run returns long before the program would end,
+// the up ends failed, and Pulumi released the stack's lock.
+func TestShutdownCancelsAfterGrace(t *testing.T) {
+	h := &hangingUps{running: make(chan struct{}, 1), release: make(chan struct{})}
+	f := startWrapped(t, Options{ShutdownGrace: time.Second}, func(p *programStacks) Stacks {
+		h.programStacks = p
+		return h
+	})
+	var once sync.Once
+	release := func() { once.Do(func() { close(h.release) }) }
+	t.Cleanup(release) // before the fixture's cleanup, which waits for Run
+	f.create(t, "slow", "  replicaCount: 1\n  port: 80\n  image: example.com/hang:1\n")
+	select {
+	case <-h.running:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the up's program never started")
+	}
+
+	start := time.Now()
+	stopped := make(chan struct{})
+	go func() { f.stop(); close(stopped) }()
+	// Grace 1 s, then SIGINT to the CLI, which the Automation API kills 10 s later if it is
+	// still running; 60 s leaves room for a loaded machine and none for the 10-minute program.
+	select {
+	case <-stopped:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("Run did not return within 60 s of shutdown with a 1 s grace period: the up was not cancelled")
+	}
+	t.Logf("Run returned %s after shutdown", time.Since(start).Round(100*time.Millisecond))
+	if n := histogramCountOf(t, f.registry, "pulumi_operator_pulumi_operation_duration_seconds", "result", "failed"); n < 1 {
+		t.Errorf("failed ups observed = %d, want the cancelled one", n)
+	}
+	if n := histogramCountOf(t, f.registry, "pulumi_operator_pulumi_operation_duration_seconds", "result", "succeeded"); n != 0 {
+		t.Errorf("succeeded ups observed = %d, want 0: the program cannot have finished", n)
+	}
+	// Pulumi stopped cleanly: no lock file left, and the next up of the stack just runs.
 	stackName, _ := f.stacks.StackName(f.ns, "slow")
+	if locks, _ := filepath.Glob(filepath.Join(f.backend, ".pulumi", "locks", "*", "kindcustomhttp", stackName, "*.json")); len(locks) > 0 {
+		t.Errorf("lock left behind by the cancelled up: %v", locks)
+	}
 	if _, err := f.stacks.UpProgram(context.Background(), stackName, program(0), stack.RunOptions{}); err != nil {
 		t.Fatalf("after a cancelled up the stack is not usable (lock left behind?): %v", err)
 	}
-	f.stop = f.run(t, Options{Namespace: f.ns, Resync: time.Second, Logger: testLogger()})
+	release()
+	f.stop = f.run(t, Options{Namespace: f.ns, Resync: time.Second, Logger: testLogger()}) // for cleanup
 }
 
 func TestMetrics(t *testing.T) {
@@ -326,6 +387,21 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 
 	var n uint64
 	for _, m := range family(t, reg, name).GetMetric() {
 		n += m.GetHistogram().GetSampleCount()
+	}
+	return n
+}
+
+// histogramCountOf is the sample count of the histogram family name over its series whose
+// label has value.
+func histogramCountOf(t *testing.T, reg *prometheus.Registry, name, label, value string) uint64 {
+	t.Helper()
+	var n uint64
+	for _, m := range family(t, reg, name).GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label && l.GetValue() == value {
+				n += m.GetHistogram().GetSampleCount()
+			}
+		}
 	}
 	return n
 }

@@ -36,13 +36,21 @@ type fixture struct {
 	registry *prometheus.Registry
 	stop     func() // stops the watcher (idempotent)
 	workers  int
+	// watched is what the watcher runs ups with: stacks, or a wrapper of it (startWrapped).
+	watched Stacks
 }
 
 func start(t *testing.T) *fixture { return startWith(t, Options{}) }
 
 // startWith runs a watcher on a fresh namespace and file backend; opts.Namespace, Resync
 // (1 s), Registry and Logger are filled in.
-func startWith(t *testing.T, opts Options) *fixture {
+func startWith(t *testing.T, opts Options) *fixture { return startWrapped(t, opts, nil) }
+
+// startWrapped is startWith with the watcher's Stacks made by wrap from the fixture's
+// programStacks (nil: the programStacks itself), for a test that changes what an up runs. The
+// stack.Manager has KUBECONFIG set to the test cluster's, for wrappers that run the real
+// program (realProgram).
+func startWrapped(t *testing.T, opts Options, wrap func(*programStacks) Stacks) *fixture {
 	t.Helper()
 	c := testenv.Connect(t)
 	c.InstallCRD(t)
@@ -51,13 +59,17 @@ func startWith(t *testing.T, opts Options) *fixture {
 	m, err := stack.New(stack.Config{
 		Project: "kindcustomhttp", BackendURL: "file://" + backend, WorkRoot: filepath.Join(dir, "ws"),
 		PulumiPath: testenv.PulumiCLI(t), ClusterName: "test",
-		Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test"},
+		Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test", "KUBECONFIG": c.Kubeconfig},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fixture{cluster: c, stacks: &programStacks{Manager: m, kube: c.Kube}, backend: backend, ns: c.Namespace(t),
 		registry: prometheus.NewRegistry(), workers: 2}
+	f.watched = f.stacks
+	if wrap != nil {
+		f.watched = wrap(f.stacks)
+	}
 	if w, err := strconv.Atoi(os.Getenv("TEST_WORKERS")); err == nil {
 		f.workers = w
 	}
@@ -98,7 +110,11 @@ func (f *fixture) run(t *testing.T, opts Options) func() {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
-	w := New(f.cluster.Client, f.cluster.Kube, f.stacks, opts)
+	var stacks Stacks = f.stacks
+	if f.watched != nil {
+		stacks = f.watched
+	}
+	w := New(f.cluster.Client, f.cluster.Kube, stacks, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx, f.workers) }()
@@ -203,11 +219,8 @@ func TestReconcileLifecycle(t *testing.T) {
 	f.waitEvent(t, "web", ReasonCreated)
 
 	// Resyncs every second: nothing changed, so no Pulumi run.
+	f.noUpsThrough(t, 3, "resyncs of an unchanged object")
 	ups := f.stacks.ups.Load()
-	time.Sleep(3 * time.Second)
-	if got := f.stacks.ups.Load(); got != ups {
-		t.Fatalf("%d ups during resyncs of an unchanged object, want 0", got-ups)
-	}
 
 	// A spec change is applied and reported at the new generation.
 	patch := []byte(`{"spec":{"replicaCount":3}}`)
@@ -286,7 +299,7 @@ func TestInvalidSpecStalls(t *testing.T) {
 		t.Fatalf("Ready = %+v", r)
 	}
 	rv := o.ResourceVersion
-	time.Sleep(3 * time.Second) // three resyncs
+	f.noUpsThrough(t, 3, "resyncs of an invalid spec")
 	if n := f.stacks.ups.Load(); n != 0 {
 		t.Fatalf("%d ups for an invalid spec, want 0", n)
 	}
@@ -428,5 +441,46 @@ func TestStaleDeleteDeliveryDestroysOnce(t *testing.T) {
 	}
 	if n := stacks.destroys.Load(); n != 1 {
 		t.Errorf("%d destroys for two deliveries of one deleted object, want 1", n)
+	}
+}
+
+// reconciles is pulumi_operator_reconciles_total of reg summed over its results (0 before the
+// first reconcile, when the family is not exported yet).
+func reconciles(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, fam := range fams {
+		if fam.GetName() == "pulumi_operator_reconciles_total" {
+			for _, m := range fam.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
+}
+
+// noUpsThrough waits until the watcher has finished n more reconciles (at a 1 s resync, one
+// per object and second) and fails if an up started meanwhile. The window is proven by the
+// reconciles it covers, not by a sleep: a watcher that stopped looking at its objects (no
+// resync, a stuck worker) fails here instead of passing for want of a chance to run an up.
+func (f *fixture) noUpsThrough(t *testing.T, n int, what string) {
+	t.Helper()
+	ups, from := f.stacks.ups.Load(), reconciles(t, f.registry)
+	deadline := time.Now().Add(60 * time.Second)
+	for reconciles(t, f.registry) < from+float64(n) {
+		if got := f.stacks.ups.Load(); got != ups {
+			t.Fatalf("%s: %d ups, want 0", what, got-ups)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v reconciles in 60 s, want %d (no resync?)", what, reconciles(t, f.registry)-from, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := f.stacks.ups.Load(); got != ups {
+		t.Fatalf("%s: %d ups over %d reconciles, want 0", what, got-ups, n)
 	}
 }
