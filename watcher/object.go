@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -65,6 +66,9 @@ func (w *Watcher) removeFinalizer(ctx context.Context, u *unstructured.Unstructu
 	return nil
 }
 
+// statusWriteTimeout bounds one status write, its conflict retries included.
+const statusWriteTimeout = 10 * time.Second
+
 // FieldManager names the watcher in managedFields.
 const FieldManager = "pulumi-operator"
 
@@ -72,7 +76,14 @@ const FieldManager = "pulumi-operator"
 // subresource, only if it changed. It starts from u and, on a conflict, from a fresh read, so
 // a write never loses another writer's change; mutate must therefore be safe to run again.
 // On success u holds the stored object, so later writes build on it.
+//
+// The write does not end with ctx: the status after a cancelled Pulumi operation (shutdown
+// past its grace, a lost lease) is the one that most needs writing, and with a cancelled ctx
+// the request failed and retry.RetryOnConflict returned nil for it, so nothing was written or
+// logged. It is bounded by statusWriteTimeout instead.
 func (w *Watcher) updateStatus(ctx context.Context, u *unstructured.Unstructured, mutate func(*api.KindCustomHttpStatus)) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusWriteTimeout)
+	defer cancel()
 	c := w.client.Namespace(u.GetNamespace())
 	cur := u
 	first := true

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
@@ -19,8 +20,8 @@ import (
 
 // An object that failed with PluginMissing is retried within seconds of the plugin appearing,
 // not after its backoff. Real parts throughout: the real program and CLI run with a Pulumi home
-// that has no plugin (a real PluginMissing), and the object fails until its backoff has grown
-// to 8 s or more. Then, at a moment when no up runs, the provider appears in that home at once
+// that has no plugin (a real PluginMissing), and the object's retries are put 5 minutes apart.
+// Then, at a moment when no up runs, the provider appears in that home at once
 // (installed with `pulumi plugin install --file` into a staging home and renamed into place),
 // and an up must start within PluginPoll plus a margin and succeed. Every up that started
 // before the plugin appeared must have failed, so a lucky retry cannot pass the test.
@@ -71,10 +72,18 @@ func TestPluginMissingRecoversWhenPluginAppears(t *testing.T) {
 	f.waitFor(t, "web", "Ready False with reason PluginMissing", func(o *api.KindCustomHttp) bool {
 		return cond(o, ConditionReady).Reason == ReasonPluginMissing
 	})
-	// Four failed ups (after backoffs of 1, 2 and 4 s): the next retry is 8 s or more away.
+	// Make the backoff long and certain: the object's failure count is pushed up so that every
+	// retry scheduled from now on is 5 minutes away (retryMax). Then wait for an up that fails
+	// after that and 5 s in which none starts: every shorter retry scheduled before has fired.
+	key := cache.ObjectName{Namespace: ns, Name: "web"}
+	for range 12 {
+		w.retry.When(key)
+	}
+	pushed := time.Now()
 	var appeared time.Time
-	pollFor(t, 3*time.Minute, "four failed ups and none running", func() bool {
-		if ups.failed() < 4 || !ups.idle() {
+	pollFor(t, 2*time.Minute, "a failed up after the backoff was pushed, then 5 s with no up", func() bool {
+		last, ok := ups.last()
+		if !ok || !ups.idle() || !last.start.After(pushed) || last.err == nil || time.Since(last.start) < 5*time.Second {
 			return false
 		}
 		dirName := "resource-kubernetes-v" + stack.KubernetesPluginVersion
@@ -90,7 +99,7 @@ func TestPluginMissingRecoversWhenPluginAppears(t *testing.T) {
 		t.Fatal("Ready, but no up started after the plugin appeared")
 	}
 	if wait := first.Sub(appeared); wait > 2500*time.Millisecond {
-		t.Fatalf("the first up started %s after the plugin appeared; want within PluginPoll (0.5 s) plus a margin, not the backoff (8 s or more)",
+		t.Fatalf("the first up started %s after the plugin appeared; want within PluginPoll (0.5 s) plus a margin, not the backoff (5 min)",
 			wait.Round(100*time.Millisecond))
 	}
 	if n := ups.succeededStartingBefore(appeared); n > 0 {
@@ -125,6 +134,16 @@ func (r *recordingStacks) Up(ctx context.Context, d api.Desired, opts stack.RunO
 	r.ups[i].err, r.ups[i].ended = err, true
 	r.mu.Unlock()
 	return res, err
+}
+
+// last is the most recent up.
+func (r *recordingStacks) last() (upRecord, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.ups) == 0 {
+		return upRecord{}, false
+	}
+	return r.ups[len(r.ups)-1], true
 }
 
 func (r *recordingStacks) idle() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.running == 0 }

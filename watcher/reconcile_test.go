@@ -312,6 +312,16 @@ func TestShutdownCancelsAfterGrace(t *testing.T) {
 	if n := histogramCountOf(t, f.registry, "pulumi_operator_pulumi_operation_duration_seconds", "result", "succeeded"); n != 0 {
 		t.Errorf("succeeded ups observed = %d, want 0: the program cannot have finished", n)
 	}
+	// The cancelled up is in status, although Run's context had ended (updateStatus does not
+	// end with it): not left at "pulumi up ... is running".
+	u, err := f.cr.Get(context.Background(), "slow", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := api.FromUnstructured(u)
+	if lu := o.Status.LastUpdate; lu == nil || lu.Result != "failed" || cond(o, ConditionReady).Reason == ReasonProgressing {
+		t.Errorf("status after the cancelled up: lastUpdate %+v, Ready %+v; want the failed up recorded", lu, cond(o, ConditionReady))
+	}
 	// Pulumi stopped cleanly: no lock file left, and the next up of the stack just runs.
 	stackName, _ := f.stacks.StackName(f.ns, "slow")
 	if locks, _ := filepath.Glob(filepath.Join(f.backend, ".pulumi", "locks", "*", "kindcustomhttp", stackName, "*.json")); len(locks) > 0 {

@@ -284,7 +284,7 @@ func (w *Watcher) run(ctx context.Context, lost <-chan struct{}, workers int) er
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			wait.UntilWithContext(work, func(context.Context) { w.runWorker(opCtx) }, time.Second)
+			wait.UntilWithContext(work, func(context.Context) { w.runWorker(work, opCtx) }, time.Second)
 		}()
 	}
 	<-work.Done()
@@ -321,17 +321,25 @@ func (w *Watcher) HasSynced() bool {
 	return w.informer.HasSynced()
 }
 
-func (w *Watcher) runWorker(ctx context.Context) {
-	for w.processNext(ctx) {
+// runWorker processes keys until the queue shuts down or work ends. Pulumi operations run on
+// ops, which outlives work by the shutdown grace.
+func (w *Watcher) runWorker(work, ops context.Context) {
+	for w.processNext(work, ops) {
 	}
 }
 
-func (w *Watcher) processNext(ctx context.Context) bool {
+func (w *Watcher) processNext(work, ctx context.Context) bool {
 	key, quit := w.queue.Get()
 	if quit {
 		return false
 	}
 	defer w.queue.Done(key)
+	if work.Err() != nil {
+		// A shut-down queue still hands out the keys it holds; after shutdown or a lost
+		// lease no new operation may start (the informers' relist at the next start, or the
+		// new leader's, finds these objects again).
+		return false
+	}
 	start := time.Now()
 	err := w.sync(ctx, key)
 	w.metrics.observeReconcile(key, err, time.Since(start))
