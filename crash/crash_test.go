@@ -18,32 +18,56 @@ import (
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
-// crashEnv opts in to TestCrashSafety, which takes several minutes.
+// crashEnv opts in to the long run of TestCrashSafety, which takes several minutes.
 const crashEnv = "PULUMI_OPERATOR_CRASH_TEST"
 
 // TestCrashSafety kills the operator at random moments while it creates, changes and deletes
 // objects, and checks that nothing is lost, orphaned or stuck once it has converged.
 //
 // Each kill is a container kill: SIGKILL to the operator and every process it started (pulumi
-// CLIs, provider plugins), at a random moment 0.5 to 3 s after the previous one, or (half of
-// them, to hit operations in flight) 0.5 to 3 s after the next up or destroy started; the
-// operator is restarted at once with the same state directory. A quarter of the kills hit only
-// the pulumi processes (the OOM killer's choice in a container) when there are any, and the
-// operator lives on. Meanwhile objects are created, their replicaCount and configMapData
-// changed, and some deleted (and a deleted name created again). After the last restart the
-// operator runs to convergence and checkState compares backend and cluster.
+// CLIs, provider plugins), and the operator is restarted at once with the same state
+// directory. A quarter of the kills hit only the pulumi processes (the OOM killer's choice in a
+// container) when there are any, and the operator lives on. Meanwhile objects are created,
+// their replicaCount and configMapData changed, and some deleted (and a deleted name created
+// again). After the last restart the operator runs to convergence and checkState compares
+// backend and cluster: one stack per object, no lock, no pending operation, state and cluster
+// equal object by object; and no process of a killed run may be left.
 //
-// Opt-in (it takes minutes): PULUMI_OPERATOR_CRASH_TEST=1 go test ./crash -run TestCrashSafety
-// (`make crash-test`). CRASH_SEED=<n> replays a run's random choices (the seed is logged; the
-// timing of a real process still differs); CRASH_KILLS=<n> sets the container kills per
-// backend (default 20). The postgres case needs PULUMI_TEST_POSTGRES_URL.
+// Every kill but the last waits for a moment of its own (killAim): anywhere, inUpdate (an up or
+// destroy holds its stack's lock) or inStep (the state holds a pending operation: a resource is
+// being changed). The last kill is a container kill aimed inStep, so that the operator that
+// runs to the end has pending operations to resolve, and must say so.
+//
+// The kills must have hit what they are for: at least one must have killed an up or destroy in
+// flight, and at least one must have left a lock in the backend, which the operator must have
+// cleared ("cancelled stale lock" in its log): the recovery path ran. Two runs:
+//   - the short run (always; `make test`): 3 container kills on the file backend, the first
+//     ones aimed inUpdate (0 to 0.5 s after the lock). About 1.5 minutes on a loaded 2-core
+//     machine. That any kill leaves a pending operation is not required: the last one is aimed
+//     at one, but a resource change can end before the kill comes.
+//   - the long run (opt-in: PULUMI_OPERATOR_CRASH_TEST=1, `make crash-test`): 20 container kills
+//     on the file and the PostgreSQL backend, aimed anywhere, inUpdate (0 to 3 s after the
+//     lock) or inStep. Enough kills that it must have cleared stale locks and resolved pending
+//     operations ("resolved pending operations" in the operator's log), not only survived.
+//
+// CRASH_SEED=<n> replays a run's random choices (the seed is logged; the timing of a real
+// process still differs); CRASH_KILLS=<n> sets the container kills per backend. The postgres
+// case needs PULUMI_TEST_POSTGRES_URL.
 func TestCrashSafety(t *testing.T) {
-	if os.Getenv(crashEnv) != "1" {
-		t.Skipf("SKIP: TestCrashSafety takes minutes: run it with %s=1 (make crash-test)", crashEnv)
-	}
 	requirePlugin(t)
+	long := os.Getenv(crashEnv) == "1"
+	plan := crashPlan{kills: 3, objects: 4, minLive: 3, maxCreated: 6, aims: []killAim{inUpdate}, aimDelay: 500 * time.Millisecond}
+	backends := []string{"file"}
+	if long {
+		plan = crashPlan{kills: 20, objects: 6, minLive: 5, maxCreated: 12, aims: []killAim{anywhere, inUpdate, inStep},
+			aimDelay: 3 * time.Second, requireRecoveries: true}
+		backends = append(backends, "postgres")
+	} else {
+		t.Logf("the short run (file backend, %d kills); the long one: %s=1 (make crash-test)", plan.kills, crashEnv)
+	}
 	seed := time.Now().UnixNano()
 	if s := os.Getenv("CRASH_SEED"); s != "" {
 		var err error
@@ -51,36 +75,83 @@ func TestCrashSafety(t *testing.T) {
 			t.Fatalf("CRASH_SEED=%q: %v", s, err)
 		}
 	}
-	kills := 20
 	if s := os.Getenv("CRASH_KILLS"); s != "" {
 		var err error
-		if kills, err = strconv.Atoi(s); err != nil || kills < 1 {
+		if plan.kills, err = strconv.Atoi(s); err != nil || plan.kills < 1 {
 			t.Fatalf("CRASH_KILLS=%q: want a positive number", s)
 		}
 	}
-	t.Logf("CRASH_SEED=%d CRASH_KILLS=%d", seed, kills)
+	t.Logf("CRASH_SEED=%d CRASH_KILLS=%d", seed, plan.kills)
 
-	for name, tc := range map[string]struct {
-		// backendURL returns the backend for a state directory.
-		backendURL func(t *testing.T, stateDir string) string
-		// wipeWorkspaces deletes the workspaces on every fourth restart: a pod replaced with its
-		// state directory on an emptyDir, which config/manager/state.yaml calls enough for a
-		// remote backend.
-		wipeWorkspaces bool
-	}{
-		"file": {backendURL: func(t *testing.T, stateDir string) string {
-			return "file://" + filepath.Join(stateDir, "backend")
-		}},
-		"postgres": {backendURL: func(t *testing.T, _ string) string {
-			return requireEnv(t, "PULUMI_TEST_POSTGRES_URL", "start PostgreSQL with `eval \"$(hack/postgres-up.sh)\"`")
-		}, wipeWorkspaces: true},
-	} {
+	for _, name := range backends {
 		t.Run(name, func(t *testing.T) {
 			stateDir := t.TempDir()
-			crashRun(t, rand.New(rand.NewSource(seed)), kills, tc.backendURL(t, stateDir), stateDir, tc.wipeWorkspaces)
+			p := plan
+			backendURL := "file://" + filepath.Join(stateDir, "backend")
+			if name == "postgres" {
+				backendURL = requireEnv(t, "PULUMI_TEST_POSTGRES_URL", "start PostgreSQL with `eval \"$(hack/postgres-up.sh)\"`")
+				// Delete the workspaces on every fourth restart: a pod replaced with its state
+				// directory on an emptyDir, which config/manager/state.yaml calls enough for a
+				// remote backend.
+				p.wipeWorkspaces = true
+			}
+			crashRun(t, rand.New(rand.NewSource(seed)), p, backendURL, stateDir)
 		})
 	}
 }
+
+// crashPlan is what one crashRun does.
+type crashPlan struct {
+	// kills is the number of container kills.
+	kills int
+	// objects are created before the operator first starts; the workload deletes one only
+	// while more than minLive live, and creates new names until maxCreated were made.
+	objects, minLive, maxCreated int
+	// aims are the moments a kill is aimed at, one picked at random for each kill but the last,
+	// which is always aimed inStep; aimDelay is inUpdate's.
+	aims     []killAim
+	aimDelay time.Duration
+	// wipeWorkspaces deletes the state directory's workspaces on every fourth restart.
+	wipeWorkspaces bool
+	// requireRecoveries fails the run unless the operator cleared at least one stale lock and
+	// resolved at least one pending operation: with few kills neither is certain to be needed.
+	requireRecoveries bool
+}
+
+// killAim is the moment a kill waits for.
+type killAim int
+
+const (
+	// anywhere is 0.5 to 3 s after the previous kill: the operator may be starting, listing,
+	// selecting stacks or idle.
+	anywhere killAim = iota
+	// inUpdate is 0 to crashPlan.aimDelay after a `pulumi up` or `pulumi destroy` has taken its
+	// stack's lock: the kill leaves a stale lock. Not a time after the log says "running up",
+	// nor after the CLI started: on a loaded machine the CLI takes two seconds and more to get
+	// to the lock (seen: 2.2 s on 2 busy cores), and such kills hit `pulumi stack select` or an
+	// up that has not begun.
+	inUpdate
+	// inStep is as soon as the state holds a pending operation of a Kubernetes object: one is
+	// being created, changed or deleted, and the kill leaves the pending operation (and the
+	// lock). That part of an up is short (seen: 50 to 500 ms, the Deployment's the longest;
+	// the stack's and the provider's own entries last some 20 ms), and a kill at a random
+	// moment seldom hits it.
+	inStep
+)
+
+// changingKubernetesObject reports whether pending (from backendPending) holds an operation
+// on a Kubernetes object.
+func changingKubernetesObject(pending []string) bool {
+	for _, p := range pending {
+		if strings.Contains(p, "::kubernetes:") {
+			return true
+		}
+	}
+	return false
+}
+
+// aimWait is how long an aimed kill waits for its moment before it kills anyway.
+const aimWait = 30 * time.Second
 
 // world is what the test has asked of the cluster: the spec of every object that should
 // exist, and the objects deleted.
@@ -115,7 +186,9 @@ func randomSpec(rng *rand.Rand) spec {
 	return spec{replicas: int64(rng.Intn(4)), data: data}
 }
 
-func crashRun(t *testing.T, rng *rand.Rand, kills int, backendURL, stateDir string, wipeWorkspaces bool) {
+// crashRun runs plan against the backend backendURL (the file backend's directory is under
+// stateDir) and checks the outcome; see TestCrashSafety.
+func crashRun(t *testing.T, rng *rand.Rand, plan crashPlan, backendURL, stateDir string) {
 	c := testenv.Connect(t)
 	c.InstallCRD(t)
 	ns := c.Namespace(t)
@@ -134,7 +207,7 @@ func crashRun(t *testing.T, rng *rand.Rand, kills int, backendURL, stateDir stri
 	})
 
 	w := &world{live: map[string]spec{}, gone: map[string]bool{}, actions: map[string]int{}}
-	for i := 0; i < 6; i++ {
+	for i := 0; i < plan.objects; i++ {
 		name := fmt.Sprintf("c%d", i)
 		s := randomSpec(rng)
 		if err := createCR(ctx, c, ns, name, s, nil); err != nil {
@@ -151,38 +224,82 @@ func crashRun(t *testing.T, rng *rand.Rand, kills int, backendURL, stateDir stri
 	driven := make(chan struct{})
 	go func() {
 		defer close(driven)
-		drive(driveCtx, t, c, ns, w, rand.New(rand.NewSource(rng.Int63())))
+		drive(driveCtx, t, c, ns, w, plan, rand.New(rand.NewSource(rng.Int63())))
 	}()
+	// A test that stops early (t.Fatal) stops the workload before the objects are deleted.
+	t.Cleanup(func() { stopDriving(); <-driven })
 
 	start := time.Now()
 	containerKills, pulumiKills, processesKilled, wipes := 0, 0, 0, 0
-	mark := 0 // log offset of the running operator's start
-	for containerKills < kills {
-		if rng.Intn(2) == 0 {
-			// Aim at an operation: wait for the next up or destroy of this run to start first.
-			deadline := time.Now().Add(15 * time.Second)
-			for time.Now().Before(deadline) && !strings.Contains(op.logs.since(mark), `msg="running `) {
-				time.Sleep(50 * time.Millisecond)
+	// What the kills hit: the pulumi operations running when they came (operation -> processes
+	// killed), how many kills killed an up or a destroy in flight, and the locks and pending
+	// operations that container kills left in the backend. Those are read before the restart,
+	// when no process of the operator runs, so each lock is stale (only the operator's
+	// stale-lock path can remove it) and each pending operation a dead update's.
+	killedOps := map[string]int{}
+	inFlightKills := 0
+	locksLeft, pendingLeft := map[string]bool{}, map[string]bool{}
+	record := func(killed []string) {
+		processesKilled += len(killed)
+		hit := false
+		for _, l := range killed {
+			if o := pulumiOperation(l); o != "" {
+				killedOps[o]++
+				hit = hit || o == "up" || o == "destroy"
 			}
-			mark = op.logs.Len()
 		}
-		time.Sleep(500*time.Millisecond + time.Duration(rng.Int63n(int64(2500*time.Millisecond))))
-		if rng.Intn(4) == 0 {
-			if n := op.killPulumi(); n > 0 {
+		if hit {
+			inFlightKills++
+		}
+	}
+	lastStart := 0           // log offset of the running operator's start
+	var lastPending []string // pending operations the last kill left in the state
+	for containerKills < plan.kills {
+		last := containerKills == plan.kills-1
+		aim := inStep
+		if !last {
+			aim = plan.aims[rng.Intn(len(plan.aims))]
+		}
+		deadline := time.Now().Add(aimWait)
+		switch aim {
+		case anywhere:
+			time.Sleep(500*time.Millisecond + time.Duration(rng.Int63n(int64(2500*time.Millisecond))))
+		case inUpdate:
+			locks := func() []string { return backendLocks(t, backendURL, cluster, ns) }
+			for time.Now().Before(deadline) && !op.lockedOperation(locks, "up", "destroy") {
+				time.Sleep(100 * time.Millisecond)
+			}
+			time.Sleep(time.Duration(rng.Int63n(int64(plan.aimDelay))))
+		case inStep:
+			for time.Now().Before(deadline) && !changingKubernetesObject(backendPending(t, backendURL, cluster, ns)) {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		// The last kill is a container kill: the operator that runs to the end must find what
+		// it left.
+		if !last && rng.Intn(4) == 0 {
+			if killed := op.killPulumi(); len(killed) > 0 {
 				pulumiKills++
-				processesKilled += n
+				record(killed)
 				continue
 			}
 		}
-		processesKilled += op.kill()
+		record(op.kill())
 		containerKills++
-		if wipeWorkspaces && containerKills%4 == 0 {
+		for _, l := range backendLocks(t, backendURL, cluster, ns) {
+			locksLeft[l] = true
+		}
+		lastPending = backendPending(t, backendURL, cluster, ns)
+		for _, p := range lastPending {
+			pendingLeft[p] = true
+		}
+		if plan.wipeWorkspaces && containerKills%4 == 0 {
 			if err := os.RemoveAll(filepath.Join(stateDir, "workspaces")); err != nil {
 				t.Fatal(err)
 			}
 			wipes++
 		}
-		mark = op.logs.Len()
+		lastStart = op.logs.Len()
 		op.start()
 	}
 	stopDriving()
@@ -202,13 +319,52 @@ func crashRun(t *testing.T, rng *rand.Rand, kills int, backendURL, stateDir stri
 		t.Errorf("%d processes of killed pulumi runs still running after convergence:\n  %s", len(orphans), strings.Join(orphans, "\n  "))
 	}
 	logs := op.logs.String()
+	cleared, resolved := countLines(logs, "cancelled stale lock"), countLines(logs, "resolved pending operations")
+	events := eventCounts(t, c, ns)
 	t.Logf("kills survived: %d container kills (%d processes, operator restarts: %d, workspace wipes: %d) and %d pulumi-only kills in %s; "+
+		"%d kills hit an up or destroy in flight, pulumi processes killed by operation %v, %d locks and %d pending operations left by the kills (by the last: %v); "+
 		"actions %v; converged %s after the last restart (%d up runs after it); stacks checked %d (resources %d, cluster objects %d); "+
-		"log: %d \"running up\", %d \"running destroy\", %d \"cancelled stale lock\", %d \"resolved pending operations\", %d \"stack locked\", %d \"reconcile failed\"",
+		"log: %d \"running up\", %d \"running destroy\", %d \"cancelled stale lock\", %d \"resolved pending operations\", %d \"stack locked\", %d \"reconcile failed\"; "+
+		"Events: %d %s, %d %s",
 		containerKills, processesKilled, op.starts-1, wipes, pulumiKills, killPhase.Round(time.Second),
+		inFlightKills, killedOps, len(locksLeft), len(pendingLeft), lastPending,
 		w.actions, took.Round(time.Second), countLines(logs[logAtEnd:], "running up"), rep.stacks, rep.resources, rep.liveObjects,
-		countLines(logs, "running up"), countLines(logs, "running destroy"), countLines(logs, "cancelled stale lock"),
-		countLines(logs, "resolved pending operations"), countLines(logs, "stack locked"), countLines(logs, "reconcile failed"))
+		countLines(logs, "running up"), countLines(logs, "running destroy"), cleared,
+		resolved, countLines(logs, "stack locked"), countLines(logs, "reconcile failed"),
+		events[watcher.ReasonStaleLockCleared], watcher.ReasonStaleLockCleared, events[watcher.ReasonPendingOperationsResolved], watcher.ReasonPendingOperationsResolved)
+
+	// The kills must have hit what they are for, and the recoveries must have happened.
+	if inFlightKills == 0 {
+		t.Errorf("none of the %d kills interrupted a running pulumi up or destroy (pulumi processes killed: %v): the recovery path was not exercised", containerKills+pulumiKills, killedOps)
+	}
+	if len(locksLeft) == 0 {
+		t.Errorf("none of the %d container kills left a lock in the backend: the stale-lock path was not exercised", containerKills)
+	}
+	if len(locksLeft) > 0 && cleared == 0 {
+		t.Errorf("the kills left %d locks in the backend and the operator's log never says \"cancelled stale lock\"", len(locksLeft))
+	}
+	// What the last kill left, the operator that ran to the end must have resolved and said so.
+	// (Not so for earlier kills: a kill that follows the resolving loses its log line, which
+	// comes when the up after it has finished.)
+	if len(lastPending) > 0 && countLines(logs[lastStart:], "resolved pending operations") == 0 {
+		t.Errorf("the last kill left pending operations %v and the last operator's log never says \"resolved pending operations\"", lastPending)
+	}
+	if plan.requireRecoveries {
+		if cleared == 0 {
+			t.Errorf("%d kills and no stale lock cleared (no \"cancelled stale lock\" in the operator's log): the kills did not interrupt updates, or the operator did not recover their locks", containerKills+pulumiKills)
+		}
+		if resolved == 0 {
+			t.Errorf("%d kills and no pending operation resolved (no \"resolved pending operations\" in the operator's log): the kills did not interrupt resource operations, or the operator did not recover them", containerKills+pulumiKills)
+		}
+	}
+	// The Events of the recoveries the last operator made (it ran to the end, so its Events
+	// were sent; an earlier one's may be lost with it when a kill follows within milliseconds).
+	for msg, reason := range map[string]string{"cancelled stale lock": watcher.ReasonStaleLockCleared,
+		"resolved pending operations": watcher.ReasonPendingOperationsResolved} {
+		if n := countLines(logs[lastStart:], msg); n > 0 && events[reason] == 0 {
+			t.Errorf("the last operator's log has %d \"%s\" lines and the namespace no %s Event", n, msg, reason)
+		}
+	}
 	if t.Failed() {
 		reportFailures(t, logs)
 	}
@@ -216,7 +372,7 @@ func crashRun(t *testing.T, rng *rand.Rand, kills int, backendURL, stateDir stri
 
 // drive changes the objects until ctx ends: mostly spec changes, some deletes, creates, and
 // re-creates of deleted names once they are gone.
-func drive(ctx context.Context, t *testing.T, c *testenv.Cluster, ns string, w *world, rng *rand.Rand) {
+func drive(ctx context.Context, t *testing.T, c *testenv.Cluster, ns string, w *world, plan crashPlan, rng *rand.Rand) {
 	cr := c.Client.Resource(api.GroupVersionResource).Namespace(ns)
 	for {
 		select {
@@ -238,14 +394,14 @@ func drive(ctx context.Context, t *testing.T, c *testenv.Cluster, ns string, w *
 		roll := rng.Intn(100)
 		var err error
 		switch {
-		case roll < 10 && len(names) > 5:
+		case roll < 10 && len(names) > plan.minLive:
 			name := names[rng.Intn(len(names))]
 			if err = cr.Delete(ctx, name, metav1.DeleteOptions{}); err == nil {
 				delete(w.live, name)
 				w.gone[name] = true
 				w.actions["delete"]++
 			}
-		case roll < 17 && w.created < 12:
+		case roll < 17 && w.created < plan.maxCreated:
 			name := fmt.Sprintf("c%d", w.created)
 			s := randomSpec(rng)
 			if err = createCR(ctx, c, ns, name, s, nil); err == nil {

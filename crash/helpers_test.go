@@ -2,13 +2,14 @@
 // real binary (`pulumi-operator watch`), the real pulumi CLI, the real Kubernetes provider plugin
 // and a real state backend (file, PostgreSQL), against the local simulated cluster.
 //
-//   - TestCrashSafety (opt-in: PULUMI_OPERATOR_CRASH_TEST=1, `make crash-test`): SIGKILLs the
-//     operator, with all its pulumi and plugin processes, at random moments while objects are
-//     created, changed and deleted, and checks that state and cluster agree afterwards.
+//   - TestCrashSafety: SIGKILLs the operator, with all its pulumi and plugin processes, at random
+//     moments while objects are created, changed and deleted, and checks that state and cluster
+//     agree afterwards: a short run (3 kills, file backend) always, the long one (20 kills per
+//     backend, file and PostgreSQL) opt-in: PULUMI_OPERATOR_CRASH_TEST=1, `make crash-test`.
 //   - TestBackendOutage: PostgreSQL stops for 30 s while objects change.
 //   - TestPassphraseNeverLeaks: the passphrase and the database password appear in no log, status,
 //     Event or process command line.
-//   - TestShards: two operators with label selectors share a backend and a namespace.
+//   - TestShards: two operators with label selectors share a PostgreSQL backend and a namespace.
 //
 // Environment: PULUMI_OPERATOR_TEST_KUBECONFIG (else .local/cluster/kubeconfig), the pinned CLI
 // (bin/pulumi or PULUMI_OPERATOR_PULUMI), the Kubernetes provider plugin (SKIP without it), and
@@ -236,7 +237,7 @@ func newOperator(t *testing.T, cfg operatorConfig) *operator {
 	t.Cleanup(func() {
 		o.stop()
 		if n := len(taggedPIDs(o.tag, 0)); n > 0 {
-			t.Logf("%s: killing %d processes left behind", o.name, killTagged(o.tag, 0))
+			t.Logf("%s: killing %d processes left behind", o.name, len(killTagged(o.tag, 0)))
 		}
 		if t.Failed() {
 			dumpLog(t, o.name, o.logs.String())
@@ -300,30 +301,122 @@ func (o *operator) pid() int {
 }
 
 // kill is a container kill: SIGKILL to the operator and every process it started (pulumi CLIs,
-// language hosts, provider plugins), nothing shut down cleanly. It returns how many processes
-// died.
-func (o *operator) kill() int {
+// language hosts, provider plugins), nothing shut down cleanly. It returns the command lines
+// of the processes that died (see pulumiOperation).
+func (o *operator) kill() []string {
 	o.mu.Lock()
 	cmd, exited := o.cmd, o.exited
 	o.mu.Unlock()
 	if cmd == nil {
-		return 0
+		return nil
 	}
-	n := killTagged(o.tag, 0)
+	killed := killTagged(o.tag, 0)
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the group too, in case the environ was unreadable
 	<-exited
-	return n
+	return killed
 }
 
 // killPulumi kills (SIGKILL) the operator's pulumi CLIs and their plugins but not the operator,
-// as the kernel's OOM killer may pick the largest process of a container. It returns how many
-// processes died.
-func (o *operator) killPulumi() int {
+// as the kernel's OOM killer may pick the largest process of a container. It returns the
+// command lines of the processes that died.
+func (o *operator) killPulumi() []string {
 	p := o.pid()
 	if p == 0 {
-		return 0
+		return nil
 	}
 	return killTagged(o.tag, p)
+}
+
+// lockedOperation reports whether one of the operator's processes runs one of the pulumi
+// operations ops (see pulumiOperation) on a stack that holds a lock, one of those listLocks
+// returns (the lock keys of backendLocks, which name the stack as a path segment; read only
+// when such an operation runs): the operation has got as far as taking its lock, or it is
+// about to fail on another's.
+func (o *operator) lockedOperation(listLocks func() []string, ops ...string) bool {
+	var locks []string
+	listed := false
+	for _, l := range o.processCommandLines() {
+		if !slices.Contains(ops, pulumiOperation(l)) {
+			continue
+		}
+		if !listed {
+			locks, listed = listLocks(), true
+		}
+		name := stackArg(l)
+		for _, k := range locks {
+			if name != "" && strings.Contains(k, "/"+name+"/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// stackArg is the value of the --stack flag of a command line (arguments separated by
+// spaces), "" without one.
+func stackArg(cmdline string) string {
+	args := strings.Fields(cmdline)
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--stack="); ok {
+			return v
+		}
+		if a == "--stack" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// pulumiOperation is what a pulumi CLI process does, from its command line (arguments
+// separated by spaces): its subcommand, "up", "destroy", "refresh", "cancel", or "stack
+// import", "stack export", ... for the stack subcommands; "" for another program (the
+// operator, a provider plugin). Flags before the subcommand are skipped: the Automation API
+// puts --non-interactive there (seen: `pulumi --non-interactive up --yes --skip-preview ...
+// --stack NAME`); it gives none that takes a value.
+func pulumiOperation(cmdline string) string {
+	args := strings.Fields(cmdline)
+	if len(args) == 0 || filepath.Base(args[0]) != "pulumi" {
+		return ""
+	}
+	var words []string
+	for _, a := range args[1:] {
+		if strings.HasPrefix(a, "-") {
+			if len(words) > 0 {
+				break
+			}
+			continue
+		}
+		words = append(words, a)
+		if words[0] != "stack" || len(words) == 2 {
+			break
+		}
+	}
+	return strings.Join(words, " ")
+}
+
+func TestPulumiOperation(t *testing.T) {
+	for name, tc := range map[string]struct {
+		cmdline, op, stack string
+	}{
+		"up": {cmdline: "/work/bin/pulumi --non-interactive up --yes --skip-preview --client=127.0.0.1:37889 --exec-kind=auto.inline --color=never --suppress-progress --stack c.ns.a",
+			op: "up", stack: "c.ns.a"},
+		"destroy, flags after":  {cmdline: "pulumi destroy --yes --stack=c.ns.b", op: "destroy", stack: "c.ns.b"},
+		"stack export":          {cmdline: "/bin/pulumi --non-interactive stack export --show-secrets --stack c.ns.a", op: "stack export", stack: "c.ns.a"},
+		"stack alone":           {cmdline: "pulumi stack --stack x", op: "stack", stack: "x"},
+		"version":               {cmdline: "/bin/pulumi version", op: "version"},
+		"provider plugin":       {cmdline: "/home/plugins/resource-kubernetes-v4.33.0/pulumi-resource-kubernetes 127.0.0.1:45277"},
+		"operator":              {cmdline: "/tmp/x/pulumi-operator --pulumi /bin/pulumi watch --namespace ns"},
+		"unreadable (a zombie)": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := pulumiOperation(tc.cmdline); got != tc.op {
+				t.Errorf("pulumiOperation(%q) = %q, want %q", tc.cmdline, got, tc.op)
+			}
+			if got := stackArg(tc.cmdline); got != tc.stack {
+				t.Errorf("stackArg(%q) = %q, want %q", tc.cmdline, got, tc.stack)
+			}
+		})
+	}
 }
 
 // stop ends the operator as Kubernetes does: SIGTERM, then SIGKILL after 40 s (the operator's
@@ -366,8 +459,10 @@ func taggedPIDs(tag string, except int) []int {
 }
 
 // killTagged stops (SIGSTOP) every process tagged tag but except until no new one appears, so
-// none can start another while it is being killed, then SIGKILLs them all. It returns how many.
-func killTagged(tag string, except int) int {
+// none can start another while it is being killed, then SIGKILLs them all. It returns their
+// command lines (NULs as spaces; "" for a process whose command line could not be read), read
+// while they were stopped: what each was doing when it died.
+func killTagged(tag string, except int) []string {
 	stopped := map[int]bool{}
 	for round := 0; round < 10; round++ {
 		fresh := 0
@@ -382,10 +477,15 @@ func killTagged(tag string, except int) int {
 			break
 		}
 	}
+	var cmdlines []string
+	for p := range stopped {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+		cmdlines = append(cmdlines, strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " ")))
+	}
 	for p := range stopped {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
-	return len(stopped)
+	return cmdlines
 }
 
 // processCommandLines returns the command lines of the operator's processes, NULs as spaces.
@@ -638,29 +738,32 @@ func (b *backend) export(stackName string) (apitype.DeploymentV3, error) {
 // (stack.StackInfo.UpdateInProgress cannot tell: DIY backends never report it.)
 func (b *backend) locks(t *testing.T, ns string) []string {
 	t.Helper()
-	mine := "/" + b.cluster + "." + ns + "."
+	return backendLocks(t, b.url, b.cluster, ns)
+}
+
+// backendLocks is backend.locks without a backend opened: it reads only the lock objects, fast
+// enough (a directory walk, one query) to run between a kill and the restart.
+func backendLocks(t *testing.T, backendURL, cluster, ns string) []string {
+	t.Helper()
+	mine := "/" + cluster + "." + ns + "."
 	var keys []string
 	switch {
-	case strings.HasPrefix(b.url, "file://"):
-		dir := filepath.Join(strings.TrimPrefix(b.url, "file://"), ".pulumi", "locks")
+	case strings.HasPrefix(backendURL, "file://"):
+		dir := filepath.Join(strings.TrimPrefix(backendURL, "file://"), ".pulumi", "locks")
 		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 			if err == nil && !d.IsDir() && strings.HasSuffix(p, ".json") {
 				keys = append(keys, p)
 			}
 			return nil
 		})
-	case strings.HasPrefix(b.url, "postgres://"):
-		u, err := url.Parse(b.url)
-		if err != nil {
-			t.Fatal(err)
+	case strings.HasPrefix(backendURL, "postgres://"):
+		// The CLI creates the table on its first use of the backend: before that, no lock.
+		table := pgTable(t, backendURL)
+		if exists := testenv.PSQL(t, backendURL, fmt.Sprintf("SELECT to_regclass('%s') IS NOT NULL", table)); slices.Equal(exists, []string{"t"}) {
+			keys = testenv.PSQL(t, backendURL, fmt.Sprintf("SELECT key FROM %s WHERE key LIKE '%%/.pulumi/locks/%%'", table))
 		}
-		table := u.Query().Get("table")
-		if table == "" {
-			table = "pulumi_state"
-		}
-		keys = testenv.PSQL(t, b.url, fmt.Sprintf("SELECT key FROM %s WHERE key LIKE '%%/.pulumi/locks/%%'", table))
 	default:
-		t.Fatalf("locks: backend %s not handled", stack.RedactURL(b.url))
+		t.Fatalf("locks: backend %s not handled", stack.RedactURL(backendURL))
 	}
 	var out []string
 	for _, k := range keys {
@@ -669,6 +772,77 @@ func (b *backend) locks(t *testing.T, ns string) []string {
 		}
 	}
 	return out
+}
+
+// backendPending lists the pending operations in the backend's state of the stacks of
+// namespace ns, one "<stack> <type> <urn>" each, reading the stack files directly (a file in
+// .pulumi/stacks/kindcustomhttp/ of a file backend, its row in a postgres backend's table):
+// fast enough to poll for the moment an up is changing a resource, and to run between a kill
+// and the restart. A file caught half-written reads as none.
+func backendPending(t *testing.T, backendURL, cluster, ns string) []string {
+	t.Helper()
+	prefix := cluster + "." + ns + "."
+	var out []string
+	add := func(key string, data []byte) {
+		var f struct {
+			Checkpoint struct {
+				Latest struct {
+					PendingOperations []apitype.OperationV2 `json:"pending_operations"`
+				} `json:"latest"`
+			} `json:"checkpoint"`
+		}
+		if json.Unmarshal(data, &f) != nil {
+			return
+		}
+		name := strings.TrimSuffix(filepath.Base(key), ".json")
+		for _, op := range f.Checkpoint.Latest.PendingOperations {
+			out = append(out, name+" "+string(op.Type)+" "+string(op.Resource.URN))
+		}
+	}
+	switch {
+	case strings.HasPrefix(backendURL, "file://"):
+		dir := filepath.Join(strings.TrimPrefix(backendURL, "file://"), ".pulumi", "stacks", "kindcustomhttp")
+		files, _ := filepath.Glob(filepath.Join(dir, prefix+"*.json"))
+		for _, p := range files {
+			if b, err := os.ReadFile(p); err == nil {
+				add(p, b)
+			}
+		}
+	case strings.HasPrefix(backendURL, "postgres://"):
+		// The CLI's postgres backend keeps each object as JSON {"data": "<base64>"}
+		// (pkg/backend/diy/postgres); the server decodes and filters, one row per stack with
+		// pending operations, the stack file as JSON on one line.
+		table := pgTable(t, backendURL)
+		if exists := testenv.PSQL(t, backendURL, fmt.Sprintf("SELECT to_regclass('%s') IS NOT NULL", table)); !slices.Equal(exists, []string{"t"}) {
+			return nil
+		}
+		rows := testenv.PSQL(t, backendURL, fmt.Sprintf(`SELECT key || ' ' || doc::text FROM (
+			SELECT key, convert_from(decode(data->>'data', 'base64'), 'UTF8')::jsonb AS doc FROM %s
+			WHERE key LIKE '%%.pulumi/stacks/kindcustomhttp/%s%%.json') s
+			WHERE jsonb_array_length(coalesce(doc->'checkpoint'->'latest'->'pending_operations', '[]')) > 0`, table, prefix))
+		for _, r := range rows {
+			key, doc, _ := strings.Cut(r, " ")
+			add(key, []byte(doc))
+		}
+	default:
+		t.Fatalf("pending operations: backend %s not handled", stack.RedactURL(backendURL))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// pgTable is the table of a postgres:// backend URL: its table parameter, else the CLI's
+// default pulumi_state (pkg/backend/diy/postgres).
+func pgTable(t *testing.T, backendURL string) string {
+	t.Helper()
+	u, err := url.Parse(backendURL)
+	if err != nil {
+		t.Fatalf("backend URL: %v", stack.RedactText(err.Error()))
+	}
+	if table := u.Query().Get("table"); table != "" {
+		return table
+	}
+	return "pulumi_state"
 }
 
 // ---- KindCustomHttp objects
@@ -960,6 +1134,21 @@ func sameData(got any, want map[string]string) bool {
 }
 
 // ---- collecting what the cluster says
+
+// eventCounts counts the Events of namespace ns by reason, each as often as it happened (an
+// Event the recorder aggregated counts its count).
+func eventCounts(t *testing.T, c *testenv.Cluster, ns string) map[string]int {
+	t.Helper()
+	l, err := c.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, ev := range l.Items {
+		n[ev.Reason] += int(max(ev.Count, 1))
+	}
+	return n
+}
 
 // eventTexts returns every Event of namespace ns as YAML.
 func eventTexts(t *testing.T, c *testenv.Cluster, ns string) string {

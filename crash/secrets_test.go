@@ -1,10 +1,14 @@
 package crash
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -12,9 +16,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+	"github.com/pulumi-operator/pulumi-operator/stack"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
@@ -24,7 +30,8 @@ import (
 // spec, a failure for a wrong database password (a second operator run with it), a failure for
 // a stopped database, recovery and delete. Neither secret, nor the wrong password, may appear in
 // the operators' logs, in any version of the object (status) the apiserver held, in any Event,
-// or on the command line of any process the operator started.
+// or on the command line of any process the operator started; on disk, only where it rests by
+// design (see secretsAtRest), while the stack exists and after it is gone.
 //
 // It needs PostgreSQL (PULUMI_TEST_POSTGRES_URL says it is set up; the test starts a private
 // server with its own password through hack/postgres-up.sh).
@@ -169,6 +176,14 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 	pg.up(t)
 	pgDown = false
 	waitConverged(t, c, ns, map[string]spec{"leak": s}, nil, 3*time.Minute)
+	stackName, err := stack.Name("leak", ns, "leak")
+	if err != nil {
+		t.Fatal(err)
+	}
+	atRest := secretsAtRest{stateDir: stateDir, pulumiHome: pulumiHomeOf(t), backendURL: pg.url, secrets: secrets}
+	if workspaceFiles := atRest.check(t, "while the stack exists"); !slices.Contains(workspaceFiles, filepath.Join("workspaces", stackName, "Pulumi.yaml")) {
+		t.Errorf("the search of the state directory did not see the workspace's Pulumi.yaml of stack %s (saw %v)", stackName, workspaceFiles)
+	}
 	// 7. Delete: gone.
 	if err := cr.Delete(ctx, "leak", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -209,29 +224,155 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 	t.Logf("looked for %d secrets in %d log bytes, %d object bytes, %d Event bytes and %d command lines",
 		len(secrets), len(op.logs.String())+len(opWrong.logs.String()), len(objects()), len(events), len(cmds))
 
-	// Where the database password rests on disk: the workspaces' Pulumi.yaml (not a log, not the
-	// API; reported, see the report of issue 5).
-	var onDisk []string
-	_ = filepath.WalkDir(stateDir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return nil
-		}
-		b, _ := os.ReadFile(p)
-		for what, secret := range secrets {
-			if strings.Contains(string(b), secret) {
-				rel, _ := filepath.Rel(stateDir, p)
-				onDisk = append(onDisk, rel+" ("+what+")")
-			}
-		}
-		return nil
-	})
-	if len(onDisk) > 0 {
-		t.Logf("NOTE: files in the state directory holding a secret: %v", onDisk)
-	}
+	atRest.check(t, "after the delete")
 }
 
 // context60 is the text around s[i:i+n], 60 bytes either side.
 func context60(s string, i, n int) string {
 	from, to := max(0, i-60), min(len(s), i+n+60)
 	return s[from:to]
+}
+
+// secretsAtRest searches the places on disk where a secret could come to rest for the secrets
+// of TestPassphraseNeverLeaks (what -> value), and fails the test for each one found where it
+// has no business being. The places, and what each may hold:
+//   - the operator's state directory (--state-dir, a volume): nothing, except that the
+//     workspace of each stack holds the Pulumi.yaml through which the operator hands the CLI the
+//     backend URL (stack.Manager's workspaceOptions; the CLI reads the URL from there), so a
+//     password in that URL rests in workspaces/<stack>/Pulumi.yaml, as backend.url. That is by
+//     design of a URL that carries a password: the README ("Credentials out of the URL") says
+//     so and gives PGPASSWORD as the way to keep it off the volume. So the database password,
+//     right or wrong (each operator wrote its own URL there), may be that value and nothing
+//     else; the passphrase may be nowhere.
+//   - the operator's Pulumi home (the CLI's workspace settings and logs; not plugins/, which
+//     holds binaries): nothing. The CLI's logs there are encrypted ("PLOG" files): a search of
+//     the plain bytes cannot see into them.
+//   - the state backend, the test's own PostgreSQL table, every row: nothing (the passphrase
+//     only encrypts; it is not stored).
+//
+// The passphrase file the test gives the operator (PULUMI_CONFIG_PASSPHRASE_FILE, a mounted
+// Secret in a cluster) holds the passphrase by design; it lies outside the state directory and
+// is not searched.
+type secretsAtRest struct {
+	stateDir, pulumiHome, backendURL string
+	secrets                          map[string]string
+}
+
+// check searches every place once, when says at which step of the test, and returns the files
+// of the state directory's workspaces it read (relative to the state directory).
+func (a secretsAtRest) check(t *testing.T, when string) []string {
+	t.Helper()
+	var workspaceFiles []string
+	var byDesign []string
+	_ = filepath.WalkDir(a.stateDir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		rel, _ := filepath.Rel(a.stateDir, p)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil // removed meanwhile: the operator is running
+		}
+		parts := strings.Split(rel, string(filepath.Separator))
+		if parts[0] == "workspaces" {
+			workspaceFiles = append(workspaceFiles, rel)
+		}
+		rest := b // what must hold no database password
+		if len(parts) == 3 && parts[0] == "workspaces" && parts[2] == "Pulumi.yaml" {
+			var err error
+			var backendURL string
+			if rest, backendURL, err = withoutBackendURL(b); err != nil {
+				t.Errorf("%s: %s: %v", when, rel, err)
+				return nil
+			}
+			for what, secret := range a.secrets {
+				if strings.Contains(what, "database password") && strings.Contains(backendURL, secret) {
+					byDesign = append(byDesign, rel+" ("+what+")")
+				}
+			}
+		}
+		for what, secret := range a.secrets {
+			hay := rest
+			if !strings.Contains(what, "database password") {
+				hay = b
+			}
+			if bytes.Contains(hay, []byte(secret)) {
+				t.Errorf("%s: file %s in the state directory holds %s", when, rel, what)
+			}
+		}
+		return nil
+	})
+	if len(byDesign) > 0 {
+		sort.Strings(byDesign)
+		t.Logf("%s: by design, the backend URL of workspace Pulumi.yaml files holds a database password: %v", when, byDesign)
+	}
+
+	homeFiles := 0
+	_ = filepath.WalkDir(a.pulumiHome, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() {
+			if p == filepath.Join(a.pulumiHome, "plugins") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		homeFiles++
+		for what, secret := range a.secrets {
+			if bytes.Contains(b, []byte(secret)) {
+				rel, _ := filepath.Rel(a.pulumiHome, p)
+				t.Errorf("%s: file %s in the Pulumi home %s holds %s", when, rel, a.pulumiHome, what)
+			}
+		}
+		return nil
+	})
+
+	// The CLI's postgres backend keeps each object as JSON {"data": "<base64>"}
+	// (pkg/backend/diy/postgres), so the search decodes it in the server.
+	table := pgTable(t, a.backendURL)
+	rows := testenv.PSQL(t, a.backendURL, "SELECT count(*) FROM "+table)
+	for what, secret := range a.secrets {
+		q := fmt.Sprintf("SELECT key FROM %s WHERE position(decode('%x', 'hex') in decode(data->>'data', 'base64')) > 0", table, secret)
+		if keys := testenv.PSQL(t, a.backendURL, q); len(keys) > 0 {
+			t.Errorf("%s: the backend's objects %v hold %s", when, keys, what)
+		}
+	}
+	t.Logf("%s: searched %d workspace files in the state directory, %d files in the Pulumi home %s and %s rows of the backend's table for %d secrets",
+		when, len(workspaceFiles), homeFiles, a.pulumiHome, strings.Join(rows, ""), len(a.secrets))
+	return workspaceFiles
+}
+
+// withoutBackendURL returns a Pulumi.yaml without its backend.url, and that URL.
+func withoutBackendURL(b []byte) ([]byte, string, error) {
+	var doc map[string]any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, "", fmt.Errorf("read as YAML: %w", err)
+	}
+	backend, _ := doc["backend"].(map[string]any)
+	backendURL, _ := backend["url"].(string)
+	delete(backend, "url")
+	rest, err := yaml.Marshal(doc)
+	if err != nil {
+		return nil, "", err
+	}
+	return rest, backendURL, nil
+}
+
+// pulumiHomeOf is the Pulumi home the operator's CLI runs with: the Manager's default for the
+// CLI the test gives it, else Pulumi's own default, ~/.pulumi.
+func pulumiHomeOf(t *testing.T) string {
+	t.Helper()
+	if h := stack.DefaultPulumiHome(testenv.PulumiCLI(t)); h != "" {
+		return h
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(home, ".pulumi")
 }

@@ -2,7 +2,7 @@ package crash
 
 import (
 	"context"
-	"os"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,28 +13,29 @@ import (
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
-// TestShards runs two operators on one backend (PostgreSQL) and one namespace, one with --label-selector
-// shard=a, the other with shard=b (no leader election): each object is reconciled by exactly
-// one of them. An object relabelled from shard a to b moves to the other operator, which
-// takes over its stack; an object of neither shard is left alone. Proof from the logs: an
-// object's "running up"/"running destroy" lines appear only in its shard's log, and the other
-// operator's log never names it.
+// TestShards runs two operators on one PostgreSQL backend and one namespace, one with
+// --label-selector shard=a, the other with shard=b (no leader election): each object is
+// reconciled by exactly one of them. An object relabelled from shard a to b moves to the other
+// operator, which takes over its stack; an object of neither shard is left alone. Proof from
+// the logs: an object's "running up"/"running destroy" lines appear only in its shard's log,
+// and the other operator's log never names it. The stacks must be rows of the PostgreSQL
+// table: the backend the README gives shards, never a file backend instead.
+//
+// It needs PULUMI_TEST_POSTGRES_URL (SKIP without it, FAIL under CI=true; make test sets it).
 func TestShards(t *testing.T) {
 	requirePlugin(t)
+	backendURL := requireEnv(t, "PULUMI_TEST_POSTGRES_URL", "start PostgreSQL with `eval \"$(hack/postgres-up.sh)\"`")
+	if !strings.HasPrefix(backendURL, "postgres://") {
+		t.Fatalf("PULUMI_TEST_POSTGRES_URL is %s, want a postgres:// URL", stack.RedactURL(backendURL))
+	}
 	c := testenv.Connect(t)
 	c.InstallCRD(t)
 	ns := c.Namespace(t)
 	ctx := context.Background()
 	const passphrase, cluster = "shards-passphrase", "shards"
-	// The shared backend is the one the README recommends for shards: PostgreSQL when the test
-	// environment has one (make test starts it), else a shared file backend directory.
-	backendURL := os.Getenv("PULUMI_TEST_POSTGRES_URL")
-	if backendURL == "" {
-		backendURL = "file://" + t.TempDir()
-		t.Log("PULUMI_TEST_POSTGRES_URL unset: the shards share a file backend instead of PostgreSQL")
-	}
 	start := func(shard string) *operator {
 		op := newOperator(t, operatorConfig{name: "shard-" + shard, kubeconfig: c.Kubeconfig, backendURL: backendURL,
 			stateDir: t.TempDir(), cluster: cluster, namespace: ns, extra: []string{"--label-selector", "shard=" + shard},
@@ -126,9 +127,17 @@ func TestShards(t *testing.T) {
 
 	b := openBackend(t, backendURL, cluster, passphrase)
 	rep := checkState(t, c, b, ns, live)
+	// The stacks the shards made are rows of the PostgreSQL table (the DIY backend's stack
+	// files, .pulumi/stacks/<project>/<stack>.json), one per live object.
+	rows := testenv.PSQL(t, backendURL, fmt.Sprintf("SELECT key FROM %s WHERE key LIKE '%%.pulumi/stacks/kindcustomhttp/%s.%s.%%.json'",
+		pgTable(t, backendURL), cluster, ns))
+	if len(rows) != len(live) {
+		t.Errorf("the PostgreSQL table holds %d stack files of namespace %s, want %d (one per live object): %v", len(rows), ns, len(live), rows)
+	}
 	t.Logf("runs: shard a %d up, %d destroy; shard b %d up, %d destroy; stacks checked %d (resources %d, cluster objects %d)",
 		countLines(logs["a"], "running up"), countLines(logs["a"], "running destroy"),
 		countLines(logs["b"], "running up"), countLines(logs["b"], "running destroy"), rep.stacks, rep.resources, rep.liveObjects)
+	t.Logf("backend: %s, table %s: %d stack rows", stack.RedactURL(backendURL), pgTable(t, backendURL), len(rows))
 }
 
 // objectLines counts the log lines about object ns/name (its object= attribute) that contain
