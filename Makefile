@@ -122,7 +122,8 @@ test: helm
 bench: tools build
 	hack/bench/run.sh $(BENCH_FLAGS)
 
-# ---- Crash safety (issue 5). Minutes long, so not part of `make test` (which skips it).
+# ---- Crash safety (issue 5). `make test` runs a short TestCrashSafety (3 kills, file backend);
+# this is the long run.
 .PHONY: crash-test
 
 ## crash-test: crash/TestCrashSafety on the file and PostgreSQL backends: SIGKILLs `watch` (with its
