@@ -60,6 +60,10 @@ fi
 echo
 echo "full log: ${log}"
 # CI_START (epoch seconds, set by .ci/run) measures the whole CI run, tool builds included.
-echo "took $(( $(date +%s) - ${CI_START:-${test_start}} ))s since ${CI_START:+.ci/run started}${CI_START:-the test run started}"
+if [[ -n "${CI_START:-}" ]]; then
+	echo "took $(($(date +%s) - CI_START))s since .ci/run started"
+else
+	echo "took $(($(date +%s) - test_start))s"
+fi
 echo "${passed} passed, ${failed} failed, ${skipped} skipped"
 exit "${status}"
