@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -188,7 +189,7 @@ func (f *fixture) waitGone(t *testing.T, name string) {
 	t.Helper()
 	pollFor(t, 60*time.Second, name+" deleted", func() bool {
 		_, err := f.cr.Get(context.Background(), name, metav1.GetOptions{})
-		return err != nil
+		return apierrors.IsNotFound(err)
 	})
 }
 
