@@ -17,7 +17,6 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
@@ -41,13 +40,10 @@ func (f *fixture) deploymentReplicas(t *testing.T, name string) int32 {
 	return *d.Spec.Replicas
 }
 
+// poll is pollFor with a 60 s timeout.
 func poll(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true,
-		func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		t.Fatalf("%s never happened", what)
-	}
+	pollFor(t, 60*time.Second, what, cond)
 }
 
 // A hand-made change to an owned object is seen through the owned-object informers, repaired
