@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
@@ -210,14 +211,14 @@ func runOne(ctx context.Context, mgr *stack.Manager, d api.Document, op string, 
 		var err error
 		switch op {
 		case "up":
-			res, err = mgr.Up(ctx, d.Desired, opts)
+			res, err = mgr.Up(ctx, name, infra.Program(d.Desired), opts)
 		case "preview":
 			diff.Reset()
-			res, err = mgr.Preview(ctx, d.Desired, opts)
+			res, err = mgr.Preview(ctx, name, infra.Program(d.Desired), opts)
 		case "refresh":
 			res, err = mgr.Refresh(ctx, name, opts)
 		case "destroy":
-			res, err = mgr.DestroyWith(ctx, name, opts)
+			res, err = mgr.Destroy(ctx, name, opts)
 		}
 		if errors.Is(err, stack.ErrLocked) && time.Now().Before(deadline) {
 			fmt.Fprintf(progress, "stack %s is locked by another update; waiting (until %s)\n", name, deadline.Format(time.TimeOnly))

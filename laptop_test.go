@@ -149,7 +149,7 @@ func holdLock(t *testing.T, m *stack.Manager, name string) (release func() error
 	finished := make(chan struct{})
 	var result error
 	go func() {
-		_, result = m.UpProgram(context.Background(), name, prog, stack.RunOptions{})
+		_, result = m.Up(context.Background(), name, prog, stack.RunOptions{})
 		close(finished)
 	}()
 	stop := func() { unblockOnce.Do(func() { close(unblock) }) }
@@ -185,7 +185,7 @@ func TestLaptopLockedStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	name, _ := m.StackName(ns, "locked") // the stack of the file below
-	if _, err := m.UpProgram(context.Background(), name, func(*pulumi.Context) error { return nil }, stack.RunOptions{}); err != nil {
+	if _, err := m.Up(context.Background(), name, func(*pulumi.Context) error { return nil }, stack.RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "cr.yaml")

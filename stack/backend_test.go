@@ -114,7 +114,7 @@ func backendManager(t *testing.T, b stateBackend) *Manager {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			if _, err := m.Destroy(ctx, name); err != nil {
+			if _, err := m.Destroy(ctx, name, RunOptions{}); err != nil {
 				t.Logf("cleanup: destroy %s: %v", name, err)
 			}
 			cancel()
@@ -145,7 +145,7 @@ func testBackend(t *testing.T, b stateBackend) {
 		})
 	}
 
-	up, err := m.UpProgram(ctx, name, program("hello", 0), RunOptions{})
+	up, err := m.Up(ctx, name, program("hello", 0), RunOptions{})
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
@@ -159,7 +159,7 @@ func testBackend(t *testing.T, b stateBackend) {
 		t.Fatalf("the stored state of %s has no output \"hello\":\n%s", name, state)
 	}
 
-	again, err := m.UpProgram(ctx, name, program("hello", 0), RunOptions{})
+	again, err := m.Up(ctx, name, program("hello", 0), RunOptions{})
 	if err != nil {
 		t.Fatalf("second up: %v", err)
 	}
@@ -168,7 +168,7 @@ func testBackend(t *testing.T, b stateBackend) {
 	}
 
 	// A preview changes nothing: the stored state still holds the applied output.
-	if _, err := m.PreviewProgram(ctx, name, program("bye", 0), RunOptions{}); err != nil {
+	if _, err := m.Preview(ctx, name, program("bye", 0), RunOptions{}); err != nil {
 		t.Fatalf("preview: %v", err)
 	}
 	if state := b.read(t, key); !strings.Contains(string(state), `"hello"`) || strings.Contains(string(state), `"bye"`) {
@@ -187,7 +187,7 @@ func testBackend(t *testing.T, b stateBackend) {
 	for i, n := range pair {
 		names[i], _ = m.StackName("ns", n)
 		wg.Go(func() {
-			res, err := m.UpProgram(ctx, names[i], program("from-"+n, 0), RunOptions{})
+			res, err := m.Up(ctx, names[i], program("from-"+n, 0), RunOptions{})
 			errs[i], outs[i] = err, res.Outputs["greeting"]
 		})
 	}
@@ -209,11 +209,11 @@ func testBackend(t *testing.T, b stateBackend) {
 	}
 
 	// Destroy removes each stack from the backend, the two at once.
-	if _, err := m.Destroy(ctx, name); err != nil {
+	if _, err := m.Destroy(ctx, name, RunOptions{}); err != nil {
 		t.Fatalf("destroy: %v", err)
 	}
 	for i := range pair {
-		wg.Go(func() { _, errs[i] = m.Destroy(ctx, names[i]) })
+		wg.Go(func() { _, errs[i] = m.Destroy(ctx, names[i], RunOptions{}) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -225,7 +225,7 @@ func testBackend(t *testing.T, b stateBackend) {
 	if exists, err := m.Exists(ctx, name); err != nil || exists {
 		t.Fatalf("after destroy Exists = %v, %v", exists, err)
 	}
-	if _, err := m.Destroy(ctx, name); err != nil {
+	if _, err := m.Destroy(ctx, name, RunOptions{}); err != nil {
 		t.Fatalf("destroy of a removed stack: %v", err)
 	}
 }
@@ -246,7 +246,7 @@ func TestBackendPostgresPasswordFromEnv(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	name, _ := m.StackName("ns", "pgpassword")
-	if _, err := m.UpProgram(ctx, name, program("env", 0), RunOptions{}); err != nil {
+	if _, err := m.Up(ctx, name, program("env", 0), RunOptions{}); err != nil {
 		t.Fatalf("up with the password in PGPASSWORD: %v", err)
 	}
 	if got := b.keys(t, stacksPrefix+name+"."); !slices.Contains(got, stacksPrefix+name+".json") {
@@ -259,7 +259,7 @@ func TestBackendPostgresPasswordFromEnv(t *testing.T) {
 	if strings.Contains(string(pulumiYAML), ":"+password+"@") {
 		t.Fatalf("the workspace's Pulumi.yaml holds the password:\n%s", pulumiYAML)
 	}
-	if _, err := m.Destroy(ctx, name); err != nil {
+	if _, err := m.Destroy(ctx, name, RunOptions{}); err != nil {
 		t.Fatalf("destroy: %v", err)
 	}
 }
@@ -305,7 +305,7 @@ func TestBackendDown(t *testing.T) {
 			defer cancel()
 			stack, _ := m.StackName("ns", "down")
 			start := time.Now()
-			_, err := m.UpProgram(ctx, stack, program("x", 0), RunOptions{})
+			_, err := m.Up(ctx, stack, program("x", 0), RunOptions{})
 			if err == nil {
 				t.Fatal("up against a backend that is down succeeded")
 			}

@@ -33,7 +33,6 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
 )
 
@@ -381,28 +380,11 @@ type RunOptions struct {
 	Color string
 }
 
-// Up brings the stack of d up to date with infra.Program(d).
-func (m *Manager) Up(ctx context.Context, d api.Desired, opts RunOptions) (Result, error) {
-	name, err := m.StackName(d.Namespace, d.Name)
-	if err != nil {
-		return Result{Operation: "up"}, err
-	}
-	return m.UpProgram(ctx, name, infra.Program(d), opts)
-}
-
-// Preview shows what Up(d) would change, changing nothing.
-func (m *Manager) Preview(ctx context.Context, d api.Desired, opts RunOptions) (Result, error) {
-	name, err := m.StackName(d.Namespace, d.Name)
-	if err != nil {
-		return Result{Operation: "preview"}, err
-	}
-	return m.PreviewProgram(ctx, name, infra.Program(d), opts)
-}
-
-// UpProgram creates the stack if needed and runs `pulumi up` with program. Errors: ErrLocked
+// Up creates the stack if needed and runs `pulumi up` with program (for a KindCustomHttp:
+// infra.Program of its Desired, on the stack StackName names). Errors: ErrLocked
 // when another update holds the lock, ErrPluginMissing when a provider plugin is absent,
 // otherwise the CLI's error, trimmed to its "error:" lines.
-func (m *Manager) UpProgram(ctx context.Context, stackName string, program pulumi.RunFunc, opts RunOptions) (Result, error) {
+func (m *Manager) Up(ctx context.Context, stackName string, program pulumi.RunFunc, opts RunOptions) (Result, error) {
 	res := Result{Operation: "up", Start: time.Now()}
 	st, err := m.open(ctx, stackName, program, true)
 	if err != nil {
@@ -443,10 +425,10 @@ func (m *Manager) UpProgram(ctx context.Context, stackName string, program pulum
 	return res, nil
 }
 
-// PreviewProgram runs `pulumi preview` of program against the stack. A stack that does not
+// Preview runs `pulumi preview` of program against the stack, changing nothing. A stack that does not
 // exist yet is created for the preview and removed again, so a preview leaves the backend as
 // it found it; it previews as all creates.
-func (m *Manager) PreviewProgram(ctx context.Context, stackName string, program pulumi.RunFunc, opts RunOptions) (Result, error) {
+func (m *Manager) Preview(ctx context.Context, stackName string, program pulumi.RunFunc, opts RunOptions) (Result, error) {
 	res := Result{Operation: "preview", Start: time.Now()}
 	existed, err := m.Exists(ctx, stackName)
 	if err != nil {
@@ -520,12 +502,7 @@ func (m *Manager) Refresh(ctx context.Context, stackName string, opts RunOptions
 // A stack that does not exist is already destroyed: Destroy returns a zero Result and nil.
 // The stack is removed only after destroy succeeded, so a failed destroy leaves the state
 // that records what still exists.
-func (m *Manager) Destroy(ctx context.Context, stackName string) (Result, error) {
-	return m.DestroyWith(ctx, stackName, RunOptions{})
-}
-
-// DestroyWith is Destroy with options (progress, color).
-func (m *Manager) DestroyWith(ctx context.Context, stackName string, opts RunOptions) (Result, error) {
+func (m *Manager) Destroy(ctx context.Context, stackName string, opts RunOptions) (Result, error) {
 	res := Result{Operation: "destroy", Start: time.Now()}
 	noop := func(*pulumi.Context) error { return nil }
 	st, err := m.open(ctx, stackName, noop, false)

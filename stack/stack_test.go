@@ -59,7 +59,7 @@ func TestUpPreviewDestroy(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pre, err := m.PreviewProgram(ctx, name, program("hello", 0), RunOptions{})
+	pre, err := m.Preview(ctx, name, program("hello", 0), RunOptions{})
 	if err != nil {
 		t.Fatalf("preview: %v", err)
 	}
@@ -70,7 +70,7 @@ func TestUpPreviewDestroy(t *testing.T) {
 		t.Fatalf("a preview of a new stack left it in the backend: %v", got)
 	}
 
-	up, err := m.UpProgram(ctx, name, program("hello", 0), RunOptions{})
+	up, err := m.Up(ctx, name, program("hello", 0), RunOptions{})
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
@@ -81,7 +81,7 @@ func TestUpPreviewDestroy(t *testing.T) {
 		t.Fatalf("backend holds %v, want the state of %s", got, name)
 	}
 
-	again, err := m.UpProgram(ctx, name, program("hello", 0), RunOptions{})
+	again, err := m.Up(ctx, name, program("hello", 0), RunOptions{})
 	if err != nil {
 		t.Fatalf("second up: %v", err)
 	}
@@ -90,7 +90,7 @@ func TestUpPreviewDestroy(t *testing.T) {
 	}
 
 	// A preview changes nothing: the state still holds the applied output, not the previewed one.
-	if _, err = m.PreviewProgram(ctx, name, program("bye", 0), RunOptions{}); err != nil {
+	if _, err = m.Preview(ctx, name, program("bye", 0), RunOptions{}); err != nil {
 		t.Fatalf("preview: %v", err)
 	}
 	state, err := os.ReadFile(stackFiles(t, backend)[0])
@@ -112,7 +112,7 @@ func TestUpPreviewDestroy(t *testing.T) {
 		t.Fatalf("ListStacks = %+v, %v", list, err)
 	}
 
-	if _, err := m.Destroy(ctx, name); err != nil {
+	if _, err := m.Destroy(ctx, name, RunOptions{}); err != nil {
 		t.Fatalf("destroy: %v", err)
 	}
 	if got := stackFiles(t, backend); len(got) != 0 {
@@ -125,7 +125,7 @@ func TestUpPreviewDestroy(t *testing.T) {
 		t.Fatalf("destroy left the workspace directory: %v", err)
 	}
 	// A second destroy of a stack that is gone is not an error (a retried delete).
-	if _, err := m.Destroy(ctx, name); err != nil {
+	if _, err := m.Destroy(ctx, name, RunOptions{}); err != nil {
 		t.Fatalf("destroy of a removed stack: %v", err)
 	}
 	if _, err := m.Refresh(ctx, name, RunOptions{}); err == nil {
@@ -143,7 +143,7 @@ func TestTwoStacksAtOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			name, _ := m.StackName("ns", n)
-			res, err := m.UpProgram(context.Background(), name, program("from-"+n, 0), RunOptions{})
+			res, err := m.Up(context.Background(), name, program("from-"+n, 0), RunOptions{})
 			errs[i], outs[i] = err, res.Outputs["greeting"]
 		}()
 	}
@@ -180,7 +180,7 @@ func holdLock(t *testing.T, m *Manager, name string) (release func() error) {
 	finished := make(chan struct{})
 	var result error
 	go func() {
-		_, result = m.UpProgram(context.Background(), name, prog, RunOptions{})
+		_, result = m.Up(context.Background(), name, prog, RunOptions{})
 		close(finished)
 	}()
 	stop := func() { unblockOnce.Do(func() { close(unblock) }) }
@@ -210,11 +210,11 @@ func TestLockedStack(t *testing.T) {
 	m, _ := newManager(t)
 	name, _ := m.StackName("ns", "locked")
 	ctx := context.Background()
-	if _, err := m.UpProgram(ctx, name, program("x", 0), RunOptions{}); err != nil {
+	if _, err := m.Up(ctx, name, program("x", 0), RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	release := holdLock(t, m, name)
-	_, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{})
+	_, err := m.Up(ctx, name, program("z", 0), RunOptions{})
 	if err == nil {
 		t.Fatal("an up succeeded while another update held the stack's lock")
 	}
@@ -238,7 +238,7 @@ func TestLockedStack(t *testing.T) {
 	if err := m.classifyStack(name, torn); errors.Is(err, ErrLocked) || err == nil {
 		t.Fatalf("torn read with no lock held = %v, want a plain failure", err)
 	}
-	if res, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{}); err != nil || res.Outputs["greeting"] != "z" {
+	if res, err := m.Up(ctx, name, program("z", 0), RunOptions{}); err != nil || res.Outputs["greeting"] != "z" {
 		t.Fatalf("up after the lock was released = %+v, %v", res, err)
 	}
 }
@@ -310,11 +310,11 @@ func TestClassifyTornRead(t *testing.T) {
 func killedLock(t *testing.T, m *Manager, name string) Lock {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := m.UpProgram(ctx, name, program("x", 0), RunOptions{}); err != nil {
+	if _, err := m.Up(ctx, name, program("x", 0), RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	release := holdLock(t, m, name)
-	_, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{})
+	_, err := m.Up(ctx, name, program("z", 0), RunOptions{})
 	var oe *OperationError
 	if err == nil {
 		t.Fatal("an up succeeded while another update held the stack's lock")
@@ -343,13 +343,13 @@ func TestStaleLockCancel(t *testing.T) {
 	name, _ := m.StackName("ns", "stale")
 	ctx := context.Background()
 	killedLock(t, m, name)
-	if _, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{}); !errors.Is(err, ErrLocked) {
+	if _, err := m.Up(ctx, name, program("z", 0), RunOptions{}); !errors.Is(err, ErrLocked) {
 		t.Fatalf("up after the kill = %v, want ErrLocked (the lock is left behind)", err)
 	}
 	if err := m.CancelLock(ctx, name); err != nil {
 		t.Fatalf("CancelLock: %v", err)
 	}
-	res, err := m.UpProgram(ctx, name, program("z", 0), RunOptions{})
+	res, err := m.Up(ctx, name, program("z", 0), RunOptions{})
 	if err != nil || res.Outputs["greeting"] != "z" {
 		t.Fatalf("up after CancelLock = %+v, %v", res, err)
 	}
@@ -480,7 +480,7 @@ func TestFreshWorkspaceReadsSecrets(t *testing.T) {
 			return nil
 		}
 	}
-	if _, err := m1.UpProgram(ctx, name, secret("first"), RunOptions{}); err != nil {
+	if _, err := m1.Up(ctx, name, secret("first"), RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	m2, err := New(Config{Project: "kindcustomhttp", BackendURL: "file://" + backend, WorkRoot: t.TempDir(),
@@ -488,7 +488,7 @@ func TestFreshWorkspaceReadsSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := m2.UpProgram(ctx, name, secret("second"), RunOptions{})
+	res, err := m2.Up(ctx, name, secret("second"), RunOptions{})
 	if err != nil {
 		t.Fatalf("up from a fresh workspace: %v", err)
 	}
@@ -496,7 +496,7 @@ func TestFreshWorkspaceReadsSecrets(t *testing.T) {
 		t.Fatalf("outputs = %v", res.Outputs)
 	}
 	// And back in the first workspace, after the second changed the state.
-	if _, err := m1.UpProgram(ctx, name, secret("third"), RunOptions{}); err != nil {
+	if _, err := m1.Up(ctx, name, secret("third"), RunOptions{}); err != nil {
 		t.Fatalf("up from the first workspace again: %v", err)
 	}
 	// A wrong passphrase cannot read it: the secret is really encrypted.
@@ -505,7 +505,7 @@ func TestFreshWorkspaceReadsSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m3.UpProgram(ctx, name, secret("fourth"), RunOptions{}); err == nil {
+	if _, err := m3.Up(ctx, name, secret("fourth"), RunOptions{}); err == nil {
 		t.Fatal("a wrong passphrase decrypted the stack's secrets")
 	}
 }
@@ -538,9 +538,9 @@ func TestLockOfRemovedStack(t *testing.T) {
 	for _, op := range []string{"destroy", "up"} {
 		var err error
 		if op == "destroy" {
-			_, err = m.Destroy(ctx, name)
+			_, err = m.Destroy(ctx, name, RunOptions{})
 		} else {
-			_, err = m.UpProgram(ctx, name, program("w", 0), RunOptions{})
+			_, err = m.Up(ctx, name, program("w", 0), RunOptions{})
 		}
 		var oe *OperationError
 		if !errors.Is(err, ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) != 1 || oe.Locks[0].Pid != lock.Pid {
@@ -553,10 +553,10 @@ func TestLockOfRemovedStack(t *testing.T) {
 	if ok, err := m.Exists(ctx, name); err != nil || ok {
 		t.Fatalf("Exists after CancelLock = %v, %v; want false (the stack stays removed)", ok, err)
 	}
-	if res, err := m.UpProgram(ctx, name, program("w", 0), RunOptions{}); err != nil || res.Outputs["greeting"] != "w" {
+	if res, err := m.Up(ctx, name, program("w", 0), RunOptions{}); err != nil || res.Outputs["greeting"] != "w" {
 		t.Fatalf("up after CancelLock = %+v, %v", res, err)
 	}
-	if _, err := m.Destroy(ctx, name); err != nil {
+	if _, err := m.Destroy(ctx, name, RunOptions{}); err != nil {
 		t.Fatalf("destroy after CancelLock: %v", err)
 	}
 	if locks, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "locks", "*", "kindcustomhttp", name, "*.json")); len(locks) > 0 {

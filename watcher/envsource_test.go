@@ -24,12 +24,12 @@ type realProgram struct{ *programStacks }
 
 func (r realProgram) Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
 	r.ups.Add(1)
-	return r.Manager.Up(ctx, d, opts)
+	return ManagerStacks{r.Manager}.Up(ctx, d, opts)
 }
 
-func (r realProgram) Destroy(ctx context.Context, stackName string) (stack.Result, error) {
+func (r realProgram) Destroy(ctx context.Context, stackName string, opts stack.RunOptions) (stack.Result, error) {
 	r.destroys.Add(1)
-	return r.Manager.Destroy(ctx, stackName)
+	return r.Manager.Destroy(ctx, stackName, opts)
 }
 
 // spec.envFrom: a change of a named ConfigMap's or Secret's data reaches the stack within

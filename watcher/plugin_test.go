@@ -129,7 +129,7 @@ func (r *recordingStacks) Up(ctx context.Context, d api.Desired, opts stack.RunO
 	i := len(r.ups)
 	r.ups = append(r.ups, upRecord{start: time.Now()})
 	r.mu.Unlock()
-	res, err := r.Manager.Up(ctx, d, opts)
+	res, err := ManagerStacks{r.Manager}.Up(ctx, d, opts)
 	r.mu.Lock()
 	r.running--
 	r.ups[i].err, r.ups[i].ended = err, true

@@ -322,7 +322,7 @@ func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructu
 		return w.removeFinalizer(ctx, u)
 	}
 	w.log.Info("running destroy", "object", klogRef(u), "stack", stackName)
-	res, err := w.stacks.Destroy(ctx, stackName)
+	res, err := w.stacks.Destroy(ctx, stackName, stack.RunOptions{})
 	w.reportRecovered(u, stackName, res)
 	w.metrics.observeOperation("destroy", err, res)
 	if err != nil {

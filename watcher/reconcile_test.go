@@ -161,12 +161,12 @@ func TestReconcileRequestAnnotation(t *testing.T) {
 func holdLock(t *testing.T, f *fixture, name string, sleep time.Duration) (int, chan error) {
 	t.Helper()
 	stackName, _ := f.stacks.StackName(f.ns, name)
-	if _, err := f.stacks.UpProgram(context.Background(), stackName, program(0), stack.RunOptions{}); err != nil {
+	if _, err := f.stacks.Manager.Up(context.Background(), stackName, program(0), stack.RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := f.stacks.UpProgram(context.Background(), stackName, program(sleep), stack.RunOptions{})
+		_, err := f.stacks.Manager.Up(context.Background(), stackName, program(sleep), stack.RunOptions{})
 		done <- err
 	}()
 	var pid int
@@ -258,7 +258,7 @@ func (h *hangingUps) Up(ctx context.Context, d api.Desired, opts stack.RunOption
 	if err != nil {
 		return stack.Result{}, err
 	}
-	return h.UpProgram(ctx, name, func(pctx *pulumi.Context) error {
+	return h.Manager.Up(ctx, name, func(pctx *pulumi.Context) error {
 		select {
 		case h.running <- struct{}{}:
 		default:
@@ -323,7 +323,7 @@ func TestShutdownCancelsAfterGrace(t *testing.T) {
 	if locks, _ := filepath.Glob(filepath.Join(f.backend, ".pulumi", "locks", "*", "kindcustomhttp", stackName, "*.json")); len(locks) > 0 {
 		t.Errorf("lock left behind by the cancelled up: %v", locks)
 	}
-	if _, err := f.stacks.UpProgram(context.Background(), stackName, program(0), stack.RunOptions{}); err != nil {
+	if _, err := f.stacks.Manager.Up(context.Background(), stackName, program(0), stack.RunOptions{}); err != nil {
 		t.Fatalf("after a cancelled up the stack is not usable (lock left behind?): %v", err)
 	}
 	release()

@@ -56,7 +56,7 @@ func (p *programStacks) Up(ctx context.Context, d api.Desired, opts stack.RunOpt
 	if err != nil {
 		return stack.Result{}, err
 	}
-	res, err := p.UpProgram(ctx, name, func(pctx *pulumi.Context) error {
+	res, err := p.Manager.Up(ctx, name, func(pctx *pulumi.Context) error {
 		if strings.Contains(d.Image, "slow") {
 			time.Sleep(6 * time.Second)
 		}
@@ -72,9 +72,9 @@ func (p *programStacks) Up(ctx context.Context, d api.Desired, opts stack.RunOpt
 	return res, applyObjects(ctx, p.kube, d)
 }
 
-func (p *programStacks) Destroy(ctx context.Context, stackName string) (stack.Result, error) {
+func (p *programStacks) Destroy(ctx context.Context, stackName string, opts stack.RunOptions) (stack.Result, error) {
 	p.destroys.Add(1)
-	res, err := p.Manager.Destroy(ctx, stackName)
+	res, err := p.Manager.Destroy(ctx, stackName, opts)
 	if err != nil {
 		return res, err
 	}

@@ -52,7 +52,7 @@ type Stacks interface {
 	// Up brings d's stack up to date.
 	Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error)
 	// Destroy destroys the stack and removes it from the backend; a missing stack is no error.
-	Destroy(ctx context.Context, stackName string) (stack.Result, error)
+	Destroy(ctx context.Context, stackName string, opts stack.RunOptions) (stack.Result, error)
 	// CancelLock removes a lock whose owner is gone.
 	CancelLock(ctx context.Context, stackName string) error
 }

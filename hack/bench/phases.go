@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -44,7 +45,11 @@ func rusageCPU(who int) float64 {
 func (b *bench) rawUp(ctx context.Context, m *stack.Manager, d api.Desired, refresh bool) (wall, cpu float64, err error) {
 	s0, c0 := rusageCPU(syscall.RUSAGE_SELF), rusageCPU(syscall.RUSAGE_CHILDREN)
 	t0 := time.Now()
-	_, err = m.Up(ctx, d, stack.RunOptions{Refresh: refresh})
+	name, err := m.StackName(d.Namespace, d.Name)
+	if err != nil {
+		return 0, 0, err
+	}
+	_, err = m.Up(ctx, name, infra.Program(d), stack.RunOptions{Refresh: refresh})
 	wall = time.Since(t0).Seconds()
 	cpu = rusageCPU(syscall.RUSAGE_SELF) - s0 + rusageCPU(syscall.RUSAGE_CHILDREN) - c0
 	if err != nil {
