@@ -1,0 +1,211 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+// Retry backoff per object: 1 s doubling to 5 min. client-go's default controller limiter
+// starts at 5 ms, which suits API writes but not Pulumi runs of a second or more: during a
+// backend outage it gave about 15 failed runs per object in 30 s. The overall token bucket
+// (10 per second, burst 100) is client-go's default.
+const (
+	retryBase = time.Second
+	retryMax  = 5 * time.Minute
+	// retryMaxBackendDown caps the backoff of a reconcile that failed because the state
+	// backend could not be opened (stack.ErrBackendUnavailable).
+	retryMaxBackendDown = 15 * time.Second
+)
+
+func retryLimiter() workqueue.TypedRateLimiter[cache.ObjectName] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](retryBase, retryMax),
+		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}
+
+// Run starts the informers, waits for their caches to sync, and runs workers workers until
+// ctx is cancelled. Then it takes no new work, lets running Pulumi operations finish for up to
+// Options.ShutdownGrace, cancels the rest (so no lock is left behind), and returns. It returns
+// an error only if the caches never sync.
+func (w *Watcher) Run(ctx context.Context, workers int) error { return w.run(ctx, nil, workers) }
+
+// run is Run, and also stops when lost is closed: the leader election lease is gone, and
+// another replica may take it over once the lease expires (LeaseDuration after the last
+// renewal, RenewDeadline of which has already passed). Then there is no grace period: running
+// operations are cancelled at once, so that Pulumi has stopped and released the stack's lock
+// before the new leader starts its own operations.
+func (w *Watcher) run(ctx context.Context, lost <-chan struct{}, workers int) error {
+	defer utilruntime.HandleCrash()
+	defer w.events.Shutdown()
+	if workers < 1 {
+		workers = 1
+	}
+	// work ends with ctx (shutdown) or with the lease (lost).
+	work, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+	go func() {
+		select {
+		case <-lost:
+			stopWork()
+		case <-work.Done():
+		}
+	}()
+	go w.informer.RunWithContext(work)
+	w.owned.start(work)
+	if w.opts.Metadata != nil {
+		w.envSync = w.watchEnvSources(work, w.opts.Metadata, w.opts.Resync)
+	}
+	w.log.Info("waiting for informer caches to sync", "resource", api.GroupVersionResource.String(), "namespace", w.opts.Namespace)
+	if !cache.WaitForCacheSync(work.Done(), append(append(w.owned.synced(), w.envSync...), w.informer.HasSynced)...) {
+		w.queue.ShutDown()
+		return errors.New("wait for informer caches to sync: cancelled before they synced")
+	}
+
+	// Pulumi operations run on opCtx, which outlives work by the grace period.
+	opCtx, cancelOps := context.WithCancel(context.WithoutCancel(work))
+	defer cancelOps()
+	go wait.UntilWithContext(work, w.requeueIfPluginAppeared, w.opts.PluginPoll)
+	w.log.Info("starting workers", "workers", workers)
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wait.UntilWithContext(work, func(context.Context) { w.runWorker(work, opCtx) }, time.Second)
+		}()
+	}
+	<-work.Done()
+	w.queue.ShutDown()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	grace := w.opts.ShutdownGrace
+	if ctx.Err() == nil { // the lease was lost, not a shutdown
+		grace = 0
+		w.log.Warn("lost leadership: no new work, cancelling running operations now")
+	} else {
+		w.log.Info("shutting down: no new work, waiting for running operations", "grace", grace.String())
+	}
+	select {
+	case <-done:
+	case <-time.After(grace):
+		if grace > 0 {
+			w.log.Warn("grace period over: cancelling running operations")
+		}
+		cancelOps()
+		<-done
+	}
+	w.log.Info("workers stopped")
+	return nil
+}
+
+// runWorker processes keys until the queue shuts down or work ends. Pulumi operations run on
+// ops, which outlives work by the shutdown grace.
+func (w *Watcher) runWorker(work, ops context.Context) {
+	for w.processNext(work, ops) {
+	}
+}
+
+func (w *Watcher) processNext(work, ctx context.Context) bool {
+	key, quit := w.queue.Get()
+	if quit {
+		return false
+	}
+	defer w.queue.Done(key)
+	if work.Err() != nil {
+		// A shut-down queue still hands out the keys it holds; after shutdown or a lost
+		// lease no new operation may start (the informers' relist at the next start, or the
+		// new leader's, finds these objects again).
+		return false
+	}
+	start := time.Now()
+	err := w.sync(ctx, key)
+	w.metrics.observeReconcile(key, err, time.Since(start))
+	if err == nil {
+		w.queue.Forget(key)
+		return true
+	}
+	if errors.Is(err, stack.ErrLocked) {
+		// A known wait, not an error: one line at info level, retried with backoff.
+		w.log.Info("stack locked by another update, will retry", "object", key.String())
+	} else {
+		w.log.Error("reconcile failed, will retry", "object", key.String(), "err", err)
+	}
+	if errors.Is(err, stack.ErrPluginMissing) && w.opts.FindPlugin != nil {
+		// Retried at once when the plugin appears (requeueIfPluginAppeared); the backoff
+		// below stays as the fallback.
+		w.pluginWait.add(key)
+	}
+	if errors.Is(err, stack.ErrBackendUnavailable) {
+		// The same doubling, capped lower: a run against a backend that is down fails before
+		// any provider starts (a fraction of a CPU-second), and the 5-minute cap made objects
+		// wait up to 2 minutes after a 30 s PostgreSQL outage ended.
+		w.queue.AddAfter(key, min(w.retry.When(key), retryMaxBackendDown))
+		return true
+	}
+	w.queue.AddRateLimited(key)
+	return true
+}
+
+// requeueIfPluginAppeared queues every object waiting for the Kubernetes provider plugin, with
+// its backoff reset, once Options.FindPlugin finds it. Installing the plugin while the operator
+// runs (`make plugins`, `pulumi plugin install`) so takes effect within Options.PluginPoll.
+func (w *Watcher) requeueIfPluginAppeared(context.Context) {
+	if w.opts.FindPlugin == nil || w.pluginWait.len() == 0 {
+		return
+	}
+	p, err := w.opts.FindPlugin()
+	if err != nil {
+		return
+	}
+	keys := w.pluginWait.drain()
+	w.log.Info("Kubernetes provider plugin found: retrying the objects that waited for it", "path", p, "objects", len(keys))
+	for _, k := range keys {
+		w.queue.Forget(k)
+		w.queue.Add(k)
+	}
+}
+
+// keySet is a set of object keys, safe for concurrent use.
+type keySet struct {
+	mu sync.Mutex
+	m  map[cache.ObjectName]struct{}
+}
+
+func (s *keySet) add(k cache.ObjectName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[cache.ObjectName]struct{}{}
+	}
+	s.m[k] = struct{}{}
+}
+
+func (s *keySet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// drain empties the set and returns what it held.
+func (s *keySet) drain() []cache.ObjectName {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]cache.ObjectName, 0, len(s.m))
+	for k := range s.m {
+		out = append(out, k)
+	}
+	s.m = nil
+	return out
+}
