@@ -2,23 +2,15 @@ package watcher
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
@@ -26,9 +18,12 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
-// sync reconciles one object: cache -> deep copy -> delete, or finalizer -> validate ->
-// (suspended? | nothing to do? | up) -> status.
-func (w *Watcher) sync(ctx context.Context, key cache.ObjectName) error {
+// reconcile is the sync handler of one workqueue key, top-down: cache (gone: forget it) ->
+// deep copy -> being deleted? reconcileDelete -> ensure finalizer -> validate (invalid: stall,
+// no retry) -> envFrom digest (missing: fail, retried) -> suspended? -> plan -> apply (up),
+// or with nothing to do only the readiness -> status. A returned error means "retry with
+// backoff"; nil means done until the next event.
+func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) error {
 	obj, err := w.lister.ByNamespace(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		w.metrics.forget(key)
@@ -107,41 +102,10 @@ func (w *Watcher) stall(ctx context.Context, u *unstructured.Unstructured, cause
 	})
 }
 
-// plan says whether an up must run, and with a refresh.
-type plan struct {
-	run, refresh bool
-	// why is the Event reason: ReasonCreated/Updated (spec), ReasonRepaired (drift),
-	// ReasonRequested (annotation).
-	why    string
-	drift  []string
-	digest string
-	// requested is the reconcile-request annotation's value, to echo in status.
-	requested string
-}
-
-func (w *Watcher) plan(ctx context.Context, cr *api.KindCustomHttp, d api.Desired, stackName string) plan {
-	p := plan{digest: w.digest(d, stackName), requested: cr.Annotations[api.ReconcileRequestAnnotation]}
-	lastApplied, _ := w.applied.Load(cache.MetaObjectToName(cr))
-	switch {
-	case !upToDate(cr, p.digest) && lastApplied != (applied{cr.UID, cr.Generation, p.digest}):
-		p.run, p.why = true, ReasonUpdated
-		if cr.Status.AppliedDigest == "" {
-			p.why = ReasonCreated
-		}
-	case p.requested != "" && p.requested != cr.Status.LastHandledReconcileAt && p.requested != w.requests.get(cr):
-		p.run, p.refresh, p.why = true, true, ReasonRequested
-	default:
-		if p.drift = w.owned.drift(ctx, d); len(p.drift) > 0 {
-			p.run, p.refresh, p.why = true, true, ReasonRepaired
-		}
-	}
-	return p
-}
-
 // apply runs up and records the result in status, Events and metrics.
 func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *api.KindCustomHttp, d api.Desired, stackName string, p plan) error {
 	gen := cr.Generation
-	log := w.log.With("object", klogRef(u), "stack", stackName, "generation", gen)
+	log := w.log.With("object", objectRef(u), "stack", stackName, "generation", gen)
 	log.Info("running up", "why", p.why, "refresh", p.refresh, "drift", p.drift)
 	if len(p.drift) > 0 {
 		w.recorder.Eventf(u, corev1.EventTypeNormal, ReasonDriftDetected, "changed outside Pulumi, repairing: %v", p.drift)
@@ -201,38 +165,6 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 	})
 }
 
-// applied is what the last successful up of an object applied.
-type applied struct {
-	uid        types.UID // a deleted and re-created object is another object
-	generation int64
-	digest     string
-}
-
-// appliedMap remembers, per object, the last successful up (cache.ObjectName -> applied).
-type appliedMap = sync.Map
-
-// handledRequests remembers the reconcile-request annotation values acted on, for the same
-// reason as Watcher.applied.
-type handledRequests struct {
-	mu sync.Mutex
-	m  map[cache.ObjectName]string
-}
-
-func (h *handledRequests) get(cr *api.KindCustomHttp) string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.m[cache.MetaObjectToName(cr)]
-}
-
-func (h *handledRequests) set(cr *api.KindCustomHttp, v string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil {
-		h.m = map[cache.ObjectName]string{}
-	}
-	h.m[cache.MetaObjectToName(cr)] = v
-}
-
 // updateReadiness refreshes the replica counts and Ready from the Deployment, without Pulumi.
 func (w *Watcher) updateReadiness(ctx context.Context, u *unstructured.Unstructured, d api.Desired) error {
 	ready, msg, counts := w.owned.readiness(d)
@@ -241,131 +173,19 @@ func (w *Watcher) updateReadiness(ctx context.Context, u *unstructured.Unstructu
 	})
 }
 
-// clearStaleLock cancels the lock that made an up fail when its owner is gone: a process of
-// this host that no longer runs, or any lock older than Options.StaleLockTimeout (the owner
-// is then presumed dead: no up takes that long). Otherwise the wait goes on.
-func (w *Watcher) clearStaleLock(ctx context.Context, u *unstructured.Unstructured, stackName string, err error) {
-	var oe *stack.OperationError
-	if !errors.As(err, &oe) || len(oe.Locks) == 0 {
-		return
-	}
-	host, _ := os.Hostname()
-	for _, l := range oe.Locks {
-		gone := l.Host == host && !processAlive(l.Pid)
-		if !gone && time.Since(l.Created) < w.opts.StaleLockTimeout {
-			return
-		}
-	}
-	if cerr := w.stacks.CancelLock(ctx, stackName); cerr != nil {
-		w.log.Error("cancel stale lock failed", "object", klogRef(u), "stack", stackName, "err", cerr)
-		return
-	}
-	w.log.Info("cancelled stale lock", "object", klogRef(u), "stack", stackName, "locks", fmt.Sprint(oe.Locks))
-	w.recorder.Eventf(u, corev1.EventTypeWarning, ReasonStaleLockCleared,
-		"removed the lock of stack %s left by %s@%s (pid %d), whose process is gone or which is older than %s",
-		stackName, oe.Locks[0].User, oe.Locks[0].Host, oe.Locks[0].Pid, w.opts.StaleLockTimeout)
-}
-
-// processAlive reports whether pid runs on this host (signal 0 checks without signalling).
-func processAlive(pid int) bool {
-	p, err := os.FindProcess(pid)
-	if err != nil {
-		return false
-	}
-	err = p.Signal(syscall.Signal(0))
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-// upToDate reports whether the last successful up applied exactly digest to the current
-// generation, so that a resync, a restart or an unrelated update starts no Pulumi run.
-func upToDate(cr *api.KindCustomHttp, digest string) bool {
-	st := cr.Status
-	return st.ObservedGeneration == cr.Generation && st.AppliedDigest == digest &&
-		meta.FindStatusCondition(st.Conditions, ConditionReady) != nil &&
-		!retrying(cr)
-}
-
-// retrying reports whether the status shows a failed attempt at the current generation that
-// is being retried.
-func retrying(cr *api.KindCustomHttp) bool {
-	c := meta.FindStatusCondition(cr.Status.Conditions, ConditionReconciling)
-	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonRetrying && c.ObservedGeneration == cr.Generation
-}
-
-// digest is the SHA-256 of everything that decides what an up does: the desired state, the
-// program version, the stack and the salt (hex, 64 characters).
-func (w *Watcher) digest(d api.Desired, stackName string) string {
-	b, _ := json.Marshal(struct {
-		Desired api.Desired
-		Program string
-		Stack   string
-		Salt    string
-	}{d, infra.ProgramVersion, stackName, w.opts.DigestSalt})
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
-
-// reconcileDelete destroys the stack, then removes the finalizer. A failed destroy keeps the
-// finalizer (and the object) and is retried: removing it first could orphan the objects.
-func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructured) error {
-	key := cache.MetaObjectToName(u)
-	if !hasFinalizer(u) {
-		return nil
-	}
-	if uid, ok := w.destroyed.Load(key); ok && uid == u.GetUID() {
-		return nil // an informer copy from before our finalizer removal
-	}
-	stackName, err := w.stacks.StackName(u.GetNamespace(), u.GetName())
-	if err != nil {
-		// No stack can exist under an invalid name: nothing to destroy.
-		w.log.Info("no valid stack name, removing finalizer", "object", klogRef(u), "err", err)
-		return w.removeFinalizer(ctx, u)
-	}
-	w.log.Info("running destroy", "object", klogRef(u), "stack", stackName)
-	res, err := w.stacks.Destroy(ctx, stackName, stack.RunOptions{})
-	w.reportRecovered(u, stackName, res)
-	w.metrics.observeOperation("destroy", err, res)
-	if err != nil {
-		reason := ReasonDestroyFailed
-		switch {
-		case errors.Is(err, stack.ErrLocked):
-			reason = ReasonUpdateConflict
-			w.clearStaleLock(ctx, u, stackName, err)
-		case errors.Is(err, stack.ErrBackendUnavailable):
-			reason = ReasonBackendUnavailable
-			w.recorder.Event(u, corev1.EventTypeWarning, reason, err.Error())
-		default:
-			w.recorder.Event(u, corev1.EventTypeWarning, reason, err.Error())
-		}
-		gen := u.GetGeneration()
-		if serr := w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) {
-			st.LastUpdate = lastUpdate(res, err)
-			markFailed(st, gen, reason, err.Error())
-		}); serr != nil && !apierrors.IsNotFound(serr) {
-			w.log.Error("write status failed", "object", klogRef(u), "err", serr)
-		}
-		return err
-	}
-	w.recorder.Eventf(u, corev1.EventTypeNormal, ReasonDestroyed, "destroyed stack %s: %v", stackName, res.Changes)
-	w.log.Info("stack destroyed", "object", klogRef(u), "stack", stackName, "changes", res.Changes)
-	if err := w.removeFinalizer(ctx, u); err != nil {
-		return err
-	}
-	w.destroyed.Store(key, u.GetUID())
-	return nil
-}
-
 // reportRecovered logs, and records as a Warning Event, the pending operations of a killed
 // update that the operation in res found and resolved before it ran.
 func (w *Watcher) reportRecovered(u *unstructured.Unstructured, stackName string, res stack.Result) {
 	if len(res.Recovered) == 0 {
 		return
 	}
-	w.log.Warn("resolved pending operations of an interrupted update", "object", klogRef(u), "stack", stackName, "operations", res.Recovered)
+	w.log.Warn("resolved pending operations of an interrupted update", "object", objectRef(u), "stack", stackName, "operations", res.Recovered)
 	w.recorder.Eventf(u, corev1.EventTypeWarning, ReasonPendingOperationsResolved,
 		"stack %s had pending operations of an interrupted update: %s", stackName, strings.Join(res.Recovered, "; "))
 }
 
+// failureReason is the condition reason of a failed up: one per sentinel of package stack,
+// ReasonUpdateFailed for anything else.
 func failureReason(err error) string {
 	switch {
 	case errors.Is(err, stack.ErrLocked):
@@ -378,6 +198,8 @@ func failureReason(err error) string {
 	return ReasonUpdateFailed
 }
 
+// lastUpdate is status.lastUpdate for the operation in res (times truncated to seconds);
+// err, when not nil, makes it "failed" with err's message.
 func lastUpdate(res stack.Result, err error) *api.UpdateStatus {
 	u := &api.UpdateStatus{
 		Kind:            res.Operation,
@@ -393,6 +215,7 @@ func lastUpdate(res stack.Result, err error) *api.UpdateStatus {
 	return u
 }
 
+// outputs picks the stack outputs status publishes (infra.Output* names).
 func outputs(o map[string]string) *api.Outputs {
 	return &api.Outputs{
 		ConfigMapName:  o[infra.OutputConfigMapName],
@@ -401,19 +224,3 @@ func outputs(o map[string]string) *api.Outputs {
 		ClusterIP:      o[infra.OutputClusterIP],
 	}
 }
-
-func currentCondition(u *unstructured.Unstructured, typ string) *metav1.Condition {
-	cr, err := api.FromUnstructured(u)
-	if err != nil {
-		// The object does not convert; read the conditions alone.
-		var st api.KindCustomHttpStatus
-		raw, _ := json.Marshal(u.Object["status"])
-		if json.Unmarshal(raw, &st) != nil {
-			return nil
-		}
-		return meta.FindStatusCondition(st.Conditions, typ)
-	}
-	return meta.FindStatusCondition(cr.Status.Conditions, typ)
-}
-
-func klogRef(u *unstructured.Unstructured) string { return u.GetNamespace() + "/" + u.GetName() }

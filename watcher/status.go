@@ -1,8 +1,17 @@
 package watcher
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 )
@@ -126,4 +135,80 @@ func markStalled(st *api.KindCustomHttpStatus, gen int64, reason, msg string) {
 	setCondition(st, gen, ConditionReady, metav1.ConditionFalse, reason, msg)
 	setCondition(st, gen, ConditionReconciling, metav1.ConditionFalse, reason, msg)
 	setCondition(st, gen, ConditionStalled, metav1.ConditionTrue, reason, msg)
+}
+
+// statusWriteTimeout bounds one status write, its conflict retries included.
+const statusWriteTimeout = 10 * time.Second
+
+// updateStatus applies mutate to the object's status and writes it through the status
+// subresource, only if it changed. It starts from u and, on a conflict, from a fresh read, so
+// a write never loses another writer's change; mutate must therefore be safe to run again.
+// On success u holds the stored object, so later writes build on it.
+//
+// The write does not end with ctx: the status after a cancelled Pulumi operation (shutdown
+// past its grace, a lost lease) is the one that most needs writing, and with a cancelled ctx
+// the request failed and retry.RetryOnConflict returned nil for it, so nothing was written or
+// logged. It is bounded by statusWriteTimeout instead.
+func (w *Watcher) updateStatus(ctx context.Context, u *unstructured.Unstructured, mutate func(*api.KindCustomHttpStatus)) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusWriteTimeout)
+	defer cancel()
+	c := w.client.Namespace(u.GetNamespace())
+	cur := u
+	first := true
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if !first {
+			fresh, err := c.Get(ctx, u.GetName(), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur = fresh
+		}
+		first = false
+		var st api.KindCustomHttpStatus
+		if raw, ok := cur.Object["status"].(map[string]any); ok {
+			// A status this version cannot read (written by something else) is replaced.
+			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st)
+		}
+		before, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
+		if err != nil {
+			return err
+		}
+		st.ObservedGeneration = cur.GetGeneration()
+		mutate(&st)
+		raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
+		if err != nil {
+			return err
+		}
+		if equality.Semantic.DeepEqual(before, raw) {
+			return nil
+		}
+		next := cur.DeepCopy()
+		next.Object["status"] = raw
+		out, err := c.UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: FieldManager})
+		if err != nil {
+			return err
+		}
+		cur = out
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("write status of %s: %w", objectRef(u), err)
+	}
+	u.Object = cur.Object
+	return nil
+}
+
+// currentCondition is the condition typ in u's stored status, nil when absent or unreadable.
+func currentCondition(u *unstructured.Unstructured, typ string) *metav1.Condition {
+	cr, err := api.FromUnstructured(u)
+	if err != nil {
+		// The object does not convert; read the conditions alone.
+		var st api.KindCustomHttpStatus
+		raw, _ := json.Marshal(u.Object["status"])
+		if json.Unmarshal(raw, &st) != nil {
+			return nil
+		}
+		return meta.FindStatusCondition(st.Conditions, typ)
+	}
+	return meta.FindStatusCondition(cr.Status.Conditions, typ)
 }

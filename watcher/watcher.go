@@ -38,6 +38,9 @@ import (
 // behind (the original operator left all three).
 const Finalizer = "groupsp.measutosh.dev/pulumi-stack"
 
+// FieldManager names the watcher in managedFields (finalizer and status writes).
+const FieldManager = "pulumi-operator"
+
 // Stacks is what the watcher needs from package stack. *stack.Manager implements it; tests
 // put their own implementation in front of it where they must make Pulumi fail on purpose or
 // where the Kubernetes provider plugin is absent.
@@ -213,6 +216,9 @@ func (w *Watcher) enqueue(obj any) {
 	}
 	w.queue.Add(name)
 }
+
+// objectRef is the "namespace/name" of an object, for log attributes and error messages.
+func objectRef(o metav1.Object) string { return cache.MetaObjectToName(o).String() }
 
 // HasSynced reports whether every informer cache has synced (for readiness probes).
 func (w *Watcher) HasSynced() bool {

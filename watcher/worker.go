@@ -130,7 +130,7 @@ func (w *Watcher) processNext(work, ctx context.Context) bool {
 		return false
 	}
 	start := time.Now()
-	err := w.sync(ctx, key)
+	err := w.reconcile(ctx, key)
 	w.metrics.observeReconcile(key, err, time.Since(start))
 	if err == nil {
 		w.queue.Forget(key)

@@ -1,0 +1,119 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+// hasFinalizer reports whether u carries Finalizer.
+func hasFinalizer(u *unstructured.Unstructured) bool {
+	for _, f := range u.GetFinalizers() {
+		if f == Finalizer {
+			return true
+		}
+	}
+	return false
+}
+
+// ensureFinalizer adds Finalizer before anything is created, so that a delete can never
+// skip the destroy. It returns the object as stored (u itself when nothing changed).
+func (w *Watcher) ensureFinalizer(ctx context.Context, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	if hasFinalizer(u) {
+		return u, nil
+	}
+	u.SetFinalizers(append(u.GetFinalizers(), Finalizer))
+	out, err := w.client.Namespace(u.GetNamespace()).Update(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
+	if err != nil {
+		return nil, fmt.Errorf("add finalizer to %s: %w", objectRef(u), err)
+	}
+	return out, nil
+}
+
+// removeFinalizer lets the apiserver finish deleting the object; a conflict is retried on
+// the newest version, an object already gone is success.
+func (w *Watcher) removeFinalizer(ctx context.Context, u *unstructured.Unstructured) error {
+	c := w.client.Namespace(u.GetNamespace())
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := c.Get(ctx, u.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var keep []string
+		for _, f := range cur.GetFinalizers() {
+			if f != Finalizer {
+				keep = append(keep, f)
+			}
+		}
+		if len(keep) == len(cur.GetFinalizers()) {
+			return nil
+		}
+		cur.SetFinalizers(keep)
+		_, err = c.Update(ctx, cur, metav1.UpdateOptions{FieldManager: FieldManager})
+		return err
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove finalizer from %s: %w", objectRef(u), err)
+	}
+	return nil
+}
+
+// reconcileDelete destroys the stack, then removes the finalizer. A failed destroy keeps the
+// finalizer (and the object) and is retried: removing it first could orphan the objects.
+func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructured) error {
+	key := cache.MetaObjectToName(u)
+	if !hasFinalizer(u) {
+		return nil
+	}
+	if uid, ok := w.destroyed.Load(key); ok && uid == u.GetUID() {
+		return nil // an informer copy from before our finalizer removal
+	}
+	stackName, err := w.stacks.StackName(u.GetNamespace(), u.GetName())
+	if err != nil {
+		// No stack can exist under an invalid name: nothing to destroy.
+		w.log.Info("no valid stack name, removing finalizer", "object", objectRef(u), "err", err)
+		return w.removeFinalizer(ctx, u)
+	}
+	w.log.Info("running destroy", "object", objectRef(u), "stack", stackName)
+	res, err := w.stacks.Destroy(ctx, stackName, stack.RunOptions{})
+	w.reportRecovered(u, stackName, res)
+	w.metrics.observeOperation("destroy", err, res)
+	if err != nil {
+		reason := ReasonDestroyFailed
+		switch {
+		case errors.Is(err, stack.ErrLocked):
+			reason = ReasonUpdateConflict
+			w.clearStaleLock(ctx, u, stackName, err)
+		case errors.Is(err, stack.ErrBackendUnavailable):
+			reason = ReasonBackendUnavailable
+			w.recorder.Event(u, corev1.EventTypeWarning, reason, err.Error())
+		default:
+			w.recorder.Event(u, corev1.EventTypeWarning, reason, err.Error())
+		}
+		gen := u.GetGeneration()
+		if serr := w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) {
+			st.LastUpdate = lastUpdate(res, err)
+			markFailed(st, gen, reason, err.Error())
+		}); serr != nil && !apierrors.IsNotFound(serr) {
+			w.log.Error("write status failed", "object", objectRef(u), "err", serr)
+		}
+		return err
+	}
+	w.recorder.Eventf(u, corev1.EventTypeNormal, ReasonDestroyed, "destroyed stack %s: %v", stackName, res.Changes)
+	w.log.Info("stack destroyed", "object", objectRef(u), "stack", stackName, "changes", res.Changes)
+	if err := w.removeFinalizer(ctx, u); err != nil {
+		return err
+	}
+	w.destroyed.Store(key, u.GetUID())
+	return nil
+}

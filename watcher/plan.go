@@ -1,0 +1,114 @@
+package watcher
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
+)
+
+// plan says whether an up must run, and with a refresh.
+type plan struct {
+	run, refresh bool
+	// why is the Event reason: ReasonCreated/Updated (spec), ReasonRepaired (drift),
+	// ReasonRequested (annotation).
+	why    string
+	drift  []string
+	digest string
+	// requested is the reconcile-request annotation's value, to echo in status.
+	requested string
+}
+
+// plan decides, in this order: a spec (or program, stack, salt) not yet applied -> up
+// (Created the first time, Updated after); else a new reconcile-request annotation value ->
+// up with refresh (Requested); else owned objects changed by hand -> up with refresh
+// (Repaired); else nothing. The applied and requests maps stand in for status writes the
+// informer has not shown yet, so a stale cache copy starts no second up.
+func (w *Watcher) plan(ctx context.Context, cr *api.KindCustomHttp, d api.Desired, stackName string) plan {
+	p := plan{digest: w.digest(d, stackName), requested: cr.Annotations[api.ReconcileRequestAnnotation]}
+	lastApplied, _ := w.applied.Load(cache.MetaObjectToName(cr))
+	switch {
+	case !upToDate(cr, p.digest) && lastApplied != (applied{cr.UID, cr.Generation, p.digest}):
+		p.run, p.why = true, ReasonUpdated
+		if cr.Status.AppliedDigest == "" {
+			p.why = ReasonCreated
+		}
+	case p.requested != "" && p.requested != cr.Status.LastHandledReconcileAt && p.requested != w.requests.get(cr):
+		p.run, p.refresh, p.why = true, true, ReasonRequested
+	default:
+		if p.drift = w.owned.drift(ctx, d); len(p.drift) > 0 {
+			p.run, p.refresh, p.why = true, true, ReasonRepaired
+		}
+	}
+	return p
+}
+
+// applied is what the last successful up of an object applied.
+type applied struct {
+	uid        types.UID // a deleted and re-created object is another object
+	generation int64
+	digest     string
+}
+
+// appliedMap remembers, per object, the last successful up (cache.ObjectName -> applied).
+type appliedMap = sync.Map
+
+// handledRequests remembers the reconcile-request annotation values acted on, for the same
+// reason as Watcher.applied.
+type handledRequests struct {
+	mu sync.Mutex
+	m  map[cache.ObjectName]string
+}
+
+func (h *handledRequests) get(cr *api.KindCustomHttp) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.m[cache.MetaObjectToName(cr)]
+}
+
+func (h *handledRequests) set(cr *api.KindCustomHttp, v string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[cache.ObjectName]string{}
+	}
+	h.m[cache.MetaObjectToName(cr)] = v
+}
+
+// upToDate reports whether the last successful up applied exactly digest to the current
+// generation, so that a resync, a restart or an unrelated update starts no Pulumi run.
+func upToDate(cr *api.KindCustomHttp, digest string) bool {
+	st := cr.Status
+	return st.ObservedGeneration == cr.Generation && st.AppliedDigest == digest &&
+		meta.FindStatusCondition(st.Conditions, ConditionReady) != nil &&
+		!retrying(cr)
+}
+
+// retrying reports whether the status shows a failed attempt at the current generation that
+// is being retried.
+func retrying(cr *api.KindCustomHttp) bool {
+	c := meta.FindStatusCondition(cr.Status.Conditions, ConditionReconciling)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonRetrying && c.ObservedGeneration == cr.Generation
+}
+
+// digest is the SHA-256 of everything that decides what an up does: the desired state, the
+// program version, the stack and the salt (hex, 64 characters).
+func (w *Watcher) digest(d api.Desired, stackName string) string {
+	b, _ := json.Marshal(struct {
+		Desired api.Desired
+		Program string
+		Stack   string
+		Salt    string
+	}{d, infra.ProgramVersion, stackName, w.opts.DigestSalt})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
