@@ -1,6 +1,9 @@
 package stack
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +14,9 @@ import (
 	"regexp"
 	"strconv"
 	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrename"
 )
 
 // Lock is one lock on a stack as a DIY backend reports it: who took it, where and when.
@@ -105,4 +111,58 @@ func fileBackendLocks(backendURL, project, stackName string) (held bool, locks [
 		}
 	}
 	return held, locks, nil
+}
+
+// CancelLock removes the stack's lock (`pulumi cancel`). Only call it for a lock whose owner
+// is known to be gone: an update still running would go on without a lock, and two updates at
+// once can corrupt the state.
+//
+// A lock can outlive its stack: a DIY backend's `stack init` and `stack rm` take the lock too
+// (pkg/backend/diy CreateStack, RemoveStack), so a process killed inside either leaves the
+// lock of a stack that does not exist, and `pulumi cancel` refuses a stack that does not
+// exist. Then CancelLock makes the stack exist without taking its lock, by creating a
+// throwaway stack and renaming it (renameStack locks only the old name), cancels, and
+// removes the stack again.
+func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
+	st, err := m.open(ctx, stackName, emptyProgram, false)
+	if err != nil && auto.IsSelectStack404Error(err) {
+		return m.cancelLockOfMissingStack(ctx, stackName)
+	}
+	if err != nil {
+		return fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
+	}
+	if err := st.Cancel(ctx); err != nil {
+		return fmt.Errorf("cancel lock of stack %s: %w", stackName, m.classifyStack(stackName, err))
+	}
+	return nil
+}
+
+// cancelLockOfMissingStack is CancelLock for a stack that does not exist; see there.
+func (m *Manager) cancelLockOfMissingStack(ctx context.Context, stackName string) error {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmpName := "lock-sweep-" + hex.EncodeToString(rnd[:])
+	defer func() { _ = os.RemoveAll(filepath.Join(m.cfg.WorkRoot, tmpName)) }()
+	tmp, err := m.open(ctx, tmpName, emptyProgram, true)
+	if err != nil {
+		return fmt.Errorf("create stack %s to take over the lock of missing stack %s: %w", tmpName, stackName, m.classifyStack(tmpName, err))
+	}
+	// auto's Rename reads the history of the old name after `stack rename` and so always
+	// fails once the rename has worked: whether the stack now exists is the answer.
+	_, renameErr := tmp.Rename(ctx, optrename.StackName(stackName))
+	st, err := m.open(ctx, stackName, emptyProgram, false)
+	if err != nil {
+		_ = tmp.Workspace().RemoveStack(context.WithoutCancel(ctx), tmpName)
+		if renameErr != nil {
+			err = renameErr
+		}
+		return fmt.Errorf("rename stack %s to missing stack %s: %w", tmpName, stackName, m.classifyStack(stackName, err))
+	}
+	if err := st.Cancel(ctx); err != nil {
+		return fmt.Errorf("cancel lock of stack %s: %w", stackName, m.classifyStack(stackName, err))
+	}
+	if err := st.Workspace().RemoveStack(ctx, stackName); err != nil {
+		return fmt.Errorf("remove stack %s after cancelling its lock: %w", stackName, m.classifyStack(stackName, err))
+	}
+	return m.forget(stackName)
 }

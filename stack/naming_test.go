@@ -1,7 +1,6 @@
 package stack
 
 import (
-	"os"
 	"strings"
 	"testing"
 )
@@ -58,58 +57,5 @@ func TestNameHashKeepsLongNamesApart(t *testing.T) {
 	}
 	if !strings.HasPrefix(a, "c1.sss") {
 		t.Fatalf("hashed name %q lost its readable prefix", a)
-	}
-}
-
-// TestPrepareBackend: the backend URLs the operator accepts. Schemes other than file:// go
-// to the pulumi CLI unchanged (gs://, azblob:// and Pulumi Cloud are documented pass-throughs:
-// nothing here can reach them); a file:// backend's directory is made absolute and created.
-func TestPrepareBackend(t *testing.T) {
-	dir := t.TempDir()
-	for name, tc := range map[string]struct {
-		raw, want, wantErr string
-	}{
-		"gcs":              {raw: "gs://my-bucket/pulumi", want: "gs://my-bucket/pulumi"},
-		"azure blob":       {raw: "azblob://state?storage_account=acct", want: "azblob://state?storage_account=acct"},
-		"pulumi cloud":     {raw: "https://api.pulumi.com", want: "https://api.pulumi.com"},
-		"postgres":         {raw: "postgres://u@db:5432/pulumi?sslmode=require", want: "postgres://u@db:5432/pulumi?sslmode=require"},
-		"s3 with endpoint": {raw: "s3://b?endpoint=127.0.0.1:9000&s3ForcePathStyle=true", want: "s3://b?endpoint=127.0.0.1:9000&s3ForcePathStyle=true"},
-		"file":             {raw: "file://" + dir + "/state", want: "file://" + dir + "/state"},
-		"empty":            {raw: "", wantErr: "empty backend URL"},
-		"no scheme":        {raw: "my-bucket", wantErr: "want file:///dir, postgres://"},
-		"file without dir": {raw: "file://", wantErr: "names no directory"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			got, err := prepareBackend(tc.raw)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("prepareBackend(%q) = %q, %v; want an error containing %q", tc.raw, got, err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Fatalf("prepareBackend(%q) = %q, %v; want %q", tc.raw, got, err, tc.want)
-			}
-		})
-	}
-	if fi, err := os.Stat(dir + "/state"); err != nil || !fi.IsDir() {
-		t.Errorf("file backend directory not created: %v", err)
-	}
-}
-
-// TestBackendUnavailable: the CLI errors that mean "the state backend cannot be reached or
-// opened" (retried with a short backoff, reason BackendUnavailable), as the CLI v3.255.0
-// prints them, and errors that do not.
-func TestBackendUnavailable(t *testing.T) {
-	for msg, want := range map[string]bool{
-		`error: unable to open bucket postgres://pulumi:xxxxx@127.0.0.1:34939/pulumi?sslmode=disable: failed to ping PostgreSQL: dial tcp 127.0.0.1:34939: connect: connection refused`:                                                                                                                                                                                            true,
-		`error: unable to open bucket postgres://pulumi:xxxxx@127.0.0.1:35442/pulumi: failed to ping PostgreSQL: pq: password authentication failed for user "pulumi" (28P01)`:                                                                                                                                                                                                     true,
-		`error: read ".pulumi/meta.yaml": blob (key ".pulumi/meta.yaml") (code=Unknown): operation error S3: GetObject, exceeded maximum number of attempts, 3, https response error StatusCode: 0, RequestID: , HostID: , request send failed, Get "http://127.0.0.1:42759/pulumi-state/.pulumi/meta.yaml?x-id=GetObject": dial tcp 127.0.0.1:42759: connect: connection refused`: true,
-		`error: the stack is currently locked by 1 lock(s).`: false,
-		`error: resource "urn:pulumi:s::p::kubernetes:apps/v1:Deployment::deployment" was not successfully created by the Kubernetes API server: dial tcp 127.0.0.1:6443: connect: connection refused`: false,
-	} {
-		if got := backendUnavailable(msg); got != want {
-			t.Errorf("backendUnavailable(%.60q...) = %v, want %v", msg, got, want)
-		}
 	}
 }

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
 // FindKubernetesPlugin must agree with the engine on what an installed plugin is: an
@@ -96,5 +99,21 @@ func writeFile(t *testing.T, p string) {
 	t.Helper()
 	if err := os.WriteFile(p, nil, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The engine asks for the plugin version of the SDK in go.mod; KubernetesPluginVersion must
+// name the same one, or FindKubernetesPlugin would look for the wrong directory.
+func TestKubernetesPluginVersionMatchesSDK(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`github.com/pulumi/pulumi-kubernetes/sdk/v4 v(\S+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("go.mod does not require github.com/pulumi/pulumi-kubernetes/sdk/v4")
+	}
+	if string(m[1]) != KubernetesPluginVersion {
+		t.Fatalf("go.mod has v%s, KubernetesPluginVersion is %s", m[1], KubernetesPluginVersion)
 	}
 }

@@ -1,0 +1,82 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
+)
+
+// destroyOptions are `pulumi destroy`'s options for RunOptions: color and progress only
+// (RunOptions.Refresh and Diff are for up and preview). Destroy adds optdestroy.Remove.
+var destroyOptions = optionSet[optdestroy.Option]{
+	color: optdestroy.Color, progress: optdestroy.ProgressStreams, suppress: optdestroy.SuppressProgress,
+}
+
+// Destroy deletes every resource of the stack and then removes the stack from the backend.
+// The stack is removed only after destroy succeeded, so a failed destroy leaves the state
+// that records what still exists. A stack that does not exist is already destroyed: Destroy
+// runs no destroy, only makes sure no lock of the stack is left behind (sweepRemoved), and
+// returns a Result with no changes and nil, or ErrLocked when a dead update's lock remains.
+func (m *Manager) Destroy(ctx context.Context, stackName string, opts RunOptions) (Result, error) {
+	res := Result{Operation: "destroy", Start: time.Now()}
+	st, err := m.open(ctx, stackName, emptyProgram, false)
+	if err != nil {
+		if auto.IsSelectStack404Error(err) {
+			err = m.sweepRemoved(ctx, stackName)
+			res.End = time.Now()
+			return res, err
+		}
+		return res, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
+	}
+	// A pending create left by a killed up is an object the destroy would not delete.
+	if res.Recovered, err = m.settlePending(ctx, st, stackName); err != nil {
+		return res, err
+	}
+	o := append(destroyOptions.options(m.streams(opts), opts), optdestroy.Remove())
+	d, err := st.Destroy(ctx, o...)
+	res.End = time.Now()
+	if err != nil {
+		m.recordPending(stackName)
+		return res, fmt.Errorf("destroy stack %s: %w", stackName, m.classifyStack(stackName, err))
+	}
+	if d.Summary.ResourceChanges != nil {
+		res.Changes = *d.Summary.ResourceChanges
+	}
+	if err := m.forget(stackName); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// sweepRemoved makes sure a stack that does not exist leaves no lock behind. A DIY backend's
+// `stack rm` takes the stack's lock (pkg/backend/diy RemoveStack) and a process killed after
+// the stack is gone but before the unlock leaves a lock that no later operation would meet:
+// seen in the crash test, a destroy killed in its final `stack rm`. So the empty stack is
+// created again and removed: the removal either takes and releases the lock, or fails with
+// ErrLocked naming the dead owner, for the caller's stale-lock handling (CancelLock then
+// finds the stack). Costs two CLI runs, only when a destroy finds no stack.
+func (m *Manager) sweepRemoved(ctx context.Context, stackName string) error {
+	st, err := m.open(ctx, stackName, emptyProgram, true)
+	if err != nil {
+		return fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
+	}
+	if err := st.Workspace().RemoveStack(ctx, stackName); err != nil {
+		return fmt.Errorf("remove stack %s: %w", stackName, m.classifyStack(stackName, err))
+	}
+	return m.forget(stackName)
+}
+
+// forget drops what this Manager keeps of a stack removed from the backend: its settled
+// record (a stack of the same name made later starts afresh) and its workspace directory.
+func (m *Manager) forget(stackName string) error {
+	m.recordPending(stackName)
+	if err := os.RemoveAll(filepath.Join(m.cfg.WorkRoot, stackName)); err != nil {
+		return fmt.Errorf("remove workspace directory of stack %s: %w", stackName, err)
+	}
+	return nil
+}

@@ -1,0 +1,164 @@
+package stack
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+)
+
+// Sentinel errors; test with errors.Is.
+var (
+	// ErrNoPassphrase means the passphrase secrets provider is in use but neither
+	// PULUMI_CONFIG_PASSPHRASE nor PULUMI_CONFIG_PASSPHRASE_FILE is set. Without this check
+	// the CLI would fail late with a less clear message.
+	ErrNoPassphrase = errors.New("no passphrase for stack secrets: set PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE (a file holding it, e.g. mounted from a Kubernetes Secret)")
+	// ErrLocked means another update (a laptop up, a second operator) holds the stack's lock.
+	// It is a wait, not a failure: retry later.
+	ErrLocked = errors.New("stack is locked by another update")
+	// ErrPluginMissing means the engine could not find a resource provider plugin (the
+	// Kubernetes provider) and may not download one.
+	ErrPluginMissing = errors.New("a Pulumi resource provider plugin is not installed")
+	// ErrBackendUnavailable means the CLI could not open the state backend (a PostgreSQL
+	// server down or refusing the password, an S3 endpoint unreachable): nothing ran, the
+	// state is as it was; retry later. The error's text names the backend, without password.
+	ErrBackendUnavailable = errors.New("the state backend is unavailable")
+)
+
+// OperationError is a failed CLI run, reduced to what a person needs: the CLI's "error:"
+// lines (or the end of its output), not its whole progress log.
+type OperationError struct {
+	// Summary is the trimmed message, at most maxSummary bytes.
+	Summary string
+	// Locks are the locks a DIY backend (file, postgres, s3, ...) reported holding the stack
+	// when the error is ErrLocked; Pulumi Cloud reports none.
+	Locks []Lock
+	// Err is the Automation API's error, with the full output (URL passwords redacted).
+	Err  error
+	kind error
+}
+
+// maxSummary bounds OperationError.Summary: status conditions and events must stay small.
+const maxSummary = 1024
+
+// clip cuts a summary to maxSummary bytes, marking the cut with "...".
+func clip(s string) string {
+	if len(s) > maxSummary {
+		return s[:maxSummary] + "..."
+	}
+	return s
+}
+
+// Error is the Summary.
+func (e *OperationError) Error() string { return e.Summary }
+
+// Unwrap gives both the sentinel kind (ErrLocked, ErrPluginMissing, ErrBackendUnavailable)
+// and the original error.
+func (e *OperationError) Unwrap() []error {
+	if e.kind != nil {
+		return []error{e.kind, e.Err}
+	}
+	return []error{e.Err}
+}
+
+// classify turns an Automation API error into an *OperationError carrying ErrLocked,
+// ErrBackendUnavailable or ErrPluginMissing where they apply; nil stays nil. It must see the
+// auto package's own error value: the auto.Is* helpers do not unwrap.
+//
+// A torn checkpoint read is a plain failure here: whether it is a lock's wait depends on the
+// stack's lock, which only classifyStack can look at.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	oe := &OperationError{Err: redactErr(err), Summary: summarize(redactPasswords(err.Error()))}
+	switch {
+	case auto.IsConcurrentUpdateError(err):
+		oe.kind = ErrLocked
+		oe.Locks = parseLocks(err.Error())
+	case backendUnavailable(err.Error()):
+		oe.kind = ErrBackendUnavailable
+	case pluginMissing(err.Error()):
+		oe.kind = ErrPluginMissing
+		oe.Summary = "the Kubernetes provider plugin (pulumi-resource-kubernetes) is not installed: put it on PATH or install it with `pulumi plugin install resource kubernetes` (" + oe.Summary + ")"
+	}
+	oe.Summary = clip(oe.Summary)
+	return oe
+}
+
+// tornRead is how the CLI reports a checkpoint it read empty: the file backend can hand a
+// reader an empty checkpoint while another process's update rewrites it (seen under load with
+// two updates of one stack).
+const tornRead = "failed to load checkpoint: EOF"
+
+// classifyStack is classify for an error of an operation on stackName. A missing provider
+// plugin's message says where this Manager's CLI looks (Manager.KubernetesPlugin). A torn
+// checkpoint read (tornRead) is ErrLocked, the same wait as a lock, with the locks as
+// OperationError.Locks, only while the file backend holds a lock on the stack
+// (fileBackendLocks): then another update is writing the checkpoint. With no lock held, on
+// another backend, or when the lock files cannot be read, it stays a plain failure: an empty
+// checkpoint that nobody is writing is damage.
+func (m *Manager) classifyStack(stackName string, err error) error {
+	cerr := classify(err)
+	var oe *OperationError
+	if errors.As(cerr, &oe) && oe.kind == ErrPluginMissing {
+		// Say where this Manager's CLI looks, and how to install it there.
+		if _, ferr := m.KubernetesPlugin(); ferr != nil {
+			oe.Summary = clip(ferr.Error())
+		}
+		return oe
+	}
+	if !errors.As(cerr, &oe) || oe.kind != nil || !strings.Contains(err.Error(), tornRead) {
+		return cerr
+	}
+	held, locks, lerr := fileBackendLocks(m.cfg.BackendURL, m.cfg.Project, stackName)
+	if lerr != nil || !held {
+		return cerr
+	}
+	oe.kind, oe.Locks = ErrLocked, locks
+	return oe
+}
+
+// backendUnavailable recognizes a CLI error that says the state backend could not be
+// reached or opened: the DIY backends' open error ("unable to open bucket <url>: ...", e.g.
+// PostgreSQL down or refusing the password), or the first read of a bucket (the backend's
+// .pulumi/meta.yaml) failing to connect, which is how an unreachable S3 endpoint shows.
+func backendUnavailable(msg string) bool {
+	if strings.Contains(msg, "unable to open bucket") {
+		return true
+	}
+	return strings.Contains(msg, `read ".pulumi/meta.yaml"`) &&
+		(strings.Contains(msg, "dial tcp") || strings.Contains(msg, "request send failed") || strings.Contains(msg, "no such host"))
+}
+
+// pluginMissing recognizes a CLI error that says the engine found no resource provider plugin
+// (it may not download one: PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION, set by New).
+func pluginMissing(msg string) bool {
+	return strings.Contains(msg, "no resource plugin") ||
+		strings.Contains(msg, "could not find latest version for provider") ||
+		(strings.Contains(msg, "plugin") && strings.Contains(msg, "not found"))
+}
+
+// summarize keeps the lines of a CLI error that say what went wrong.
+func summarize(msg string) string {
+	var keep []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(msg, "\n") {
+		l := strings.TrimSpace(line)
+		// The Automation API puts the first line of each output stream after its name:
+		// "stderr: error: ...".
+		for _, stream := range []string{"stdout:", "stderr:"} {
+			l = strings.TrimSpace(strings.TrimPrefix(l, stream))
+		}
+		if strings.HasPrefix(l, "error:") && !seen[l] {
+			seen[l] = true
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) > 0 {
+		return strings.Join(keep, "; ")
+	}
+	first, _, _ := bytes.Cut([]byte(strings.TrimSpace(msg)), []byte("\n"))
+	return string(first)
+}

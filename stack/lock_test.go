@@ -1,0 +1,224 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+// holdLock starts an up of the existing stack name whose program blocks, and returns once that
+// update certainly holds the stack's lock: its program runs (the CLI takes the lock before it
+// runs the program) and the engine has applied the program's one registration (so no
+// checkpoint write is under way while the test probes). release unblocks the program and
+// returns the update's error, once it ended; the test's end releases it too, and waits for it.
+func holdLock(t *testing.T, m *Manager, name string) (release func() error) {
+	t.Helper()
+	held, unblock := make(chan struct{}), make(chan struct{})
+	var heldOnce, unblockOnce sync.Once
+	prog := func(ctx *pulumi.Context) error {
+		var c pulumi.ResourceState
+		if err := ctx.RegisterComponentResource("test:index:LockHolder", "holder", &c); err != nil {
+			return err
+		}
+		// The URN resolves when the engine answers the registration, after it wrote the step.
+		c.URN().ApplyT(func(pulumi.URN) int { heldOnce.Do(func() { close(held) }); return 0 })
+		<-unblock
+		return nil
+	}
+	finished := make(chan struct{})
+	var result error
+	go func() {
+		_, result = m.Up(context.Background(), name, prog, RunOptions{})
+		close(finished)
+	}()
+	stop := func() { unblockOnce.Do(func() { close(unblock) }) }
+	release = func() error { stop(); <-finished; return result }
+	// Before the test's directories go: the update writes into them until it ends.
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-finished:
+		case <-time.After(2 * time.Minute):
+		}
+	})
+	select {
+	case <-held:
+	case <-finished:
+		t.Fatalf("the lock holder's up ended before its program ran: %v", result)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the lock holder's program never ran")
+	}
+	return release
+}
+
+// A second update of a stack that is being updated gets ErrLocked, naming the holder, not a
+// generic failure and never success. A torn checkpoint read is ErrLocked only while the lock
+// is held.
+func TestLockedStack(t *testing.T) {
+	m, _ := newManager(t)
+	name, _ := m.StackName("ns", "locked")
+	ctx := context.Background()
+	if _, err := m.Up(ctx, name, program("x", 0), RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	release := holdLock(t, m, name)
+	_, err := m.Up(ctx, name, program("z", 0), RunOptions{})
+	if err == nil {
+		t.Fatal("an up succeeded while another update held the stack's lock")
+	}
+	var oe *OperationError
+	host, _ := os.Hostname()
+	if !errors.Is(err, ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) != 1 || oe.Locks[0].Host != host ||
+		oe.Locks[0].Pid <= 0 || time.Since(oe.Locks[0].Created) > time.Minute {
+		t.Fatalf("concurrent up = %v (%+v), want ErrLocked naming one lock of this host taken just now", err, oe)
+	}
+	holder := oe.Locks[0]
+
+	torn := errors.New("failed to run update: exit status 255\ncode: 255\nstdout: \nstderr: error: " + tornRead + "\n")
+	err = m.classifyStack(name, torn)
+	if oe = nil; !errors.As(err, &oe) || !errors.Is(err, ErrLocked) || len(oe.Locks) != 1 || !sameLock(oe.Locks[0], holder) {
+		t.Fatalf("torn read while %+v holds the lock = %v, want ErrLocked naming it", holder, err)
+	}
+
+	if err := release(); err != nil {
+		t.Fatalf("the lock holder's up failed: %v", err)
+	}
+	if err := m.classifyStack(name, torn); errors.Is(err, ErrLocked) || err == nil {
+		t.Fatalf("torn read with no lock held = %v, want a plain failure", err)
+	}
+	if res, err := m.Up(ctx, name, program("z", 0), RunOptions{}); err != nil || res.Outputs["greeting"] != "z" {
+		t.Fatalf("up after the lock was released = %+v, %v", res, err)
+	}
+}
+
+// sameLock compares two reports of a lock; the CLI's message has the time to the second, the
+// lock file to the nanosecond.
+func sameLock(a, b Lock) bool {
+	return a.User == b.User && a.Host == b.Host && a.Pid == b.Pid && a.Created.Truncate(time.Second).Equal(b.Created.Truncate(time.Second))
+}
+
+// killedLock creates stack name with one up, holds its lock with a second up (holdLock),
+// SIGKILLs that up's pulumi process (as a crashed pod would), and returns the lock it left
+// behind.
+func killedLock(t *testing.T, m *Manager, name string) Lock {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := m.Up(ctx, name, program("x", 0), RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	release := holdLock(t, m, name)
+	_, err := m.Up(ctx, name, program("z", 0), RunOptions{})
+	var oe *OperationError
+	if err == nil {
+		t.Fatal("an up succeeded while another update held the stack's lock")
+	}
+	if !errors.Is(err, ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) != 1 {
+		t.Fatalf("up while the lock is held = %v, want ErrLocked naming one lock", err)
+	}
+	lock := oe.Locks[0]
+	p, err := os.FindProcess(lock.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatalf("kill the lock holder (pid %d): %v", lock.Pid, err)
+	}
+	if err := release(); err == nil {
+		t.Fatal("the killed update reported success")
+	}
+	return lock
+}
+
+// A lock left by a pulumi process that was killed (SIGKILL, as a crashed pod) stays until
+// CancelLock removes it; then updates work again.
+func TestStaleLockCancel(t *testing.T) {
+	m, _ := newManager(t)
+	name, _ := m.StackName("ns", "stale")
+	ctx := context.Background()
+	killedLock(t, m, name)
+	if _, err := m.Up(ctx, name, program("z", 0), RunOptions{}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("up after the kill = %v, want ErrLocked (the lock is left behind)", err)
+	}
+	if err := m.CancelLock(ctx, name); err != nil {
+		t.Fatalf("CancelLock: %v", err)
+	}
+	res, err := m.Up(ctx, name, program("z", 0), RunOptions{})
+	if err != nil || res.Outputs["greeting"] != "z" {
+		t.Fatalf("up after CancelLock = %+v, %v", res, err)
+	}
+}
+
+func TestParseLocks(t *testing.T) {
+	msg := "stderr: error: the stack is currently locked by 2 lock(s). Either wait...\n" +
+		"  file:///b/.pulumi/locks/o/p/s/1.json: created by root@pod-a (pid 42) at 2026-11-22T12:00:00Z\n" +
+		"  file:///b/.pulumi/locks/o/p/s/2.json: created by @host-b (pid 7) at 2026-11-22T12:01:00Z\n" +
+		"  file:///b/.pulumi/locks/o/p/s/3.json: created by x@y (pid 9) at not-a-time\n"
+	got := parseLocks(msg + msg)
+	if len(got) != 2 || got[0].Host != "pod-a" || got[0].Pid != 42 || got[0].User != "root" ||
+		got[1].Host != "host-b" || got[1].Created.Minute() != 1 {
+		t.Fatalf("parseLocks = %+v", got)
+	}
+}
+
+// A `stack rm` killed after it removed the stack but before it released the stack's lock
+// (DIY RemoveStack locks; so does `stack init`) leaves a lock of a stack that no longer
+// exists; the crash test met one. Destroy must not call such a stack destroyed while its lock
+// stays, and an up must not wait for it forever: both report the lock (ErrLocked, with the
+// dead owner); CancelLock removes it although `pulumi cancel` refuses a missing stack; then
+// both succeed and no lock is left. The situation is made with a real lock of a killed
+// pulumi process, and the stack's checkpoint then deleted as that `stack rm` had done.
+func TestLockOfRemovedStack(t *testing.T) {
+	m, backend := newManager(t)
+	name, _ := m.StackName("ns", "removed")
+	ctx := context.Background()
+	lock := killedLock(t, m, name)
+	checkpoints, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json*"))
+	if len(checkpoints) == 0 {
+		t.Fatal("no checkpoint file to remove")
+	}
+	for _, f := range checkpoints {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := m.Exists(ctx, name); err != nil || ok {
+		t.Fatalf("Exists after the checkpoint is gone = %v, %v; want false", ok, err)
+	}
+
+	for _, op := range []string{"destroy", "up"} {
+		var err error
+		if op == "destroy" {
+			_, err = m.Destroy(ctx, name, RunOptions{})
+		} else {
+			_, err = m.Up(ctx, name, program("w", 0), RunOptions{})
+		}
+		var oe *OperationError
+		if !errors.Is(err, ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) != 1 || oe.Locks[0].Pid != lock.Pid {
+			t.Fatalf("%s of the removed stack = %v, want ErrLocked naming pid %d", op, err, lock.Pid)
+		}
+	}
+	if err := m.CancelLock(ctx, name); err != nil {
+		t.Fatalf("CancelLock: %v", err)
+	}
+	if ok, err := m.Exists(ctx, name); err != nil || ok {
+		t.Fatalf("Exists after CancelLock = %v, %v; want false (the stack stays removed)", ok, err)
+	}
+	if res, err := m.Up(ctx, name, program("w", 0), RunOptions{}); err != nil || res.Outputs["greeting"] != "w" {
+		t.Fatalf("up after CancelLock = %+v, %v", res, err)
+	}
+	if _, err := m.Destroy(ctx, name, RunOptions{}); err != nil {
+		t.Fatalf("destroy after CancelLock: %v", err)
+	}
+	if locks, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "locks", "*", "kindcustomhttp", name, "*.json")); len(locks) > 0 {
+		t.Errorf("locks left: %v", locks)
+	}
+	if ok, err := m.Exists(ctx, name); err != nil || ok {
+		t.Errorf("Exists after the destroy = %v, %v; want false", ok, err)
+	}
+}

@@ -1,0 +1,231 @@
+package stack
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/blang/semver"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/pulumi-operator/pulumi-operator/infra"
+)
+
+// PinnedCLIVersion is the pulumi CLI version the project builds (hack/tools/pulumi) and tests
+// against. A different CLI works if it is at least the Automation API's minimum; New logs
+// nothing about it, callers may compare Manager.CLIVersion.
+const PinnedCLIVersion = "3.255.0"
+
+// Config says how to reach the pulumi CLI and the backend. The zero value is not usable: set
+// at least Project, BackendURL, WorkRoot, PulumiPath and ClusterName.
+type Config struct {
+	// Project is the Pulumi project name (Pulumi.yaml "name"), e.g. "pulumi-operator".
+	Project string
+	// BackendURL is where state lives: file:///abs/dir, postgres://..., s3://..., or
+	// https://api.pulumi.com. A file:// directory is created if missing.
+	BackendURL string
+	// WorkRoot is a local directory; each stack gets WorkRoot/<stack name> as its workspace
+	// directory, so concurrent stacks never share workspace files.
+	WorkRoot string
+	// PulumiPath is the pulumi CLI binary to run.
+	PulumiPath string
+	// PulumiHome is the CLI's PULUMI_HOME: where it finds plugins (the Kubernetes provider)
+	// and keeps its workspace settings. Empty takes DefaultPulumiHome(PulumiPath).
+	PulumiHome string
+	// SecretsProvider is "passphrase" (the default when empty), "default" (Pulumi Cloud's
+	// own) or a KMS URL (awskms://..., gcpkms://..., ...). Only "passphrase" needs a
+	// passphrase.
+	SecretsProvider string
+	// Env is added to the CLI's environment (and so to the provider plugins'), e.g. KUBECONFIG.
+	Env map[string]string
+	// Progress, when not nil, receives the CLI's progress output of every operation.
+	Progress io.Writer
+	// ClusterName identifies the Kubernetes cluster in stack names (see Name): a DNS label,
+	// by default derived from the kube-system namespace's UID by the caller.
+	ClusterName string
+}
+
+// Manager runs Pulumi operations on the stacks of one project and backend. It is safe for
+// concurrent use on different stacks; updates of one stack are serialized by Pulumi's lock
+// (a second concurrent one fails with ErrLocked). See the package comment.
+type Manager struct {
+	cfg Config
+	cmd auto.PulumiCommand
+	env map[string]string
+
+	mu sync.Mutex
+	// settled holds the stacks known to hold no pending operation of a dead update (see
+	// settlePending).
+	settled map[string]bool
+}
+
+// New checks cfg and the pulumi CLI (it runs `pulumi version` once) and returns a Manager.
+// It fails with ErrNoPassphrase when a passphrase is needed and not given, and when the CLI
+// cannot be run or is older than the Automation API supports.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Project == "" {
+		return nil, errors.New("configure stack manager: empty Pulumi project name")
+	}
+	if err := tokens.ValidateProjectName(cfg.Project); err != nil {
+		return nil, fmt.Errorf("configure stack manager: project name %q: %w", cfg.Project, err)
+	}
+	if cfg.SecretsProvider == "" {
+		cfg.SecretsProvider = "passphrase"
+	}
+	if err := checkSecretsProvider(cfg.SecretsProvider); err != nil {
+		return nil, err
+	}
+	if cfg.SecretsProvider == "passphrase" && !hasPassphrase(cfg.Env) {
+		return nil, ErrNoPassphrase
+	}
+	if cfg.WorkRoot == "" {
+		return nil, errors.New("configure stack manager: empty workspace root directory")
+	}
+	if msgs := validation.IsDNS1123Label(cfg.ClusterName); len(msgs) > 0 {
+		return nil, fmt.Errorf("configure stack manager: cluster name %q: %s", cfg.ClusterName, msgs[0])
+	}
+	backend, err := prepareBackend(cfg.BackendURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.BackendURL = backend
+	cmd, err := pulumiCommand(cfg.PulumiPath, cfg.WorkRoot)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.PulumiHome == "" {
+		cfg.PulumiHome = DefaultPulumiHome(cfg.PulumiPath)
+	}
+	env := map[string]string{
+		// No network here and none wanted: never look for CLI updates, never download a
+		// plugin behind the user's back (a missing one is reported as ErrPluginMissing).
+		"PULUMI_SKIP_UPDATE_CHECK":                    "true",
+		"PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+		"PULUMI_DIY_BACKEND_NO_LEGACY_WARNING":        "true",
+	}
+	for k, v := range infra.ProviderEnv() {
+		env[k] = v
+	}
+	for k, v := range cfg.Env {
+		env[k] = v
+	}
+	return &Manager{cfg: cfg, cmd: cmd, env: env, settled: map[string]bool{}}, nil
+}
+
+// CLIVersion is the version of the pulumi CLI the Manager runs.
+func (m *Manager) CLIVersion() semver.Version { return m.cmd.Version() }
+
+// Project is the Pulumi project name.
+func (m *Manager) Project() string { return m.cfg.Project }
+
+// QualifiedName is how status shows a stack: "<project>/<stack>".
+func (m *Manager) QualifiedName(stack string) string { return m.cfg.Project + "/" + stack }
+
+// StackName is the stack of the KindCustomHttp namespace/name in this Manager's cluster (see
+// Name for the rule).
+func (m *Manager) StackName(namespace, name string) (string, error) {
+	return Name(m.cfg.ClusterName, namespace, name)
+}
+
+// hasPassphrase reports whether the CLI will find a passphrase: PULUMI_CONFIG_PASSPHRASE or
+// PULUMI_CONFIG_PASSPHRASE_FILE set in env (Config.Env) or in this process's environment,
+// which the CLI inherits. Being set is what counts: the CLI takes an empty
+// PULUMI_CONFIG_PASSPHRASE as a passphrase (pkg/secrets/passphrase readPassphrase).
+func hasPassphrase(env map[string]string) bool {
+	for _, k := range []string{"PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE"} {
+		if _, ok := env[k]; ok {
+			return true
+		}
+		if _, ok := os.LookupEnv(k); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// secretsProviderSchemes are the KMS URL schemes the pulumi CLI takes as a secrets provider
+// (pkg/secrets/cloud: gocloud.dev/secrets drivers, and hashivault).
+var secretsProviderSchemes = []string{"awskms", "azurekeyvault", "gcpkms", "hashivault"}
+
+// checkSecretsProvider accepts "passphrase", "default" (Pulumi Cloud's own) and a KMS URL, so
+// that a typo fails at start instead of at the first `stack init`.
+func checkSecretsProvider(p string) error {
+	if p == "passphrase" || p == "default" {
+		return nil
+	}
+	if u, err := url.Parse(p); err == nil && slices.Contains(secretsProviderSchemes, u.Scheme) {
+		return nil
+	}
+	return fmt.Errorf("configure stack manager: secrets provider %q: want passphrase, default (Pulumi Cloud) or a KMS URL (%s://...)",
+		p, strings.Join(secretsProviderSchemes, "://, "))
+}
+
+// prepareBackend checks the backend URL and creates a file:// backend's directory.
+func prepareBackend(raw string) (string, error) {
+	if raw == "" {
+		return "", errors.New("configure stack manager: empty backend URL")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return "", fmt.Errorf("configure stack manager: backend URL %q: want file:///dir, postgres://, s3://, gs://, azblob:// or https://", RedactURL(raw))
+	}
+	if u.Scheme != "file" {
+		return raw, nil
+	}
+	dir := u.Path
+	if u.Host != "" && u.Host != "localhost" { // file://relative/dir
+		dir = filepath.Join(u.Host, u.Path)
+	}
+	if dir == "" {
+		return "", fmt.Errorf("configure stack manager: backend URL %q names no directory", raw)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("configure stack manager: backend directory %q: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return "", fmt.Errorf("create backend directory: %w", err)
+	}
+	return "file://" + abs, nil
+}
+
+// pulumiCommand wraps the CLI at path. The Automation API expects the binary at
+// <root>/bin/pulumi; when path is laid out otherwise, a symlink under workRoot provides that
+// shape.
+func pulumiCommand(path, workRoot string) (auto.PulumiCommand, error) {
+	if path == "" {
+		return nil, errors.New("configure stack manager: no pulumi CLI path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("resolve pulumi CLI path: %w", err)
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("find pulumi CLI: %w (build it with `make tools`, or pass --pulumi)", err)
+	}
+	root := filepath.Dir(filepath.Dir(abs))
+	if filepath.Base(filepath.Dir(abs)) != "bin" || filepath.Base(abs) != "pulumi" {
+		root = filepath.Join(workRoot, ".pulumi-cli")
+		link := filepath.Join(root, "bin", "pulumi")
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			return nil, fmt.Errorf("link pulumi CLI: %w", err)
+		}
+		_ = os.Remove(link)
+		if err := os.Symlink(abs, link); err != nil {
+			return nil, fmt.Errorf("link pulumi CLI: %w", err)
+		}
+	}
+	cmd, err := auto.NewPulumiCommand(&auto.PulumiCommandOptions{Root: root})
+	if err != nil {
+		return nil, fmt.Errorf("run pulumi CLI %s: %w", abs, err)
+	}
+	return cmd, nil
+}

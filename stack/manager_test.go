@@ -1,0 +1,185 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+)
+
+// newManager returns a Manager on the real pinned CLI with a fresh file backend.
+func newManager(t *testing.T) (*Manager, string) {
+	t.Helper()
+	dir := t.TempDir()
+	backend := filepath.Join(dir, "backend")
+	m, err := New(Config{
+		Project:     "kindcustomhttp",
+		BackendURL:  "file://" + backend,
+		WorkRoot:    filepath.Join(dir, "workspaces"),
+		PulumiPath:  testenv.PulumiCLI(t),
+		ClusterName: "test",
+		Env:         map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test-passphrase"},
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return m, backend
+}
+
+// program needs no provider plugin: it only exports its input.
+func program(greeting string, sleep time.Duration) pulumi.RunFunc {
+	return func(ctx *pulumi.Context) error {
+		time.Sleep(sleep)
+		ctx.Export("greeting", pulumi.String(greeting))
+		return nil
+	}
+}
+
+func stackFiles(t *testing.T, backend string) []string {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", "*.json"))
+	return matches
+}
+
+func TestTwoStacksAtOnce(t *testing.T) {
+	m, backend := newManager(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	outs := make([]string, 2)
+	for i, n := range []string{"a", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name, _ := m.StackName("ns", n)
+			res, err := m.Up(context.Background(), name, program("from-"+n, 0), RunOptions{})
+			errs[i], outs[i] = err, res.Outputs["greeting"]
+		}()
+	}
+	wg.Wait()
+	for i, n := range []string{"a", "b"} {
+		if errs[i] != nil || outs[i] != "from-"+n {
+			t.Fatalf("stack %s: %q, %v", n, outs[i], errs[i])
+		}
+	}
+	if got := stackFiles(t, backend); len(got) != 2 {
+		t.Fatalf("backend holds %v, want two stacks", got)
+	}
+}
+
+// TestNewAcceptsKMSWithoutPassphrase: a KMS secrets provider needs no passphrase (nothing here
+// reaches a KMS: New only checks and runs `pulumi version`).
+func TestNewAcceptsKMSWithoutPassphrase(t *testing.T) {
+	dir := t.TempDir()
+	for _, k := range []string{"PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	for _, p := range []string{"awskms://alias/pulumi?region=eu-west-1", "gcpkms://projects/p/locations/l/keyRings/r/cryptoKeys/k", "hashivault://pulumi", "default"} {
+		if _, err := New(Config{Project: "p", BackendURL: "file://" + dir, WorkRoot: dir, PulumiPath: testenv.PulumiCLI(t),
+			ClusterName: "c", SecretsProvider: p}); err != nil {
+			t.Errorf("New with secrets provider %s: %v", p, err)
+		}
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	for _, k := range []string{"PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	cli := testenv.PulumiCLI(t)
+	dir := t.TempDir()
+	ok := Config{Project: "p", BackendURL: "file://" + dir, WorkRoot: dir, PulumiPath: cli, ClusterName: "c",
+		Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"}}
+	tests := map[string]struct {
+		mutate func(*Config)
+		want   string
+	}{
+		"no project":                             {func(c *Config) { c.Project = "" }, "project"},
+		"bad project":                            {func(c *Config) { c.Project = "a b" }, "project name"},
+		"no backend":                             {func(c *Config) { c.BackendURL = "" }, "backend URL"},
+		"backend no URL":                         {func(c *Config) { c.BackendURL = "/just/a/dir" }, "want file:///dir"},
+		"password hidden":                        {func(c *Config) { c.BackendURL = "::postgres://u:hunter2@h/db" }, "backend URL"},
+		"no workroot":                            {func(c *Config) { c.WorkRoot = "" }, "workspace root"},
+		"no CLI":                                 {func(c *Config) { c.PulumiPath = filepath.Join(dir, "nope") }, "make tools"},
+		"bad cluster":                            {func(c *Config) { c.ClusterName = "Not_A_Label" }, "cluster name"},
+		"bad secrets provider":                   {func(c *Config) { c.SecretsProvider = "kms://x" }, "want passphrase, default (Pulumi Cloud) or a KMS URL"},
+		"passphrase provider without passphrase": {func(c *Config) { c.Env = nil }, "PULUMI_CONFIG_PASSPHRASE"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := ok
+			tc.mutate(&c)
+			_, err := New(c)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New error = %v, want one containing %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Fatalf("error shows the backend password: %v", err)
+			}
+		})
+	}
+}
+
+// A missing passphrase is a clear error before any CLI run, never a prompt or a hang.
+func TestNoPassphrase(t *testing.T) {
+	cli := testenv.PulumiCLI(t)
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "")
+	os.Unsetenv("PULUMI_CONFIG_PASSPHRASE")
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE_FILE", "")
+	os.Unsetenv("PULUMI_CONFIG_PASSPHRASE_FILE")
+	dir := t.TempDir()
+	_, err := New(Config{Project: "p", BackendURL: "file://" + dir, WorkRoot: dir, PulumiPath: cli, ClusterName: "c"})
+	if !errors.Is(err, ErrNoPassphrase) {
+		t.Fatalf("New without passphrase = %v, want ErrNoPassphrase", err)
+	}
+	// Another secrets provider needs no passphrase.
+	if _, err := New(Config{Project: "p", BackendURL: "file://" + dir, WorkRoot: dir, PulumiPath: cli, ClusterName: "c",
+		SecretsProvider: "awskms://alias/x"}); err != nil {
+		t.Fatalf("New with a KMS secrets provider: %v", err)
+	}
+}
+
+// TestPrepareBackend: the backend URLs the operator accepts. Schemes other than file:// go
+// to the pulumi CLI unchanged (gs://, azblob:// and Pulumi Cloud are documented pass-throughs:
+// nothing here can reach them); a file:// backend's directory is made absolute and created.
+func TestPrepareBackend(t *testing.T) {
+	dir := t.TempDir()
+	for name, tc := range map[string]struct {
+		raw, want, wantErr string
+	}{
+		"gcs":              {raw: "gs://my-bucket/pulumi", want: "gs://my-bucket/pulumi"},
+		"azure blob":       {raw: "azblob://state?storage_account=acct", want: "azblob://state?storage_account=acct"},
+		"pulumi cloud":     {raw: "https://api.pulumi.com", want: "https://api.pulumi.com"},
+		"postgres":         {raw: "postgres://u@db:5432/pulumi?sslmode=require", want: "postgres://u@db:5432/pulumi?sslmode=require"},
+		"s3 with endpoint": {raw: "s3://b?endpoint=127.0.0.1:9000&s3ForcePathStyle=true", want: "s3://b?endpoint=127.0.0.1:9000&s3ForcePathStyle=true"},
+		"file":             {raw: "file://" + dir + "/state", want: "file://" + dir + "/state"},
+		"empty":            {raw: "", wantErr: "empty backend URL"},
+		"no scheme":        {raw: "my-bucket", wantErr: "want file:///dir, postgres://"},
+		"file without dir": {raw: "file://", wantErr: "names no directory"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := prepareBackend(tc.raw)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("prepareBackend(%q) = %q, %v; want an error containing %q", tc.raw, got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("prepareBackend(%q) = %q, %v; want %q", tc.raw, got, err, tc.want)
+			}
+		})
+	}
+	if fi, err := os.Stat(dir + "/state"); err != nil || !fi.IsDir() {
+		t.Errorf("file backend directory not created: %v", err)
+	}
+}

@@ -1,0 +1,71 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+)
+
+// StackInfo describes one stack of the project in the backend.
+type StackInfo struct {
+	// Name is the stack name; Cluster, Namespace and CRName (the name) of the KindCustomHttp
+	// it belongs to are parsed from it (empty for a hashed long name or a stack of another
+	// tool).
+	Name                       string
+	Cluster, Namespace, CRName string
+	// LastUpdate is the time of the last update as the backend reports it (RFC 3339), ""
+	// for none; UpdateInProgress is true while an update holds the lock.
+	LastUpdate       string
+	UpdateInProgress bool
+	// Resources counts the resources in the stack's state, -1 when unknown.
+	Resources int
+}
+
+// ListStacks lists the project's stacks in the backend.
+func (m *Manager) ListStacks(ctx context.Context) ([]StackInfo, error) {
+	opts, err := m.workspaceOptions(".list", emptyProgram)
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(filepath.Join(m.cfg.WorkRoot, ".list"))
+	ws, err := auto.NewLocalWorkspace(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("open workspace: %w", classify(err))
+	}
+	sums, err := ws.ListStacks(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list stacks: %w", classify(err))
+	}
+	out := make([]StackInfo, 0, len(sums))
+	for _, s := range sums {
+		name := s.Name
+		if i := strings.LastIndex(name, "/"); i >= 0 { // organization/project/stack
+			name = name[i+1:]
+		}
+		info := StackInfo{Name: name, LastUpdate: s.LastUpdate, UpdateInProgress: s.UpdateInProgress, Resources: -1}
+		if s.ResourceCount != nil {
+			info.Resources = *s.ResourceCount
+		}
+		if parts := strings.Split(name, "."); len(parts) == 3 {
+			info.Cluster, info.Namespace, info.CRName = parts[0], parts[1], parts[2]
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// Exists reports whether the backend holds the stack.
+func (m *Manager) Exists(ctx context.Context, stackName string) (bool, error) {
+	_, err := m.open(ctx, stackName, emptyProgram, false)
+	if err == nil {
+		return true, nil
+	}
+	if auto.IsSelectStack404Error(err) {
+		return false, nil
+	}
+	return false, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
+}

@@ -1,0 +1,82 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+// emptyProgram is the program of every operation that does not deploy one: refresh, destroy,
+// `stack rm`, `cancel` and looking a stack up. An inline workspace needs a program all the
+// same (without one auto would run the project's Pulumi.yaml runtime, "go", in a directory
+// that holds no Go program), and auto serves it to the CLI for refresh and destroy too. The
+// CLI runs it there only with --run-program, which this package never passes: refresh and
+// destroy work from the state and the provider alone, so an empty program is right, and it
+// cannot declare or delete a resource by mistake.
+func emptyProgram(*pulumi.Context) error { return nil }
+
+// workspaceOptions are the options of a local workspace for stackName running program: its
+// own directory WorkRoot/<stackName> (created here), so that two stacks never share workspace
+// files; the CLI, project, backend, secrets provider, environment and Pulumi home of the
+// Manager.
+func (m *Manager) workspaceOptions(stackName string, program pulumi.RunFunc) ([]auto.LocalWorkspaceOption, error) {
+	dir := filepath.Join(m.cfg.WorkRoot, stackName)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create workspace directory: %w", err)
+	}
+	proj := workspace.Project{
+		Name:    tokens.PackageName(m.cfg.Project),
+		Runtime: workspace.NewProjectRuntimeInfo("go", nil),
+		Backend: &workspace.ProjectBackend{URL: m.cfg.BackendURL},
+	}
+	opts := []auto.LocalWorkspaceOption{
+		auto.WorkDir(dir),
+		auto.Pulumi(m.cmd),
+		auto.Project(proj),
+		auto.SecretsProvider(m.cfg.SecretsProvider),
+		auto.EnvVars(m.env),
+		auto.Program(program),
+	}
+	if m.cfg.PulumiHome != "" {
+		opts = append(opts, auto.PulumiHome(m.cfg.PulumiHome))
+	}
+	return opts, nil
+}
+
+// open opens stackName in its workspace with program, creating the stack when create is set
+// and it does not exist. A stack open creates is recorded as settled (it holds no pending
+// operation). The error is auto's own for a stack that does not exist (test it with
+// auto.IsSelectStack404Error), so callers classify it themselves; a workspace that cannot
+// be opened is classified here.
+func (m *Manager) open(ctx context.Context, stackName string, program pulumi.RunFunc, create bool) (auto.Stack, error) {
+	opts, err := m.workspaceOptions(stackName, program)
+	if err != nil {
+		return auto.Stack{}, err
+	}
+	ws, err := auto.NewLocalWorkspace(ctx, opts...)
+	if err != nil {
+		return auto.Stack{}, fmt.Errorf("open workspace of stack %s: %w", stackName, m.classifyStack(stackName, err))
+	}
+	// auto.UpsertStack does the same select-then-create; written out to know whether the
+	// stack is new, and so holds no pending operation.
+	st, err := auto.SelectStack(ctx, stackName, ws)
+	if err != nil && create && auto.IsSelectStack404Error(err) {
+		if st, err = auto.NewStack(ctx, stackName, ws); err == nil {
+			m.recordSettled(stackName)
+		}
+	}
+	if err != nil {
+		if !create && auto.IsSelectStack404Error(err) {
+			// Looking must not leave a workspace behind for a stack that does not exist.
+			_ = os.RemoveAll(filepath.Join(m.cfg.WorkRoot, stackName))
+		}
+		return auto.Stack{}, err
+	}
+	return st, nil
+}
