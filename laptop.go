@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/envsource"
 	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/stack"
-	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
 // Exit codes of the laptop and CI commands, distinct so scripts can branch on them.
@@ -272,7 +272,7 @@ func envDigests(ctx context.Context, cfg *config, docs []api.Document) error {
 				return err
 			}
 		}
-		digest, err := watcher.EnvDigest(ctx, kube, docs[i].Desired)
+		digest, err := envsource.Digest(ctx, kube, docs[i].Desired)
 		if err != nil {
 			return fmt.Errorf("%s: %w", docs[i].Where(), err)
 		}

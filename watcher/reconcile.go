@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/envsource"
 	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
@@ -45,7 +46,7 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return w.stall(ctx, u, err)
 	}
-	if d.EnvDigest, err = EnvDigest(ctx, w.kube, d); err != nil {
+	if d.EnvDigest, err = envsource.Digest(ctx, w.kube, d); err != nil {
 		return w.fail(ctx, u, ReasonEnvSourceMissing, err)
 	}
 	if cr.Spec.Suspend {
