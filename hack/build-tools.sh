@@ -3,8 +3,10 @@
 #   etcd                                                 (hack/tools/etcd, go.etcd.io/etcd/server/v3)
 #   kube-apiserver, kube-controller-manager, kube-scheduler (hack/tools/kubernetes, k8s.io/kubernetes)
 #   kwok                                                 (hack/tools/kwok, sigs.k8s.io/kwok)
+# and controller-gen (hack/tools/controller-gen, sigs.k8s.io/controller-tools) for `make manifests`.
 #
 # Usage: hack/build-tools.sh [DEST]     (DEST defaults to <repo>/bin)
+#        ONLY="controller-gen ..." hack/build-tools.sh [DEST] builds only the binaries named.
 #
 # Each tools module is its own go.mod, so their dependency graphs never meet; versions are pinned
 # there (the `tool` directive) and in the committed go.sum. A binary is skipped when it exists and
@@ -20,6 +22,7 @@ DEST="$(cd "${DEST}" && pwd)"
 STAMPS="${DEST}/.stamps"
 mkdir -p "${STAMPS}"
 FORCE="${FORCE:-0}"
+ONLY="${ONLY:-}"
 TOOLS="${REPO_ROOT}/hack/tools"
 
 command -v go >/dev/null 2>&1 || { echo "build-tools: go is not on PATH" >&2; exit 1; }
@@ -50,6 +53,9 @@ stamp_of() {
 build() {
 	local name="$1" dir="$2" pkg="$3" ldflags="$4"
 	local out="${DEST}/${name}" stamp_file="${STAMPS}/${name}" want start
+	if [[ -n "${ONLY}" && " ${ONLY} " != *" ${name} "* ]]; then
+		return 0
+	fi
 	want="$(stamp_of "${dir}" "${pkg}" "${ldflags}")"
 	if [[ "${FORCE}" != "1" && -x "${out}" && -f "${stamp_file}" && "$(cat "${stamp_file}")" == "${want}" ]]; then
 		echo "${name}: up to date (${out})"
@@ -69,3 +75,8 @@ build kube-apiserver "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kube-apiserver 
 build kube-controller-manager "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kube-controller-manager "${KUBE_LDFLAGS}"
 build kube-scheduler "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kube-scheduler "${KUBE_LDFLAGS}"
 build kwok "${TOOLS}/kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w"
+# controller-gen stamps its version into every CRD it writes (annotation
+# controller-gen.kubebuilder.io/version); a binary built from a tools module reports none without -X.
+CONTROLLER_TOOLS_VERSION="$(cd "${TOOLS}/controller-gen" && go list -m -f '{{.Version}}' sigs.k8s.io/controller-tools)"
+build controller-gen "${TOOLS}/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen \
+	"-s -w -X sigs.k8s.io/controller-tools/pkg/version.version=${CONTROLLER_TOOLS_VERSION}"
