@@ -1,0 +1,454 @@
+package watcher
+
+// The unit tests' harness (tests named TestUnit*, run with `go test ./watcher/ -run Unit`):
+// a Watcher made by New over client-go's fake dynamic and typed clients, its informer caches
+// filled by hand instead of by a running informer, and reconcile (the sync handler) called
+// directly, as kubernetes/sample-controller's controller_test.go does. Stacks is fakeStacks,
+// which records calls and fails on demand. No cluster and no pulumi CLI are needed.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	ktesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+// unitNS is the namespace of every unit-test object.
+const unitNS = "ns"
+
+// journal is the ordered record of what a reconcile did to the outside world: the writes the
+// apiserver accepted ("update finalizers=[...]", "status Ready=... Reconciling=...") and the
+// calls fakeStacks got ("up refresh=false", "destroy <stack>", "cancel-lock <stack>").
+type journal struct {
+	mu      sync.Mutex
+	entries []string
+}
+
+func (j *journal) add(format string, args ...any) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.entries = append(j.entries, fmt.Sprintf(format, args...))
+}
+
+// take returns the entries recorded since the last take and forgets them.
+func (j *journal) take() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := j.entries
+	j.entries = nil
+	return out
+}
+
+// fakeStacks is the Stacks of the unit tests: stack names are the real stack.Name rule
+// (cluster "test"), operations only record themselves in the journal and return what the
+// test set, which is how a test makes Pulumi fail in ways a real run cannot be made to on
+// demand (locked by a dead process, backend down, plugin missing).
+type fakeStacks struct {
+	j          *journal
+	mu         sync.Mutex
+	upErr      error
+	upResult   stack.Result // Operation, times and outputs are filled in when zero
+	destroyErr error
+	cancelErr  error
+	ups        []stack.RunOptions
+}
+
+func (s *fakeStacks) StackName(namespace, name string) (string, error) {
+	return stack.Name("test", namespace, name)
+}
+
+func (s *fakeStacks) QualifiedName(stackName string) string { return "kindcustomhttp/" + stackName }
+
+func (s *fakeStacks) Up(_ context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ups = append(s.ups, opts)
+	s.j.add("up refresh=%v", opts.Refresh)
+	res := s.upResult
+	res.Operation = "up"
+	if res.Start.IsZero() {
+		res.Start = time.Now()
+		res.End = res.Start.Add(time.Second)
+	}
+	if res.Outputs == nil && s.upErr == nil {
+		res.Outputs = map[string]string{infra.OutputDeploymentName: d.Name, infra.OutputServiceName: d.Name,
+			infra.OutputConfigMapName: d.ConfigMapName(), infra.OutputClusterIP: "10.0.0.1"}
+	}
+	return res, s.upErr
+}
+
+func (s *fakeStacks) Destroy(_ context.Context, stackName string, _ stack.RunOptions) (stack.Result, error) {
+	s.j.add("destroy %s", stackName)
+	now := time.Now()
+	return stack.Result{Operation: "destroy", Start: now, End: now, Changes: map[string]int{"delete": 3}}, s.destroyErr
+}
+
+func (s *fakeStacks) CancelLock(_ context.Context, stackName string) error {
+	s.j.add("cancel-lock %s", stackName)
+	return s.cancelErr
+}
+
+// unitFixture is one Watcher over fake clients.
+type unitFixture struct {
+	t        *testing.T
+	dyn      *dynamicfake.FakeDynamicClient
+	kube     *kubefake.Clientset
+	stacks   *fakeStacks
+	journal  *journal
+	recorder *record.FakeRecorder
+	registry *prometheus.Registry
+	w        *Watcher
+	// failUpdates, when set, is returned by every write of a KindCustomHttp (not its status).
+	failUpdates error
+}
+
+// newUnit builds a Watcher with New over fake clients; opts.Registry and Logger are filled in.
+func newUnit(t *testing.T, opts Options) *unitFixture {
+	t.Helper()
+	j := &journal{}
+	f := &unitFixture{t: t, journal: j, stacks: &fakeStacks{j: j}, kube: kubefake.NewClientset(),
+		recorder: record.NewFakeRecorder(100), registry: prometheus.NewRegistry()}
+	f.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{api.GroupVersionResource: api.ListKind})
+	f.dyn.PrependReactor("update", api.Resource, f.apiserverUpdate)
+	opts.Registry, opts.Logger = f.registry, testLogger()
+	f.w = New(f.dyn, f.kube, f.stacks, opts)
+	f.w.recorder = f.recorder // synchronous, readable Events instead of the broadcaster's
+	t.Cleanup(func() {
+		f.w.queue.ShutDown()
+		f.w.events.Shutdown()
+	})
+	return f
+}
+
+// apiserverUpdate gives the fake dynamic client the apiserver's update semantics the watcher
+// relies on and that client-go's object tracker lacks (controller-runtime's fake client has
+// them, but this project does not use controller-runtime): optimistic concurrency (a stale
+// resourceVersion is a Conflict, a write bumps it), the status subresource (an update of the
+// object keeps the stored status; a status update changes only the status), generation bumped
+// by a spec change, and an object being deleted goes away with its last finalizer. Accepted
+// writes are journaled; a failure set in failUpdates is returned for object updates.
+func (f *unitFixture) apiserverUpdate(a ktesting.Action) (bool, runtime.Object, error) {
+	ua := a.(ktesting.UpdateAction)
+	in := ua.GetObject().(*unstructured.Unstructured)
+	status := ua.GetSubresource() == "status"
+	if f.failUpdates != nil && !status {
+		return true, nil, f.failUpdates
+	}
+	tracker := f.dyn.Tracker()
+	obj, err := tracker.Get(api.GroupVersionResource, in.GetNamespace(), in.GetName())
+	if err != nil {
+		return true, nil, err
+	}
+	cur := obj.(*unstructured.Unstructured)
+	if in.GetResourceVersion() != cur.GetResourceVersion() {
+		return true, nil, apierrors.NewConflict(api.GroupVersionResource.GroupResource(), in.GetName(),
+			errors.New("the object has been modified; please apply your changes to the latest version and try again"))
+	}
+	next := cur.DeepCopy()
+	if status {
+		next.Object["status"] = in.Object["status"]
+	} else {
+		next.Object["metadata"], next.Object["spec"] = in.Object["metadata"], in.Object["spec"]
+		if !equality.Semantic.DeepEqual(cur.Object["spec"], in.Object["spec"]) {
+			next.SetGeneration(cur.GetGeneration() + 1)
+		}
+	}
+	rv, _ := strconv.Atoi(cur.GetResourceVersion())
+	next.SetResourceVersion(strconv.Itoa(rv + 1))
+	if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 {
+		f.journal.add("deleted")
+		return true, next, tracker.Delete(api.GroupVersionResource, next.GetNamespace(), next.GetName())
+	}
+	if status {
+		f.journal.add("status %s", conditionSummary(next))
+	} else {
+		f.journal.add("update finalizers=%v", next.GetFinalizers())
+	}
+	return true, next, tracker.Update(api.GroupVersionResource, next, next.GetNamespace())
+}
+
+// conditionSummary is "Ready=<status>/<reason> Reconciling=<status>/<reason>" of u.
+func conditionSummary(u *unstructured.Unstructured) string {
+	o, err := api.FromUnstructured(u)
+	if err != nil {
+		return "unreadable: " + err.Error()
+	}
+	s := ""
+	for _, typ := range []string{ConditionReady, ConditionReconciling} {
+		if c := meta.FindStatusCondition(o.Status.Conditions, typ); c != nil {
+			s += fmt.Sprintf(" %s=%s/%s", typ, c.Status, c.Reason)
+		}
+	}
+	if s == "" {
+		return "none"
+	}
+	return s[1:]
+}
+
+// kch builds a KindCustomHttp at generation 1, resourceVersion 1, with the given spec (nil:
+// two replicas on port 80, one configMapData key) and finalizers.
+func kch(name string, spec map[string]any, finalizers ...string) *unstructured.Unstructured {
+	if spec == nil {
+		spec = map[string]any{"replicaCount": int64(2), "port": int64(80), "configMapData": map[string]any{"hostports": "a,1"}}
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetGroupVersionKind(api.GroupVersionKind)
+	u.SetNamespace(unitNS)
+	u.SetName(name)
+	u.SetUID(types.UID("uid-" + name))
+	u.SetGeneration(1)
+	u.SetResourceVersion("1")
+	u.SetFinalizers(finalizers)
+	return u
+}
+
+// create stores u in the fake apiserver and shows it in the informer cache.
+func (f *unitFixture) create(u *unstructured.Unstructured) {
+	f.t.Helper()
+	if err := f.dyn.Tracker().Add(u.DeepCopy()); err != nil {
+		f.t.Fatalf("add %s: %v", u.GetName(), err)
+	}
+	f.deliver(u.GetName())
+}
+
+// stored is the object as the fake apiserver holds it.
+func (f *unitFixture) stored(name string) *unstructured.Unstructured {
+	f.t.Helper()
+	obj, err := f.dyn.Tracker().Get(api.GroupVersionResource, unitNS, name)
+	if err != nil {
+		f.t.Fatalf("get %s: %v", name, err)
+	}
+	return obj.(*unstructured.Unstructured).DeepCopy()
+}
+
+// storedCR is stored, converted.
+func (f *unitFixture) storedCR(name string) *api.KindCustomHttp {
+	f.t.Helper()
+	o, err := api.FromUnstructured(f.stored(name))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return o
+}
+
+// deliver makes the informer cache show the stored object, as a watch event would.
+func (f *unitFixture) deliver(name string) {
+	f.t.Helper()
+	if err := f.w.informer.GetIndexer().Update(f.stored(name)); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// change edits the stored object as a user would (spec and metadata through an update,
+// status through the status subresource when status is true) and delivers it.
+func (f *unitFixture) change(name string, status bool, edit func(u *unstructured.Unstructured)) {
+	f.t.Helper()
+	u := f.stored(name)
+	edit(u)
+	kept := f.journal.take()
+	defer func() { f.journal.take(); f.journal.entries = kept }() // the test's write is no reconcile's
+	c := f.dyn.Resource(api.GroupVersionResource).Namespace(unitNS)
+	var err error
+	if status {
+		_, err = c.UpdateStatus(context.Background(), u, metav1.UpdateOptions{})
+	} else {
+		_, err = c.Update(context.Background(), u, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		f.t.Fatalf("change %s: %v", name, err)
+	}
+	f.deliver(name)
+}
+
+// markDeleted does what the apiserver does on a delete of an object with finalizers: sets
+// deletionTimestamp; the informer shows it.
+func (f *unitFixture) markDeleted(name string) {
+	f.t.Helper()
+	u := f.stored(name)
+	now := metav1.Now()
+	u.SetDeletionTimestamp(&now)
+	if err := f.dyn.Tracker().Update(api.GroupVersionResource, u, unitNS); err != nil {
+		f.t.Fatal(err)
+	}
+	f.deliver(name)
+}
+
+// reconcile runs the sync handler on name and returns its error.
+func (f *unitFixture) reconcile(name string) error {
+	return f.w.reconcile(context.Background(), cache.ObjectName{Namespace: unitNS, Name: name})
+}
+
+// events drains the recorded Events as "Type Reason".
+func (f *unitFixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			var typ, reason string
+			_, _ = fmt.Sscan(e, &typ, &reason)
+			out = append(out, typ+" "+reason)
+		default:
+			return out
+		}
+	}
+}
+
+// owned are the Deployment, Service and ConfigMap an up of u's spec leaves, with every
+// replica available.
+func owned(t *testing.T, u *unstructured.Unstructured) (*appsv1.Deployment, *corev1.Service, *corev1.ConfigMap) {
+	t.Helper()
+	cr, err := api.FromUnstructured(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := api.Resolve(cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	om := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Namespace: d.Namespace, Name: name, Generation: 1,
+			Labels: map[string]string{infra.LabelManagedBy: infra.ManagedBy, infra.LabelInstance: d.Name}}
+	}
+	replicas := d.ReplicaCount
+	dep := &appsv1.Deployment{ObjectMeta: om(d.Name),
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "http", Image: d.Image, Ports: []corev1.ContainerPort{{ContainerPort: d.ContainerPort}}}},
+		}}},
+		Status: appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: replicas, UpdatedReplicas: replicas,
+			ReadyReplicas: replicas, AvailableReplicas: replicas},
+	}
+	svc := &corev1.Service{ObjectMeta: om(d.Name), Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP,
+		Ports: []corev1.ServicePort{{Port: d.Port}}}}
+	cm := &corev1.ConfigMap{ObjectMeta: om(d.ConfigMapName()), Data: d.ConfigMapData}
+	return dep, svc, cm
+}
+
+// ownedStore is where an owned object lives: its resource in the fake typed client and the
+// owned-object informer cache that shows it.
+func (f *unitFixture) ownedStore(o runtime.Object) (schema.GroupVersionResource, cache.Indexer) {
+	f.t.Helper()
+	factory := f.w.owned.factory
+	switch o.(type) {
+	case *appsv1.Deployment:
+		return appsv1.SchemeGroupVersion.WithResource("deployments"), factory.Apps().V1().Deployments().Informer().GetIndexer()
+	case *corev1.Service:
+		return corev1.SchemeGroupVersion.WithResource("services"), factory.Core().V1().Services().Informer().GetIndexer()
+	case *corev1.ConfigMap:
+		return corev1.SchemeGroupVersion.WithResource("configmaps"), factory.Core().V1().ConfigMaps().Informer().GetIndexer()
+	}
+	f.t.Fatalf("not an owned kind: %T", o)
+	return schema.GroupVersionResource{}, nil
+}
+
+// putOwned stores (creates or replaces) objs in the fake typed client and shows them in the
+// owned-object caches, as a change and its watch event would.
+func (f *unitFixture) putOwned(objs ...runtime.Object) {
+	f.t.Helper()
+	for _, o := range objs {
+		gvr, _ := f.ownedStore(o)
+		ns := o.(metav1.Object).GetNamespace()
+		err := f.kube.Tracker().Update(gvr, o, ns)
+		if apierrors.IsNotFound(err) {
+			err = f.kube.Tracker().Create(gvr, o, ns)
+		}
+		if err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	f.cacheOwned(objs...)
+}
+
+// cacheOwned shows objs in the owned-object caches only (the cache then differs from the
+// live objects, as it does for a moment after every change).
+func (f *unitFixture) cacheOwned(objs ...runtime.Object) {
+	f.t.Helper()
+	for _, o := range objs {
+		_, idx := f.ownedStore(o)
+		if err := idx.Update(o); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+// deleteOwned deletes o from the fake typed client and its cache.
+func (f *unitFixture) deleteOwned(o runtime.Object) {
+	f.t.Helper()
+	gvr, idx := f.ownedStore(o)
+	m := o.(metav1.Object)
+	if err := f.kube.Tracker().Delete(gvr, m.GetNamespace(), m.GetName()); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := idx.Delete(o); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// applied creates u with the owned objects of its spec and runs the first reconcile (the
+// create up), then shows the stored result in the cache: a stack that is up to date. The
+// journal and Events of that first reconcile are discarded.
+func (f *unitFixture) applied(u *unstructured.Unstructured) {
+	f.t.Helper()
+	dep, svc, cm := owned(f.t, u)
+	f.putOwned(dep, svc, cm)
+	f.create(u)
+	if err := f.reconcile(u.GetName()); err != nil {
+		f.t.Fatalf("first reconcile: %v", err)
+	}
+	f.deliver(u.GetName())
+	f.journal.take()
+	f.events()
+	f.stacks.ups = nil
+}
+
+// wantCondition fails unless o's condition typ has status and reason at o's generation.
+func wantCondition(t *testing.T, o *api.KindCustomHttp, typ string, status metav1.ConditionStatus, reason string) {
+	t.Helper()
+	c := meta.FindStatusCondition(o.Status.Conditions, typ)
+	switch {
+	case c == nil:
+		t.Errorf("no %s condition in %+v", typ, o.Status.Conditions)
+	case c.Status != status || c.Reason != reason:
+		t.Errorf("%s = %s/%s (%q), want %s/%s", typ, c.Status, c.Reason, c.Message, status, reason)
+	case c.ObservedGeneration != o.Generation || o.Status.ObservedGeneration != o.Generation:
+		t.Errorf("%s observedGeneration %d, status.observedGeneration %d, want %d",
+			typ, c.ObservedGeneration, o.Status.ObservedGeneration, o.Generation)
+	}
+}
+
+// equalStrings compares two lists, nil and empty alike.
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
