@@ -1,0 +1,200 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+// process hands key name to one worker pass (processNext), as the queue would, and returns
+// how often the queue now retries it: 0 after success or a stall, 1 after a failure.
+func (f *unitFixture) process(name string) int {
+	f.t.Helper()
+	key := cache.ObjectName{Namespace: unitNS, Name: name}
+	f.w.queue.Add(key)
+	if !f.w.processNext(context.Background(), context.Background()) {
+		f.t.Fatal("processNext stopped")
+	}
+	return f.w.queue.NumRequeues(key)
+}
+
+// TestUnitStallVsFail: an invalid spec stalls (Stalled True, a Warning Event, no retry until
+// the spec changes); any other problem fails (Ready False with its reason, Reconciling True
+// "Retrying", the key retried with backoff). Neither runs an up that cannot succeed.
+func TestUnitStallVsFail(t *testing.T) {
+	valid := func() map[string]any { return map[string]any{"replicaCount": int64(1), "port": int64(80)} }
+	for name, tc := range map[string]struct {
+		object  *unstructured.Unstructured
+		setup   func(f *unitFixture)
+		reason  string
+		journal []string
+		events  []string
+		result  string // pulumi_operator_reconciles_total label
+	}{
+		"stall: port 0": {
+			object: kch("web", map[string]any{"replicaCount": int64(1), "port": int64(0)}),
+			reason: ReasonInvalidSpec,
+		},
+		"stall: unknown field (a typo)": {
+			object: kch("web", map[string]any{"replicas": int64(1), "port": int64(80)}),
+			reason: ReasonInvalidSpec,
+		},
+		"stall: name is no DNS-1035 label": {
+			object: kch("web.v2", valid()),
+			reason: ReasonInvalidSpec,
+		},
+		"fail: up fails": {
+			object: kch("web", valid()),
+			setup:  func(f *unitFixture) { f.stacks.upErr = errors.New("pulumi up: boom") },
+			reason: ReasonUpdateFailed,
+		},
+		"fail: provider plugin missing": {
+			object: kch("web", valid()),
+			setup: func(f *unitFixture) {
+				f.stacks.upErr = &stack.OperationError{Summary: "plugin missing", Err: stack.ErrPluginMissing}
+			},
+			reason: ReasonPluginMissing,
+		},
+		"fail: backend unavailable": {
+			object: kch("web", valid()),
+			setup: func(f *unitFixture) {
+				f.stacks.upErr = &stack.OperationError{Summary: "backend down", Err: stack.ErrBackendUnavailable}
+			},
+			reason: ReasonBackendUnavailable,
+		},
+		"fail: stack locked by a live update is a wait without an Event": {
+			object: kch("web", valid()),
+			setup: func(f *unitFixture) {
+				f.stacks.upErr = &stack.OperationError{Summary: "locked", Err: stack.ErrLocked}
+			},
+			reason: ReasonUpdateConflict,
+			events: []string{},
+			result: "locked",
+		},
+		"fail: envFrom source missing, no up": {
+			object: kch("web", map[string]any{"replicaCount": int64(1), "port": int64(80),
+				"envFrom": []any{map[string]any{"configMapRef": map[string]any{"name": "absent"}}}}),
+			reason:  ReasonEnvSourceMissing,
+			journal: []string{finalizerAdded, "status Ready=False/EnvSourceMissing Reconciling=True/Retrying"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newUnit(t, Options{})
+			if tc.setup != nil {
+				tc.setup(f)
+			}
+			f.create(tc.object)
+			n := tc.object.GetName()
+			requeues := f.process(n)
+			o := f.storedCR(n)
+			stalled := tc.reason == ReasonInvalidSpec
+			journal, events, result := tc.journal, tc.events, tc.result
+			if stalled {
+				wantCondition(t, o, ConditionStalled, metav1.ConditionTrue, tc.reason)
+				wantCondition(t, o, ConditionReconciling, metav1.ConditionFalse, tc.reason)
+				if journal == nil {
+					journal = []string{finalizerAdded, "status Ready=False/InvalidSpec Reconciling=False/InvalidSpec"}
+				}
+				if requeues != 0 {
+					t.Errorf("an invalid spec is retried (%d requeues)", requeues)
+				}
+			} else {
+				wantCondition(t, o, ConditionStalled, metav1.ConditionFalse, tc.reason)
+				wantCondition(t, o, ConditionReconciling, metav1.ConditionTrue, ReasonRetrying)
+				if journal == nil {
+					journal = []string{finalizerAdded, statusProgressing, "up refresh=false",
+						"status Ready=False/" + tc.reason + " Reconciling=True/Retrying"}
+					if o.Status.LastUpdate == nil || o.Status.LastUpdate.Result != "failed" {
+						t.Errorf("lastUpdate %+v, want a failed up", o.Status.LastUpdate)
+					}
+				}
+				if requeues != 1 {
+					t.Errorf("a failure is requeued %d times, want 1", requeues)
+				}
+			}
+			wantCondition(t, o, ConditionReady, metav1.ConditionFalse, tc.reason)
+			if events == nil {
+				events = []string{"Warning " + tc.reason}
+			}
+			if result == "" {
+				result = map[bool]string{true: "success", false: "error"}[stalled]
+			}
+			if got := f.journal.take(); !equalStrings(got, journal) {
+				t.Errorf("journal\n got %q\nwant %q", got, journal)
+			}
+			if got := f.events(); !equalStrings(got, events) {
+				t.Errorf("events %q, want %q", got, events)
+			}
+			if v := counter(t, f.registry, "pulumi_operator_reconciles_total", "result", result); v != 1 {
+				t.Errorf("reconciles_total{result=%s} = %v, want 1", result, v)
+			}
+			if v := gauge(t, f.registry, "pulumi_operator_stacks_failing"); v != 1 {
+				t.Errorf("stacks_failing = %v, want 1", v)
+			}
+		})
+	}
+}
+
+// TestUnitStallReportsOnce: a stalled object seen again (a resync) writes nothing and records
+// no second Event; a spec fix brings it up.
+func TestUnitStallReportsOnce(t *testing.T) {
+	f := newUnit(t, Options{})
+	f.create(kch("web", map[string]any{"replicaCount": int64(1), "port": int64(0)}))
+	if err := f.reconcile("web"); err != nil {
+		t.Fatalf("a stall returned %v", err)
+	}
+	f.deliver("web")
+	f.journal.take()
+	f.events()
+	if err := f.reconcile("web"); err != nil {
+		t.Fatal(err)
+	}
+	if got, ev := f.journal.take(), f.events(); len(got) != 0 || len(ev) != 0 {
+		t.Errorf("the same stall again: journal %q, events %q; want nothing", got, ev)
+	}
+	f.change("web", false, func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, int64(80), "spec", "port")
+	})
+	if err := f.reconcile("web"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.journal.take(); !equalStrings(got, []string{statusProgressing, "up refresh=false", "status Ready=False/ReplicasUnavailable Reconciling=True/ReplicasUnavailable"}) {
+		t.Errorf("after the fix: %q", got)
+	}
+	wantCondition(t, f.storedCR("web"), ConditionStalled, metav1.ConditionFalse, ReasonReplicasUnavailable)
+}
+
+// TestUnitFinalizerFirst: no up runs before the finalizer is stored, so a delete can never skip
+// the destroy; a failed finalizer write is retried and runs nothing.
+func TestUnitFinalizerFirst(t *testing.T) {
+	f := newUnit(t, Options{})
+	f.create(kch("web", nil))
+	f.failUpdates = apierrors.NewServiceUnavailable("apiserver restarting")
+	if n := f.process("web"); n != 1 {
+		t.Errorf("failed finalizer write requeued %d times, want 1", n)
+	}
+	if got := f.journal.take(); len(got) != 0 {
+		t.Errorf("after a failed finalizer write: %q, want nothing", got)
+	}
+	f.failUpdates = nil
+	if err := f.reconcile("web"); err != nil {
+		t.Fatal(err)
+	}
+	got := f.journal.take()
+	if len(got) < 3 || got[0] != finalizerAdded || got[2] != "up refresh=false" {
+		t.Errorf("journal %q: want the finalizer stored before the up", got)
+	}
+	if o := f.storedCR("web"); len(o.Finalizers) != 1 || o.Finalizers[0] != Finalizer {
+		t.Errorf("finalizers %v", o.Finalizers)
+	}
+	if _, ok := f.stored("web").Object["status"]; !ok {
+		t.Error("no status written")
+	}
+}
