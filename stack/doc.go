@@ -12,8 +12,10 @@
 // Before an update runs on a stack a killed update left pending operations in, the Manager
 // settles them (pending.go).
 //
-// A Manager is safe for concurrent use: operations on different stacks may run at once (each
-// runs its own CLI processes in its own workspace directory; the Manager's only shared mutable
-// state, which stacks are settled, is behind a mutex). Updates of one stack are serialized by
-// Pulumi's stack lock: a second one fails with ErrLocked.
+// A Manager is safe for concurrent use: operations on different stacks may run at once, and
+// ListStacks beside any of them. Each runs its own CLI processes in a workspace directory no
+// other call uses (a stack's own; a random one for ListStacks and CancelLock's throwaway
+// stack); the Manager's only shared mutable state, which stacks are settled, is behind a
+// mutex. Updates of one stack are serialized by Pulumi's stack lock: a second one fails with
+// ErrLocked.
 package stack

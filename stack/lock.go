@@ -2,8 +2,6 @@ package stack
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -139,9 +137,7 @@ func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
 
 // cancelLockOfMissingStack is CancelLock for a stack that does not exist; see there.
 func (m *Manager) cancelLockOfMissingStack(ctx context.Context, stackName string) error {
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	tmpName := "lock-sweep-" + hex.EncodeToString(rnd[:])
+	tmpName := scratchName("lock-sweep-")
 	defer func() { _ = os.RemoveAll(filepath.Join(m.cfg.WorkRoot, tmpName)) }()
 	tmp, err := m.open(ctx, tmpName, emptyProgram, true)
 	if err != nil {

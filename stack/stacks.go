@@ -25,13 +25,16 @@ type StackInfo struct {
 	Resources int
 }
 
-// ListStacks lists the project's stacks in the backend.
+// ListStacks lists the project's stacks in the backend. It runs in a workspace directory of
+// its own, removed afterwards, so that calls at once never remove each other's directory.
 func (m *Manager) ListStacks(ctx context.Context) ([]StackInfo, error) {
-	opts, err := m.workspaceOptions(".list", emptyProgram)
+	// A stack name never starts with a dot (see Name), so no stack's workspace is taken.
+	name := scratchName(".list-")
+	defer os.RemoveAll(filepath.Join(m.cfg.WorkRoot, name))
+	opts, err := m.workspaceOptions(name, emptyProgram)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(filepath.Join(m.cfg.WorkRoot, ".list"))
 	ws, err := auto.NewLocalWorkspace(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", classify(err))

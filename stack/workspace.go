@@ -2,6 +2,8 @@ package stack
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,6 +22,15 @@ import (
 // destroy work from the state and the provider alone, so an empty program is right, and it
 // cannot declare or delete a resource by mistake.
 func emptyProgram(*pulumi.Context) error { return nil }
+
+// scratchName is prefix and 16 random hex digits: the name of a throwaway stack or workspace
+// directory that no other call uses at the same time (64 random bits make a collision
+// negligible).
+func scratchName(prefix string) string {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return prefix + hex.EncodeToString(rnd[:])
+}
 
 // workspaceOptions are the options of a local workspace for stackName running program: its
 // own directory WorkRoot/<stackName> (created here), so that two stacks never share workspace
