@@ -16,21 +16,18 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"github.com/prometheus/procfs"
 
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
@@ -57,22 +54,6 @@ type options struct {
 
 // candidate is another operator build to measure over the idle objects.
 type candidate struct{ label, binary string }
-
-// bench is one run.
-type bench struct {
-	repo, out, stateDir, rawDir string
-	operatorBin, pulumi         string
-	clusterDir                  string
-	kube                        *kube
-	raw                         *stack.Manager
-	cores                       int
-	floorCPU                    float64 // CPU seconds of one raw up of a new stack (median)
-	rawClusterCPU               []float64
-	res                         *Results
-	start                       time.Time
-	opts                        options
-	running                     sync.Map // *operator -> struct{}
-}
 
 func main() {
 	if real := os.Getenv(wrapperReal); real != "" && filepath.Base(os.Args[0]) == "pulumi" {
@@ -163,8 +144,12 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	b := &bench{clusterDir: *clusterDir, cores: runtime.NumCPU(), start: time.Now(), opts: o}
-	var err error
+	h, err := newHost(procfs.DefaultMountPoint)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return exitBroken
+	}
+	b := &bench{clusterDir: *clusterDir, host: h, cores: runtime.NumCPU(), start: time.Now(), opts: o}
 	for _, p := range []*string{repo, out, operatorBin, pulumi} {
 		if *p, err = filepath.Abs(*p); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -222,255 +207,12 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
-// run sets up and runs the phases; a failed phase is recorded in Results.Broken and the
-// others still run.
-func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
-	for _, f := range []string{b.operatorBin, b.pulumi} {
-		if _, err := os.Stat(f); err != nil {
-			fmt.Fprintf(os.Stderr, "bench: %v (run `make tools build`)\n", err)
-			return exitUsage
-		}
-	}
-	if err := os.Setenv(wrapperReal, b.pulumi); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		return exitBroken
-	}
-	_ = os.RemoveAll(b.stateDir)
-	_ = os.RemoveAll(b.rawDir)
-	_ = os.RemoveAll(filepath.Join(b.out, "logs"))
-	k, err := connect(kubeconfig)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		return exitBroken
-	}
-	b.kube = k
-	b.res = &Results{Date: b.start, Machine: machine(), Versions: b.versions(), Settings: Settings{
-		Samples: b.opts.samples, Warmup: b.opts.warmup, LatencyWorkers: latencyWorkers, Burst: b.opts.burst,
-		BurstWorkers: b.opts.burstWorkers, IdleTarget: b.opts.idle, IdleWorkers: b.opts.idleWorkers,
-		Resync: b.opts.resync.String(), Budget: b.opts.budget.String(), Phases: phases}}
-	b.load("start")
-	b.logf("bench: %d CPUs, %s; pulumi %s; provider %s; Kubernetes %s", b.res.Machine.CPUs, b.res.Machine.CPUModel,
-		b.res.Versions.PulumiCLI, b.res.Versions.ProviderPlugin, b.res.Versions.Kubernetes)
-
-	setup := func() error {
-		if err := k.installCRD(ctx, b.repo); err != nil {
-			return err
-		}
-		if err := k.addFakeNode(ctx, "bench-node-1"); err != nil {
-			return err
-		}
-		if err := k.startInformers(ctx); err != nil {
-			return err
-		}
-		b.raw, err = stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + filepath.Join(b.rawDir, "backend"),
-			WorkRoot: filepath.Join(b.rawDir, "workspaces"), PulumiPath: b.pulumi, ClusterName: "bench",
-			Env: map[string]string{"KUBECONFIG": k.kubeconfig, "PULUMI_CONFIG_PASSPHRASE": "bench"}})
-		if err != nil {
-			return fmt.Errorf("create raw stack manager: %w", err)
-		}
-		return nil
-	}
-	if err := setup(); err != nil {
-		b.broken("setup", err)
-		return exitBroken
-	}
-	ph := b.opts.phases
-	if ph["latency"] {
-		b.logf("figure 1 (new CR to Ready)%s%s: %d samples after %d warm-up, alternating with raw ups",
-			cond(ph["drift"], ", 4 (drift)", ""), cond(ph["change"], ", 5 (change)", ""), b.opts.samples, b.opts.warmup)
-		if err := b.phaseLatency(ctx, ph["drift"], ph["change"]); err != nil {
-			b.broken("latency/drift/change", err)
-		}
-		if l := b.res.Latency; l != nil {
-			b.floorCPU = median(l.FloorCPU)
-			b.res.FloorCPUSeconds = b.floorCPU
-			if per := median(b.rawClusterCPU); per > 0 {
-				b.res.ClusterCPU = map[string]any{"perUpSeconds": per,
-					"floorWithClusterSeconds": (b.floorCPU + per) * float64(b.opts.burst) / float64(b.cores)}
-			}
-		}
-		b.load("after figures 1, 4, 5")
-	}
-	if ph["profile"] && ctx.Err() == nil {
-		b.logf("profile: pulumi CLI runs of one create and one change, operator and raw")
-		if err := b.phaseProfile(ctx); err != nil {
-			b.broken("profile", err)
-		}
-	}
-	if b.floorCPU == 0 && (ph["burst"] || ph["idle"]) && ctx.Err() == nil {
-		if err := b.measureFloorCPU(ctx); err != nil {
-			b.broken("floor CPU", err)
-		}
-	}
-	if ph["burst"] {
-		for _, w := range b.opts.burstWorkers {
-			if ctx.Err() != nil {
-				break
-			}
-			b.logf("figure 2: burst of %d CRs at --workers %d", b.opts.burst, w)
-			b.load(fmt.Sprintf("burst --workers %d, start", w))
-			r := b.phaseBurst(ctx, w)
-			if r.Error != "" {
-				b.broken(fmt.Sprintf("burst --workers %d", w), errors.New(r.Error))
-			}
-			b.res.Bursts = append(b.res.Bursts, r)
-			b.load(fmt.Sprintf("burst --workers %d, end", w))
-		}
-	}
-	if ph["idle"] && ctx.Err() == nil {
-		b.logf("figure 3: idle operator over up to %d unchanged CRs, 3 resyncs of %s, then a restart", b.opts.idle, b.opts.resync)
-		b.load("idle, start")
-		if err := b.phaseIdle(ctx); err != nil {
-			b.broken("idle", err)
-		}
-		b.load("idle, end")
-	}
-	if ctx.Err() != nil {
-		b.broken("run", errors.New("interrupted"))
-	}
-	b.load("end")
-	return exitOK
-}
-
-// measureFloorCPU measures the CPU of raw ups of new stacks when figure 1 did not run.
-func (b *bench) measureFloorCPU(ctx context.Context) error {
-	if err := b.kube.ensureNamespace(ctx, nsRaw); err != nil {
-		return err
-	}
-	var cpu []float64
-	for i := range b.opts.samples + b.opts.warmup {
-		d, err := desiredOf(nsRaw, fmt.Sprintf("floor-%d", i), 1)
-		if err != nil {
-			return err
-		}
-		_, c, err := b.rawUp(ctx, b.raw, d, false)
-		if err != nil {
-			return err
-		}
-		if i >= b.opts.warmup {
-			cpu = append(cpu, c)
-		}
-	}
-	b.floorCPU = median(cpu)
-	b.res.FloorCPUSeconds = b.floorCPU
-	b.logf("  raw up of a new stack: %.2f CPU s (median of %d)", b.floorCPU, len(cpu))
-	return nil
-}
-
 func cond(c bool, a, b string) string {
 	if c {
 		return a
 	}
 	return b
 }
-
-func (b *bench) logf(format string, a ...any) {
-	fmt.Printf("%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
-}
-
-func (b *bench) broken(what string, err error) {
-	msg := what + ": " + err.Error()
-	b.res.Broken = append(b.res.Broken, msg)
-	b.logf("BROKEN: %s", msg)
-}
-
-// stopOperator stops o and forgets it.
-func (b *bench) stopOperator(o *operator) {
-	if o == nil {
-		return
-	}
-	o.stop()
-	b.running.Delete(o)
-}
-
-// stopAll stops every operator still running (after an interrupt or a failed phase).
-func (b *bench) stopAll() {
-	b.running.Range(func(k, _ any) bool {
-		b.stopOperator(k.(*operator))
-		return true
-	})
-}
-
-// load records /proc/loadavg.
-func (b *bench) load(phase string) {
-	raw, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(raw))
-	m := LoadMark{Phase: phase, At: time.Now()}
-	if len(f) >= 3 {
-		m.Load1, _ = strconv.ParseFloat(f[0], 64)
-		m.Load5, _ = strconv.ParseFloat(f[1], 64)
-		m.Load15, _ = strconv.ParseFloat(f[2], 64)
-	}
-	b.res.Load = append(b.res.Load, m)
-}
-
-// clusterCPU is the CPU time, in seconds, the cluster's processes (CLUSTER_DIR/pids) have
-// used; 0 without --cluster-dir.
-func (b *bench) clusterCPU() float64 {
-	if b.clusterDir == "" {
-		return 0
-	}
-	files, _ := filepath.Glob(filepath.Join(b.clusterDir, "pids", "*.pid"))
-	total := 0.0
-	for _, f := range files {
-		raw, _ := os.ReadFile(f)
-		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-		if err != nil {
-			continue
-		}
-		if st, _, err := readStat(pid); err == nil {
-			total += st.self
-		}
-	}
-	return total
-}
-
-func machine() Machine {
-	m := Machine{CPUs: runtime.NumCPU()}
-	if raw, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(raw), "\n") {
-			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-				f := strings.Fields(v)
-				if len(f) > 0 {
-					kb, _ := strconv.ParseInt(f[0], 10, 64)
-					m.MemTotalMiB = kb / 1024
-				}
-			}
-		}
-	}
-	if raw, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(raw), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if raw, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(raw))
-	}
-	return m
-}
-
-func (b *bench) versions() Versions {
-	v := Versions{Go: runtime.Version(), Kubernetes: b.kube.serverVersion()}
-	cmd := exec.Command(b.pulumi, "version")
-	cmd.Env = append(os.Environ(), "PULUMI_SKIP_UPDATE_CHECK=true")
-	if out, err := cmd.Output(); err == nil {
-		v.PulumiCLI = strings.TrimSpace(string(out))
-	}
-	if p, err := stack.FindKubernetesPluginFor(b.pulumi); err == nil {
-		v.ProviderPlugin = "v" + stack.KubernetesPluginVersion + " (" + p + ")"
-	}
-	cmd = exec.Command("git", "describe", "--always", "--dirty")
-	cmd.Dir = b.repo
-	if out, err := cmd.Output(); err == nil {
-		v.Operator = strings.TrimSpace(string(out))
-	}
-	return v
-}
-
-func listOpts(selector string) metav1.ListOptions { return metav1.ListOptions{LabelSelector: selector} }
 
 func writeFile(path, content string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
