@@ -1,6 +1,8 @@
-package main
+package commands
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,9 +79,43 @@ func TestWatchConfigErrors(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
-			err := newApp().Run(append([]string{"pulumi-operator"}, tc.args...))
+			err := App().Run(append([]string{"pulumi-operator"}, tc.args...))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// fakeReadiness is a watcher's answer to /readyz's questions.
+type fakeReadiness struct{ synced, leading bool }
+
+func (f fakeReadiness) HasSynced() bool { return f.synced }
+func (f fakeReadiness) Leading() bool   { return f.leading }
+
+// /healthz always answers; /readyz once the caches synced, or at once for a follower under
+// leader election (it has nothing to sync).
+func TestHealthHandler(t *testing.T) {
+	tests := map[string]struct {
+		w           fakeReadiness
+		leaderElect bool
+		ready       int
+	}{
+		"not synced":        {fakeReadiness{}, false, http.StatusServiceUnavailable},
+		"synced":            {fakeReadiness{synced: true}, false, http.StatusOK},
+		"follower":          {fakeReadiness{}, true, http.StatusOK},
+		"leader not synced": {fakeReadiness{leading: true}, true, http.StatusServiceUnavailable},
+		"leader synced":     {fakeReadiness{synced: true, leading: true}, true, http.StatusOK},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := healthHandler(tc.w, tc.leaderElect)
+			for path, want := range map[string]int{"/healthz": http.StatusOK, "/readyz": tc.ready} {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+				if rec.Code != want {
+					t.Errorf("%s: %d %q, want %d", path, rec.Code, rec.Body.String(), want)
+				}
 			}
 		})
 	}

@@ -1,10 +1,9 @@
-package main
+package commands
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
-	"github.com/urfave/cli/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -21,65 +19,76 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
-// laptop runs the CLI in-process against a fresh file backend, cluster name "laptop", the
-// pinned pulumi CLI and the local cluster's kubeconfig.
-type laptop struct {
+// runner runs the command line in-process against a fresh file backend, cluster name "cli",
+// the pinned pulumi CLI and the local cluster's kubeconfig.
+type runner struct {
 	t       *testing.T
 	backend string
 	state   string
 	kc      string
 }
 
-func newLaptop(t *testing.T) *laptop {
+func newRunner(t *testing.T) *runner {
 	dir := t.TempDir()
-	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "laptop")
-	return &laptop{t: t, backend: filepath.Join(dir, "backend"), state: filepath.Join(dir, "state"), kc: testenv.Kubeconfig(t)}
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "cli")
+	return &runner{t: t, backend: filepath.Join(dir, "backend"), state: filepath.Join(dir, "state"), kc: testenv.Kubeconfig(t)}
 }
 
-func (l *laptop) run(args ...string) (stdout, stderr string, code int) {
+func (l *runner) run(args ...string) (stdout, stderr string, code int) {
 	l.t.Helper()
 	_, done := l.start(args...)
 	r := <-done
 	return r.stdout, r.stderr, r.code
 }
 
-// laptopRun is how one run of the CLI ended.
-type laptopRun struct {
+// runResult is how one run of the command line ended.
+type runResult struct {
 	stdout, stderr string
 	code           int
 }
 
 // start runs the CLI like run, in the background: out shows its stdout while it runs, done
 // yields the result when it ends.
-func (l *laptop) start(args ...string) (out *syncBuffer, done <-chan laptopRun) {
+func (l *runner) start(args ...string) (out *syncBuffer, done <-chan runResult) {
 	l.t.Helper()
-	app := newApp()
+	app := App()
 	out = &syncBuffer{}
 	var errOut bytes.Buffer
 	app.Writer, app.ErrWriter = out, &errOut
 	full := append([]string{"pulumi-operator", "--kubeconfig", l.kc, "--backend-url", "file://" + l.backend,
-		"--state-dir", l.state, "--pulumi", testenv.PulumiCLI(l.t), "--cluster-name", "laptop",
+		"--state-dir", l.state, "--pulumi", testenv.PulumiCLI(l.t), "--cluster-name", "cli",
 		"--project-file", filepath.Join(testenv.RepoRoot(), "Pulumi.yaml")}, args...)
-	ch := make(chan laptopRun, 1)
+	ch := make(chan runResult, 1)
 	go func() {
 		err := app.Run(full)
-		var code int
-		var ec cli.ExitCoder
-		switch {
-		case err == nil:
-		case errors.As(err, &ec):
-			code = ec.ExitCode()
-			errOut.WriteString(err.Error())
-		default:
-			code = ExitFailed
+		if err != nil {
 			errOut.WriteString(err.Error())
 		}
-		ch <- laptopRun{stdout: out.String(), stderr: errOut.String(), code: code}
+		ch <- runResult{stdout: out.String(), stderr: errOut.String(), code: ExitCode(err)}
 	}()
 	return out, ch
 }
 
-func (l *laptop) stacks() []string {
+// syncBuffer is a bytes.Buffer safe for a command writing and a test reading. (The top-level
+// leader tests have their own: test helpers do not cross packages.)
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (l *runner) stacks() []string {
 	m, _ := filepath.Glob(filepath.Join(l.backend, ".pulumi", "stacks", "*", "*.json"))
 	return m
 }
@@ -90,7 +99,7 @@ func loadTestdata(name string) string {
 
 // Every kind of bad input exits ExitInvalidInput with a message naming the file, document
 // and field, before any Pulumi run: the backend stays empty.
-func TestLaptopBadInput(t *testing.T) {
+func TestCommandsBadInput(t *testing.T) {
 	tests := map[string]struct {
 		args []string
 		want []string
@@ -111,7 +120,7 @@ func TestLaptopBadInput(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			l := newLaptop(t)
+			l := newRunner(t)
 			_, stderr, code := l.run(tc.args...)
 			if code != ExitInvalidInput {
 				t.Fatalf("exit %d, want %d (stderr %q)", code, ExitInvalidInput, stderr)
@@ -174,13 +183,13 @@ func holdLock(t *testing.T, m *stack.Manager, name string) (release func() error
 
 // While another update holds the stack's lock, up exits ExitLocked at once, saying who holds
 // it; with --wait-for-lock it waits until the holder is done and then applies the file.
-func TestLaptopLockedStack(t *testing.T) {
+func TestCommandsLockedStack(t *testing.T) {
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
 	c := testenv.Connect(t)
 	ns := c.Namespace(t)
-	l := newLaptop(t)
+	l := newRunner(t)
 	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + l.backend, WorkRoot: t.TempDir(),
-		PulumiPath: testenv.PulumiCLI(t), ClusterName: "laptop"})
+		PulumiPath: testenv.PulumiCLI(t), ClusterName: "cli"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +212,7 @@ func TestLaptopLockedStack(t *testing.T) {
 
 	out, done := l.start("up", "-f", file, "--wait-for-lock", "5m")
 	waiting := "stack " + name + " is locked by another update; waiting"
-	var early *laptopRun // the command's end, if it ended while the lock was held
+	var early *runResult // the command's end, if it ended while the lock was held
 	ended := func() bool {
 		select {
 		case r := <-done:
@@ -224,7 +233,7 @@ func TestLaptopLockedStack(t *testing.T) {
 	if err := release(); err != nil {
 		t.Fatalf("the lock holder's up failed: %v", err)
 	}
-	var r laptopRun
+	var r runResult
 	select {
 	case r = <-done:
 	case <-time.After(5 * time.Minute):
@@ -241,18 +250,18 @@ func TestLaptopLockedStack(t *testing.T) {
 	}
 }
 
-// The whole laptop and CI flow with the real program and provider: up, preview with and
-// without changes, stacks, refresh, destroy.
-func TestLaptopFlow(t *testing.T) {
+// The whole command-line flow (a person's or a CI job's) with the real program and provider:
+// up, preview with and without changes, stacks, refresh, destroy.
+func TestCommandsFlow(t *testing.T) {
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
 	c := testenv.Connect(t)
 	c.InstallCRD(t)
 	ns := c.Namespace(t)
-	l := newLaptop(t)
+	l := newRunner(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "cr.yaml")
 	write := func(replicas string) {
-		doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: laptop, namespace: " + ns +
+		doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: flow, namespace: " + ns +
 			"}\nspec: {replicaCount: " + replicas + ", port: 80, configMapData: {hostports: \"a,1\"}}\n"
 		if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
 			t.Fatal(err)
@@ -266,10 +275,10 @@ func TestLaptopFlow(t *testing.T) {
 	}
 	var res struct{ Results []result }
 	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Results) != 1 || res.Results[0].Changes["create"] != 4 ||
-		res.Results[0].Outputs["deploymentName"] != "laptop" {
+		res.Results[0].Outputs["deploymentName"] != "flow" {
 		t.Fatalf("up --json = %s (%v)", out, err)
 	}
-	if want := "kindcustomhttp/laptop." + ns + ".laptop"; res.Results[0].Stack != want {
+	if want := "kindcustomhttp/cli." + ns + ".flow"; res.Results[0].Stack != want {
 		t.Fatalf("stack %q, want %q: the watcher's naming", res.Results[0].Stack, want)
 	}
 
@@ -285,11 +294,11 @@ func TestLaptopFlow(t *testing.T) {
 		t.Fatalf("preview of a change: exit %d (want %d)\n%s\n%s", code, ExitChanges, out, stderr)
 	}
 	summary, err := os.ReadFile(md)
-	if err != nil || !strings.Contains(string(summary), "| `"+ns+"/laptop` |") || !strings.Contains(string(summary), "1 objects, 1 with changes") ||
+	if err != nil || !strings.Contains(string(summary), "| `"+ns+"/flow` |") || !strings.Contains(string(summary), "1 objects, 1 with changes") ||
 		!strings.Contains(string(summary), "<details>") {
 		t.Fatalf("markdown summary:\n%s (%v)", summary, err)
 	}
-	dep, err := c.Kube.AppsV1().Deployments(ns).Get(context.Background(), "laptop", metaGet)
+	dep, err := c.Kube.AppsV1().Deployments(ns).Get(context.Background(), "flow", metaGet)
 	if err != nil || *dep.Spec.Replicas != 1 {
 		t.Fatalf("preview changed the Deployment: %v %v", dep, err)
 	}
@@ -298,7 +307,7 @@ func TestLaptopFlow(t *testing.T) {
 		t.Fatalf("second up: exit %d: %s", code, stderr)
 	}
 	out, _, code = l.run("stacks")
-	if code != 0 || !strings.Contains(out, "laptop."+ns+".laptop") || !strings.Contains(out, ns+"/laptop") {
+	if code != 0 || !strings.Contains(out, "cli."+ns+".flow") || !strings.Contains(out, ns+"/flow") {
 		t.Fatalf("stacks:\n%s", out)
 	}
 	if out, stderr, code = l.run("refresh", "-f", file); code != 0 || !strings.Contains(out, "no changes") {
@@ -310,7 +319,7 @@ func TestLaptopFlow(t *testing.T) {
 	if s := l.stacks(); len(s) != 0 {
 		t.Fatalf("stacks after destroy: %v", s)
 	}
-	if _, err := c.Kube.AppsV1().Deployments(ns).Get(context.Background(), "laptop", metaGet); err == nil {
+	if _, err := c.Kube.AppsV1().Deployments(ns).Get(context.Background(), "flow", metaGet); err == nil {
 		t.Fatal("the Deployment survived destroy")
 	}
 }

@@ -1,0 +1,116 @@
+package commands
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/pulumi-operator/pulumi-operator/watcher"
+)
+
+// DefaultProject is the Pulumi project name when no Pulumi.yaml is found. It must equal the
+// name in the repository's Pulumi.yaml, so the watcher and the commands reach the same stacks.
+const DefaultProject = "kindcustomhttp"
+
+// config is everything the flags and environment say, before any client is built. The
+// global flags fill the first block; watch's flags the second.
+type config struct {
+	kubeconfig   string
+	backendURL   string
+	secrets      string
+	projectFile  string
+	stateDir     string
+	pulumiPath   string
+	clusterName  string
+	logFormat    string
+	verbose      bool
+	explicitFile bool // --project-file was given: a missing file is an error
+
+	namespace   string
+	selector    string
+	workers     int
+	resync      time.Duration
+	healthAddr  string
+	metricsAddr string
+	leaderElect bool
+	leaseNS     string
+	leaseName   string
+	lease       watcher.LeaderElection
+	grace       time.Duration
+	staleLock   time.Duration
+}
+
+// App builds the pulumi-operator command line. Run it with os.Args; it never exits the
+// process itself (ExitErrHandler is a no-op): pass Run's error to ExitCode. Each call returns
+// a new App with its own flag values, so tests may run several.
+func App() *cli.App {
+	cfg := &config{}
+	of := &objectFlags{}
+	home, _ := os.UserHomeDir()
+	return &cli.App{
+		Name:  "pulumi-operator",
+		Usage: "reconcile KindCustomHttp resources with Pulumi stacks",
+		Description: "Global options go before the command. Every flag can also be set by the environment variable\n" +
+			"   shown with it. Stacks: one per KindCustomHttp, named <cluster>.<namespace>.<name>, shared by\n" +
+			"   `watch` in the cluster and `up`/`preview`/`refresh`/`destroy` on a laptop or in CI.",
+		EnableBashCompletion: true,
+		// main decides the exit code; urfave/cli would otherwise exit from inside Run.
+		ExitErrHandler: func(*cli.Context, error) {},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Destination: &cfg.kubeconfig,
+				Usage: "kubeconfig `FILE`; empty: in-cluster config, then ~/.kube/config"},
+			&cli.StringFlag{Name: "backend-url", EnvVars: []string{"PULUMI_BACKEND_URL"}, Destination: &cfg.backendURL,
+				Usage: "Pulumi state backend `URL` (file://DIR, postgres://, s3://, ...); default: Pulumi.yaml's backend, else file://<state-dir>/backend"},
+			&cli.StringFlag{Name: "secrets-provider", EnvVars: []string{"PULUMI_OPERATOR_SECRETS_PROVIDER"}, Value: "passphrase", Destination: &cfg.secrets,
+				Usage: "secrets provider of new stacks: `passphrase` (PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE) or a KMS URL (awskms://, azurekeyvault://, gcpkms://, hashivault://; credentials from the provider's usual environment)"},
+			&cli.StringFlag{Name: "project-file", EnvVars: []string{"PULUMI_OPERATOR_PROJECT_FILE"}, Value: "Pulumi.yaml", Destination: &cfg.projectFile,
+				Usage: "Pulumi project `FILE` giving the project name and backend; a missing default file means project " + DefaultProject},
+			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"PULUMI_OPERATOR_STATE_DIR"}, Value: filepath.Join(home, ".pulumi-operator"), Destination: &cfg.stateDir,
+				Usage: "`DIR` for per-stack workspaces and the default file backend"},
+			&cli.StringFlag{Name: "pulumi", EnvVars: []string{"PULUMI_OPERATOR_PULUMI"}, Destination: &cfg.pulumiPath,
+				Usage: "pulumi CLI `PATH`; default: the pinned CLI next to this binary"},
+			&cli.StringFlag{Name: "cluster-name", EnvVars: []string{"PULUMI_OPERATOR_CLUSTER_NAME"}, Destination: &cfg.clusterName,
+				Usage: "`NAME` of this cluster in stack names (a DNS label); default: the first 12 hex digits of the kube-system namespace's UID"},
+			&cli.StringFlag{Name: "log-format", EnvVars: []string{"PULUMI_OPERATOR_LOG_FORMAT"}, Value: "text", Destination: &cfg.logFormat,
+				Usage: "log `FORMAT`: text or json"},
+			&cli.BoolFlag{Name: "verbose", EnvVars: []string{"PULUMI_OPERATOR_VERBOSE"}, Destination: &cfg.verbose,
+				Usage: "debug logs"},
+		},
+		Before: func(c *cli.Context) error {
+			cfg.explicitFile = c.IsSet("project-file")
+			return setupLogging(cfg)
+		},
+		Commands: []*cli.Command{
+			watchCommand(cfg),
+			upCommand(cfg, of),
+			previewCommand(cfg, of),
+			refreshCommand(cfg, of),
+			destroyCommand(cfg, of),
+			stacksCommand(cfg, of),
+			completionCommand(),
+		},
+	}
+}
+
+// setupLogging makes slog's default logger write to stderr in --log-format at info level,
+// debug with --verbose. An unknown format is an error naming the flag.
+func setupLogging(cfg *config) error {
+	level := slog.LevelInfo
+	if cfg.verbose {
+		level = slog.LevelDebug
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch cfg.logFormat {
+	case "text":
+		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, opts)))
+	case "json":
+		slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, opts)))
+	default:
+		return fmt.Errorf("--log-format %q: want text or json", cfg.logFormat)
+	}
+	return nil
+}

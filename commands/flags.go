@@ -1,0 +1,53 @@
+package commands
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// objectFlags are the flags of up, preview, refresh, destroy and stacks: one set of values,
+// since one command runs per process.
+type objectFlags struct {
+	files            cli.StringSlice
+	fromCluster      string
+	namespace        string
+	ignoreOtherKinds bool
+	jsonOut          bool
+	diff             bool
+	waitForLock      time.Duration
+	expectNoChanges  bool
+	summaryMarkdown  string
+	yes              bool
+}
+
+// sourceFlags are the flags every object command has: where the objects come from, --json and
+// --wait-for-lock. Each call returns new flags, so no two commands share a flag value.
+func (of *objectFlags) sourceFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringSliceFlag{Name: "filename", Aliases: []string{"f"}, EnvVars: []string{"PULUMI_OPERATOR_FILES"}, Destination: &of.files,
+			Usage: "KindCustomHttp `FILE` or directory of them (multi-document YAML); repeatable"},
+		&cli.StringFlag{Name: "from-cluster", EnvVars: []string{"PULUMI_OPERATOR_FROM_CLUSTER"}, Destination: &of.fromCluster,
+			Usage: "read the live object `NAMESPACE/NAME` from the cluster instead of a file"},
+		&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, EnvVars: []string{"PULUMI_OPERATOR_NAMESPACE"}, Value: "default", Destination: &of.namespace,
+			Usage: "`NAMESPACE` of documents that name none"},
+		&cli.BoolFlag{Name: "ignore-other-kinds", EnvVars: []string{"PULUMI_OPERATOR_IGNORE_OTHER_KINDS"}, Destination: &of.ignoreOtherKinds,
+			Usage: "skip documents that are not KindCustomHttp (default: they are errors)"},
+		&cli.BoolFlag{Name: "json", EnvVars: []string{"PULUMI_OPERATOR_JSON"}, Destination: &of.jsonOut,
+			Usage: "print results as JSON on stdout (progress goes to stderr)"},
+		&cli.DurationFlag{Name: "wait-for-lock", EnvVars: []string{"PULUMI_OPERATOR_WAIT_FOR_LOCK"}, Destination: &of.waitForLock,
+			Usage: "when another update holds a stack's lock, wait up to `DURATION` (default: exit " + fmt.Sprint(ExitLocked) + " at once)"},
+	}
+}
+
+// diffFlag is --diff, of up and preview.
+func (of *objectFlags) diffFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "diff", EnvVars: []string{"PULUMI_OPERATOR_DIFF"}, Destination: &of.diff,
+		Usage: "show a detailed diff of every change"}
+}
+
+// action runs op on the objects the flags name (runObjects).
+func (of *objectFlags) action(cfg *config, op Operation) cli.ActionFunc {
+	return func(c *cli.Context) error { return runObjects(c, cfg, of, op) }
+}

@@ -1,0 +1,184 @@
+package commands
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/envsource"
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+// lockPoll is how often an operation waiting for a stack's lock (--wait-for-lock) retries.
+const lockPoll = 2 * time.Second
+
+// runObjects loads the objects (all of them, before any Pulumi run, so bad input writes
+// nothing), then runs op on each object's stack in turn and reports (report). Bad input exits
+// ExitInvalidInput; envFrom sources that cannot be read exit ExitFailed.
+func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) error {
+	ctx := c.Context
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("unexpected argument %q: name files with -f", c.Args().First()), ExitInvalidInput)
+	}
+	if op == Destroy && !of.yes {
+		return cli.Exit("destroy deletes the objects of the stack: pass --yes to confirm", ExitInvalidInput)
+	}
+	var client dynamic.Interface
+	needCluster := of.fromCluster != "" || cfg.clusterName == ""
+	if needCluster {
+		rc, err := restConfig(cfg.kubeconfig)
+		if err != nil {
+			return cli.Exit(err.Error(), ExitInvalidInput)
+		}
+		if client, err = dynamic.NewForConfig(rc); err != nil {
+			return err
+		}
+	}
+	docs, err := loadObjects(ctx, of, client)
+	if err != nil {
+		return cli.Exit(err.Error(), ExitInvalidInput)
+	}
+	if err := envDigests(ctx, cfg, docs); err != nil {
+		return cli.Exit(err.Error(), ExitFailed)
+	}
+	if !op.manyObjects() && len(docs) != 1 {
+		return cli.Exit(fmt.Sprintf("%s works on one KindCustomHttp at a time; the input has %d", op, len(docs)), ExitInvalidInput)
+	}
+	mgr, _, err := newStackManager(ctx, cfg, client)
+	if err != nil {
+		return cli.Exit(err.Error(), ExitInvalidInput)
+	}
+	out, progress := c.App.Writer, c.App.Writer
+	if of.jsonOut {
+		progress = c.App.ErrWriter
+	}
+	color := "never"
+	if f, ok := progress.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		color = "auto" // Pulumi's own interactive display
+	}
+	var results []result
+	for _, d := range docs {
+		results = append(results, runOne(ctx, mgr, d, op, of, progress, color))
+	}
+	return report(out, of, op, results)
+}
+
+// runOne runs op on d's stack, waiting for a lock up to --wait-for-lock (retrying every
+// lockPoll), and returns its result; the error is in result.err.
+func runOne(ctx context.Context, mgr *stack.Manager, d api.Document, op Operation, of *objectFlags, progress io.Writer, color string) result {
+	name, _ := mgr.StackName(d.Desired.Namespace, d.Desired.Name)
+	r := result{Object: d.Desired.Namespace + "/" + d.Desired.Name, Stack: mgr.QualifiedName(name), Operation: op}
+	opts := stack.RunOptions{Diff: of.diff, Color: color, Progress: progress}
+	var diff bytes.Buffer
+	if op == Preview {
+		// The preview's own output is kept and shown only where it helps: with --diff, or
+		// when --expect-no-changes fails.
+		opts.Progress, opts.Diff, opts.Color = &diff, true, "never"
+	}
+	deadline := time.Now().Add(of.waitForLock)
+	for {
+		diff.Reset()
+		res, err := op.run(ctx, mgr, name, d.Desired, opts)
+		if errors.Is(err, stack.ErrLocked) && time.Now().Before(deadline) {
+			fmt.Fprintf(progress, "stack %s is locked by another update; waiting (until %s)\n", name, deadline.Format(time.TimeOnly))
+			select {
+			case <-time.After(lockPoll):
+				continue
+			case <-ctx.Done():
+			}
+		}
+		for _, line := range res.Recovered {
+			fmt.Fprintf(progress, "warning: stack %s: an interrupted update had left a pending operation: %s\n", name, line)
+		}
+		r.Changes, r.Outputs, r.diff, r.err = res.Changes, res.Outputs, diff.String(), err
+		if err != nil {
+			r.Error = err.Error()
+			if errors.Is(err, stack.ErrLocked) {
+				r.Error = lockMessage(name, err, of.waitForLock)
+			}
+		}
+		return r
+	}
+}
+
+// lockMessage says who holds the lock of stack name (from a *stack.OperationError in err,
+// else "another update") and what to do, or how long the command waited.
+func lockMessage(name string, err error, waited time.Duration) string {
+	var oe *stack.OperationError
+	who := "another update"
+	if errors.As(err, &oe) && len(oe.Locks) > 0 {
+		l := oe.Locks[0]
+		who = fmt.Sprintf("%s@%s (pid %d) since %s", l.User, l.Host, l.Pid, l.Created.Format(time.RFC3339))
+	}
+	if waited > 0 {
+		return fmt.Sprintf("stack %s is still locked by %s after waiting %s", name, who, waited)
+	}
+	return fmt.Sprintf("stack %s is locked by %s: retry later, or pass --wait-for-lock 5m", name, who)
+}
+
+// envDigests fills in Desired.EnvDigest from the cluster for objects with envFrom, exactly as
+// the watcher does (envsource.Digest), so that an up from the command line applies the same
+// pod template. Errors name the document.
+func envDigests(ctx context.Context, cfg *config, docs []api.Document) error {
+	var kube kubernetes.Interface
+	for i := range docs {
+		if len(docs[i].Desired.EnvFrom) == 0 {
+			continue
+		}
+		if kube == nil {
+			rc, err := restConfig(cfg.kubeconfig)
+			if err != nil {
+				return fmt.Errorf("%s: spec.envFrom needs the cluster: %w", docs[i].Where(), err)
+			}
+			if kube, err = kubernetes.NewForConfig(rc); err != nil {
+				return err
+			}
+		}
+		digest, err := envsource.Digest(ctx, kube, docs[i].Desired)
+		if err != nil {
+			return fmt.Errorf("%s: %w", docs[i].Where(), err)
+		}
+		docs[i].Desired.EnvDigest = digest
+	}
+	return nil
+}
+
+// loadObjects reads the -f files, or the --from-cluster object through client.
+func loadObjects(ctx context.Context, of *objectFlags, client dynamic.Interface) ([]api.Document, error) {
+	files := of.files.Value()
+	switch {
+	case of.fromCluster != "" && len(files) > 0:
+		return nil, errors.New("give -f or --from-cluster, not both")
+	case of.fromCluster == "":
+		return api.LoadDocuments(files, api.LoadOptions{Namespace: of.namespace, IgnoreOtherKinds: of.ignoreOtherKinds})
+	}
+	ns, name, ok := strings.Cut(of.fromCluster, "/")
+	if !ok || ns == "" || name == "" {
+		return nil, fmt.Errorf("--from-cluster %q: want NAMESPACE/NAME", of.fromCluster)
+	}
+	u, err := client.Resource(api.GroupVersionResource).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("read KindCustomHttp %s from the cluster: %w", of.fromCluster, err)
+	}
+	obj, err := api.FromUnstructured(u)
+	if err != nil {
+		return nil, err
+	}
+	d, err := api.Resolve(obj)
+	if err != nil {
+		return nil, err
+	}
+	return []api.Document{{File: "cluster", Index: 1, Line: 1, Object: obj, Desired: d}}, nil
+}

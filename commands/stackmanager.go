@@ -1,0 +1,120 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+// restConfig loads kubeconfig (a path, or KUBECONFIG's list) and otherwise the in-cluster
+// config, then ~/.kube/config: client-go's own loading rules.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" && !strings.Contains(kubeconfig, string(os.PathListSeparator)) {
+		rules.ExplicitPath = kubeconfig
+	}
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load Kubernetes client config (set --kubeconfig or KUBECONFIG, or run in a cluster): %w", err)
+	}
+	rc.UserAgent = "pulumi-operator"
+	return rc, nil
+}
+
+// newStackManager resolves the project, backend, CLI and cluster name into a stack.Manager.
+// The second result is the digest salt: what besides the spec decides an up's outcome.
+func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface) (*stack.Manager, string, error) {
+	project := DefaultProject
+	backend := cfg.backendURL
+	if _, err := os.Stat(cfg.projectFile); err == nil || cfg.explicitFile {
+		pf, err := stack.LoadProjectFile(cfg.projectFile)
+		if err != nil {
+			return nil, "", err
+		}
+		project = pf.Name
+		if backend == "" {
+			backend = pf.BackendURL
+		}
+	}
+	if backend == "" {
+		backend = "file://" + filepath.Join(cfg.stateDir, "backend")
+	}
+	pulumiPath := cfg.pulumiPath
+	if pulumiPath == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, "", fmt.Errorf("find pinned pulumi CLI: %w (pass --pulumi)", err)
+		}
+		pulumiPath = filepath.Join(filepath.Dir(exe), "pulumi")
+	}
+	cluster := cfg.clusterName
+	if cluster == "" {
+		var err error
+		if cluster, err = clusterNameFromUID(ctx, client); err != nil {
+			return nil, "", err
+		}
+		cfg.clusterName = cluster
+	}
+	env := map[string]string{}
+	if cfg.kubeconfig != "" {
+		// The provider plugin must reach the same cluster as the watcher.
+		env["KUBECONFIG"] = absList(cfg.kubeconfig)
+	}
+	mgr, err := stack.New(stack.Config{
+		Project:     project,
+		BackendURL:  backend,
+		WorkRoot:    filepath.Join(cfg.stateDir, "workspaces"),
+		PulumiPath:  pulumiPath,
+		ClusterName: cluster,
+		Env:         env,
+		// Pulumi records a stack's secrets provider in its state at `stack init`; later
+		// runs use that one, so the flag only matters for new stacks.
+		SecretsProvider: cfg.secrets,
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	slog.Debug("stack manager ready", "project", project, "backend", stack.RedactURL(backend),
+		"cluster", cluster, "pulumi", pulumiPath, "pulumiVersion", mgr.CLIVersion().String())
+	return mgr, stack.RedactURL(backend), nil
+}
+
+// clusterNameFromUID names the cluster by its kube-system namespace's UID: stable for the
+// life of the cluster and different between clusters, so clusters sharing a backend never
+// share a stack.
+func clusterNameFromUID(ctx context.Context, client dynamic.Interface) (string, error) {
+	ns, err := client.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).
+		Get(ctx, "kube-system", metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("read namespace kube-system to name the cluster (or pass --cluster-name): %w", err)
+	}
+	uid := strings.ReplaceAll(string(ns.GetUID()), "-", "")
+	if len(uid) < 12 {
+		return "", errors.New("read namespace kube-system: its UID is too short to name the cluster; pass --cluster-name")
+	}
+	return uid[:12], nil
+}
+
+// absList makes every path of a path list (KUBECONFIG style) absolute, so the pulumi
+// processes, which run in per-stack workspace directories, find the same files.
+func absList(list string) string {
+	parts := filepath.SplitList(list)
+	for i, p := range parts {
+		if a, err := filepath.Abs(p); err == nil {
+			parts[i] = a
+		}
+	}
+	return strings.Join(parts, string(os.PathListSeparator))
+}

@@ -1,0 +1,162 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/urfave/cli/v2"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+
+	"github.com/pulumi-operator/pulumi-operator/watcher"
+)
+
+// watchCommand is `watch`: the reconciler, run in the cluster until SIGINT or SIGTERM.
+func watchCommand(cfg *config) *cli.Command {
+	return &cli.Command{
+		Name:  "watch",
+		Usage: "reconcile KindCustomHttp objects of the cluster until stopped (SIGINT/SIGTERM)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "namespace", EnvVars: []string{"WATCH_NAMESPACE"}, Destination: &cfg.namespace,
+				Usage: "watch only `NAMESPACE`; default all namespaces"},
+			&cli.IntFlag{Name: "workers", EnvVars: []string{"PULUMI_OPERATOR_WORKERS"}, Value: 2, Destination: &cfg.workers,
+				Usage: "`N` objects reconciled at once (each runs one pulumi process)"},
+			&cli.DurationFlag{Name: "resync", EnvVars: []string{"PULUMI_OPERATOR_RESYNC"}, Value: 10 * time.Minute, Destination: &cfg.resync,
+				Usage: "informer resync `PERIOD`; an unchanged object starts no Pulumi run"},
+			&cli.StringFlag{Name: "label-selector", EnvVars: []string{"PULUMI_OPERATOR_LABEL_SELECTOR"}, Destination: &cfg.selector,
+				Usage: "reconcile only KindCustomHttps matching `SELECTOR` (sharding across several operators)"},
+			&cli.StringFlag{Name: "health-addr", EnvVars: []string{"PULUMI_OPERATOR_HEALTH_ADDR"}, Value: ":8081", Destination: &cfg.healthAddr,
+				Usage: "`ADDR` serving /healthz and /readyz; empty disables"},
+			&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"PULUMI_OPERATOR_METRICS_ADDR"}, Value: ":8080", Destination: &cfg.metricsAddr,
+				Usage: "`ADDR` serving /metrics (Prometheus); empty disables"},
+			&cli.BoolFlag{Name: "leader-elect", EnvVars: []string{"PULUMI_OPERATOR_LEADER_ELECT"}, Destination: &cfg.leaderElect,
+				Usage: "run several replicas: only the holder of the Lease reconciles"},
+			&cli.StringFlag{Name: "leader-election-namespace", EnvVars: []string{"POD_NAMESPACE"}, Value: "default", Destination: &cfg.leaseNS,
+				Usage: "`NAMESPACE` of the leader election Lease"},
+			&cli.StringFlag{Name: "leader-election-id", EnvVars: []string{"PULUMI_OPERATOR_LEADER_ELECTION_ID"}, Value: "pulumi-operator.groupsp.measutosh.dev", Destination: &cfg.leaseName,
+				Usage: "`NAME` of the Lease; operators sharing one must share a label selector"},
+			&cli.DurationFlag{Name: "leader-election-lease-duration", EnvVars: []string{"PULUMI_OPERATOR_LEADER_ELECTION_LEASE_DURATION"}, Value: 15 * time.Second, Destination: &cfg.lease.LeaseDuration,
+				Usage: "how long followers wait after the leader's last renewal before taking the Lease"},
+			&cli.DurationFlag{Name: "leader-election-renew-deadline", EnvVars: []string{"PULUMI_OPERATOR_LEADER_ELECTION_RENEW_DEADLINE"}, Value: 10 * time.Second, Destination: &cfg.lease.RenewDeadline,
+				Usage: "how long the leader retries renewing before it gives up leading and cancels its running operations (less than the lease duration)"},
+			&cli.DurationFlag{Name: "leader-election-retry-period", EnvVars: []string{"PULUMI_OPERATOR_LEADER_ELECTION_RETRY_PERIOD"}, Value: 2 * time.Second, Destination: &cfg.lease.RetryPeriod,
+				Usage: "how often candidates try to take or renew the Lease"},
+			&cli.DurationFlag{Name: "shutdown-grace", EnvVars: []string{"PULUMI_OPERATOR_SHUTDOWN_GRACE"}, Value: 25 * time.Second, Destination: &cfg.grace,
+				Usage: "on SIGTERM, how long running Pulumi operations may finish before they are cancelled"},
+			&cli.DurationFlag{Name: "stale-lock-timeout", EnvVars: []string{"PULUMI_OPERATOR_STALE_LOCK_TIMEOUT"}, Value: 30 * time.Minute, Destination: &cfg.staleLock,
+				Usage: "a stack lock older than this is removed (pulumi cancel) even if its owner may live"},
+		},
+		Action: func(c *cli.Context) error { return runWatch(c.Context, cfg) },
+	}
+}
+
+// runWatch builds the Kubernetes clients and the stack manager, serves metrics and probes,
+// and runs the watcher (under leader election with --leader-elect) until ctx ends or a
+// signal arrives. Its errors are configuration errors naming the flag, client errors, or
+// the watcher's (watcher.ErrLeadershipLost).
+func runWatch(parent context.Context, cfg *config) error {
+	if l := cfg.lease; cfg.leaderElect && (l.RetryPeriod <= 0 || l.RetryPeriod >= l.RenewDeadline || l.RenewDeadline >= l.LeaseDuration) {
+		// client-go's leaderelection requires this order; checked here to name the flags.
+		return fmt.Errorf("leader election: want 0 < --leader-election-retry-period (%s) < --leader-election-renew-deadline (%s) < --leader-election-lease-duration (%s)",
+			l.RetryPeriod, l.RenewDeadline, l.LeaseDuration)
+	}
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rc, err := restConfig(cfg.kubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	meta, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	mgr, salt, err := newStackManager(ctx, cfg, client)
+	if err != nil {
+		return err
+	}
+	slog.Info("watching", "cluster", cfg.clusterName, "namespace", cfg.namespace, "labelSelector", cfg.selector,
+		"workers", cfg.workers, "pulumiVersion", mgr.CLIVersion().String())
+	if p, err := mgr.KubernetesPlugin(); err != nil {
+		slog.Warn("Kubernetes provider plugin not found: every up will fail with reason PluginMissing until it is installed", "err", err)
+	} else {
+		slog.Info("Kubernetes provider plugin found", "path", p)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	w := watcher.New(client, kube, watcher.ManagerStacks{Manager: mgr}, watcher.Options{
+		Namespace: cfg.namespace, LabelSelector: cfg.selector, Resync: cfg.resync, DigestSalt: salt,
+		ShutdownGrace: cfg.grace, StaleLockTimeout: cfg.staleLock, Registry: reg, Metadata: meta,
+		FindPlugin: mgr.KubernetesPlugin,
+	})
+	serve(ctx, cfg.metricsAddr, "/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	serve(ctx, cfg.healthAddr, "/", healthHandler(w, cfg.leaderElect))
+	if !cfg.leaderElect {
+		return w.Run(ctx, cfg.workers)
+	}
+	le := cfg.lease
+	le.Namespace, le.Name = cfg.leaseNS, cfg.leaseName
+	return w.RunLeaderElected(ctx, kube, le, cfg.workers)
+}
+
+// readiness is what /readyz asks of the watcher (*watcher.Watcher).
+type readiness interface {
+	HasSynced() bool
+	Leading() bool
+}
+
+// healthHandler serves /healthz (the process answers) and /readyz (the informer caches have
+// synced; with leader election a follower, which has nothing to sync, is ready too).
+func healthHandler(w readiness, leaderElect bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(rw, "ok\n") })
+	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, _ *http.Request) {
+		if w.HasSynced() || (leaderElect && !w.Leading()) {
+			_, _ = io.WriteString(rw, "ok\n")
+			return
+		}
+		http.Error(rw, "informer caches not synced", http.StatusServiceUnavailable)
+	})
+	return mux
+}
+
+// serve runs an HTTP server on addr until ctx ends; an empty addr serves nothing. A port that
+// cannot be bound is logged, not fatal: reconciling matters more than probes.
+func serve(ctx context.Context, addr, pattern string, h http.Handler) {
+	if addr == "" {
+		return
+	}
+	mux := http.NewServeMux()
+	mux.Handle(pattern, h)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			slog.Error("serve HTTP failed", "addr", addr, "err", err)
+		}
+	}()
+}
