@@ -1,6 +1,6 @@
 // Package infra is the Pulumi program of one KindCustomHttp: a pure function from its desired
 // state to the ConfigMap, Deployment and Service it declares. It is the only package that
-// declares Kubernetes resources; the watcher, the laptop commands and the tests all run the
+// declares Kubernetes resources; the watcher, the commands and the tests all run the
 // same program.
 package infra
 
@@ -68,7 +68,7 @@ const (
 )
 
 // ProviderEnv is the environment the Kubernetes provider plugin must run with, the same for
-// every caller (watcher and laptop commands), so that they all plan the same changes.
+// every caller (watcher and commands), so that they all plan the same changes.
 // ConfigMaps are updated in place (the provider's default replaces them on every data change,
 // which would delete and re-create the ConfigMap the pods mount).
 func ProviderEnv() map[string]string {

@@ -14,7 +14,8 @@ var (
 	// PULUMI_CONFIG_PASSPHRASE nor PULUMI_CONFIG_PASSPHRASE_FILE is set. Without this check
 	// the CLI would fail late with a less clear message.
 	ErrNoPassphrase = errors.New("no passphrase for stack secrets: set PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE (a file holding it, e.g. mounted from a Kubernetes Secret)")
-	// ErrLocked means another update (a laptop up, a second operator) holds the stack's lock.
+	// ErrLocked means another update (an `up` from the command line, a second operator) holds
+	// the stack's lock.
 	// It is a wait, not a failure: retry later.
 	ErrLocked = errors.New("stack is locked by another update")
 	// ErrPluginMissing means the engine could not find a resource provider plugin (the

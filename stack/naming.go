@@ -23,7 +23,7 @@ const nameHashLength = 16
 // CRs never share a stack, whether they differ by namespace, by name or by cluster (several
 // clusters may share one backend). The name depends only on the CR's identity, never on its
 // UID or on the operator's process, so it is the same after a restart and the same for the
-// laptop commands. When the result would exceed MaxStackNameLength it is cut to
+// commands (up, preview, ...). When the result would exceed MaxStackNameLength it is cut to
 // MaxStackNameLength-17 characters and "-" plus the first 16 hex digits of the SHA-256 of the
 // full name are appended. It fails when a part is not a DNS label.
 func Name(cluster, namespace, name string) (string, error) {

@@ -48,8 +48,8 @@ type Desired struct {
 	// EnvFrom are the ConfigMaps and Secrets whose keys become environment variables.
 	EnvFrom []EnvRef `json:"envFrom,omitempty"`
 	// EnvDigest is a digest of the data of every EnvFrom source, filled in by whoever can read
-	// them (the watcher, the laptop commands; never the data itself), so that a change of that
-	// data rolls the pods. Empty when EnvFrom is.
+	// them (the watcher and the commands, both through package envsource; never the data
+	// itself), so that a change of that data rolls the pods. Empty when EnvFrom is.
 	EnvDigest string `json:"envDigest,omitempty"`
 	// RolloutOnConfigChange puts ConfigDigest into the pod template, so a configMapData change
 	// rolls the pods (as Stakater Reloader does). Default true.
