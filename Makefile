@@ -111,6 +111,28 @@ helm:
 # The chart tests (config/) need bin/helm; under CI=true they fail without it.
 test: helm
 
+# ---- Generated manifests (issue 13): the CRD and the ClusterRoles come from +kubebuilder markers.
+.PHONY: controller-gen manifests generate
+
+## controller-gen: the pinned controller-gen, bin/controller-gen (hack/tools/controller-gen)
+controller-gen:
+	ONLY=controller-gen hack/build-tools.sh $(BIN)
+
+## manifests: regenerate from the markers the CRD, config/crd (from api/v1; the chart's crds/ links
+## to it), and the ClusterRoles config/rbac/role.yaml (watcher/rbac.go) and
+## config/rbac/cluster_name_role.yaml (rbac.go). config/manifests_test.go runs the same commands
+## and fails until the committed files are what they generate.
+manifests: controller-gen
+	$(BIN)/controller-gen crd:headerFile=config/crd/header.txt paths=./api/v1 output:crd:artifacts:config=config/crd
+	$(BIN)/controller-gen rbac:roleName=pulumi-operator-manager,headerFile=config/rbac/header.txt paths=./watcher output:rbac:artifacts:config=config/rbac
+	$(BIN)/controller-gen rbac:roleName=pulumi-operator-cluster-name,fileName=cluster_name_role.yaml,headerFile=config/rbac/header.txt paths=. output:rbac:artifacts:config=config/rbac
+
+## generate: the same as manifests (kubebuilder's other name; no Go code is generated here)
+generate: manifests
+
+# config/manifests_test.go needs bin/controller-gen; under CI=true it fails without it.
+test: controller-gen
+
 # ---- Benchmarks (issue 8). Not tests: `make test` never runs them, and a figure that misses its
 # target is reported, not failed.
 .PHONY: bench

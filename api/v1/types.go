@@ -5,6 +5,11 @@
 // The spec's required fields (replicaCount, port, configMapData) keep the exact names and
 // meaning of the kubebuilder operator this project replaces, so that existing manifests apply
 // unchanged (../shared/ORIGINAL-SYSTEM.md). Every field added since is optional and defaulted.
+//
+// The CRD (config/crd) is generated from these types by controller-gen (`make manifests`): the
+// +kubebuilder markers below set its validation, printer columns and subresources, and every
+// field's doc comment becomes its description in `kubectl explain`. The package markers are in
+// groupversion_info.go.
 package v1
 
 import (
@@ -33,6 +38,8 @@ var GroupVersionResource = GroupVersion.WithResource(Resource)
 var GroupVersionKind = GroupVersion.WithKind(Kind)
 
 // ServiceType says how the Service in front of the pods is exposed.
+//
+// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer;Headless
 type ServiceType string
 
 // The service types a spec may name. Headless is the original operator's behaviour
@@ -46,11 +53,33 @@ const (
 
 // KindCustomHttp asks for one http-server Deployment, its Service and its ConfigMap, all in the
 // object's namespace and owned by one Pulumi stack.
+//
+// Its name is also its Service's name, so it must be a DNS-1035 label (the CEL rule below, the
+// same check as Validate's): the apiserver rejects at admission a name the Service could not have.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=kindcustomhttps,singular=kindcustomhttp,shortName=kch,scope=Namespaced
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicaCount`
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`
+// +kubebuilder:printcolumn:name="Port",type=integer,JSONPath=`.spec.port`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name is also the Service's name: at most 63 characters, lower-case letters, digits and '-', starting with a letter and ending with a letter or digit"
 type KindCustomHttp struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the object's standard metadata. Its name is also the name of the Service and
+	// the Deployment, and "<name>-configmap" that of the ConfigMap.
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   KindCustomHttpSpec   `json:"spec"`
+	// Not required by the schema (it never was): an object without spec is admitted and
+	// Stalled by the operator, which names the missing fields.
+
+	// spec is the http server asked for: replicaCount and port are required.
+	// +optional
+	Spec KindCustomHttpSpec `json:"spec"`
+	// status is what the operator last did and saw; written only by the operator.
 	Status KindCustomHttpStatus `json:"status,omitempty"`
 }
 
@@ -58,31 +87,41 @@ type KindCustomHttp struct {
 // from their zero value (a user may ask for 0 replicas; port 0 is never valid and is caught by
 // validation).
 type KindCustomHttpSpec struct {
-	// ReplicaCount is the number of http-server pods, 0 to MaxReplicas. Required.
+	// replicaCount is the number of http-server pods, 0 or more. Required.
+	// +kubebuilder:validation:Minimum=0
 	ReplicaCount *int32 `json:"replicaCount"`
-	// Port is the Service port, 1 to 65535. Required.
+	// port is the Service port, 1 to 65535. Required.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
 	Port *int32 `json:"port"`
-	// ConfigMapData is copied into ConfigMap <name>-configmap and mounted as files under
+	// configMapData is copied into ConfigMap <name>-configmap and mounted as files under
 	// /config in each pod, one file per key. Key "hostports" holds the peers to ping, one
-	// "host,port" a line.
+	// "host,port" a line. Keys and values together at most 1 MiB (a ConfigMap's limit).
 	ConfigMapData map[string]string `json:"configMapData,omitempty"`
-	// Image is the http-server container image. Default DefaultImage.
+	// image is the http-server container image, without white space. Default: this project's
+	// http server (cmd/http-server) at the operator's version (DefaultImage).
+	// +kubebuilder:validation:Pattern=`^[^\s]+$`
 	Image string `json:"image,omitempty"`
-	// ContainerPort is the port the server listens on inside the pod and the Service's target,
+	// containerPort is the port the server listens on inside the pod and the Service's target,
 	// 1 to 65535. Default 8080, where the http server listens (the original operator targeted
 	// 80, where nothing listened).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
 	ContainerPort *int32 `json:"containerPort,omitempty"`
-	// ServiceType is ClusterIP (default), NodePort, LoadBalancer or Headless.
+	// serviceType says how the Service is exposed: ClusterIP (default), NodePort, LoadBalancer
+	// or Headless (clusterIP None, as the original operator made it).
 	ServiceType ServiceType `json:"serviceType,omitempty"`
-	// EnvFrom names ConfigMaps and Secrets of the object's namespace whose keys become the
-	// container's environment (as a Pod's envFrom). Their contents never enter the Pulumi state:
-	// only their names and a digest of their data do, and a change of the data rolls the pods.
+	// envFrom names ConfigMaps and Secrets of the object's namespace whose keys become the
+	// container's environment (as a Pod's envFrom), at most 16 (MaxEnvFrom). Their contents
+	// never enter the Pulumi state: only their names and a digest of their data do, and a
+	// change of the data rolls the pods.
+	// +kubebuilder:validation:MaxItems=16
 	EnvFrom []EnvFromSource `json:"envFrom,omitempty"`
-	// RolloutOnConfigChange rolls the pods when configMapData changes, through a digest of the
+	// rolloutOnConfigChange rolls the pods when configMapData changes, through a digest of the
 	// data in the pod template. Set false for servers that reload /config by themselves (the
 	// kubelet updates the mounted files within about a minute). Default true.
 	RolloutOnConfigChange *bool `json:"rolloutOnConfigChange,omitempty"`
-	// Suspend pauses reconciliation: no up and no drift repair while true (a delete still
+	// suspend pauses reconciliation: no up and no drift repair while true (a delete still
 	// destroys the stack). Default false.
 	Suspend bool `json:"suspend,omitempty"`
 }
@@ -92,64 +131,87 @@ type KindCustomHttpSpec struct {
 // does; status.lastHandledReconcileAt echoes the value handled.
 const ReconcileRequestAnnotation = "groupsp.measutosh.dev/reconcile-requested-at"
 
-// EnvFromSource is one ConfigMap or Secret whose keys become environment variables. Exactly
-// one of ConfigMapRef and SecretRef is set.
+// EnvFromSource is one ConfigMap or Secret whose keys become environment variables: exactly
+// one of configMapRef and secretRef is set.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.configMapRef) != has(self.secretRef)",message="set exactly one of configMapRef and secretRef"
 type EnvFromSource struct {
-	// Prefix is prepended to every key (a C identifier prefix, optional).
-	Prefix       string       `json:"prefix,omitempty"`
+	// prefix is prepended to every key (a C identifier prefix, optional).
+	// +kubebuilder:validation:MaxLength=253
+	Prefix string `json:"prefix,omitempty"`
+	// configMapRef names a ConfigMap whose keys become environment variables.
 	ConfigMapRef *LocalObject `json:"configMapRef,omitempty"`
-	SecretRef    *LocalObject `json:"secretRef,omitempty"`
+	// secretRef names a Secret whose keys become environment variables.
+	SecretRef *LocalObject `json:"secretRef,omitempty"`
 }
 
 // LocalObject names an object in the KindCustomHttp's namespace.
 type LocalObject struct {
+	// name is the object's name in the KindCustomHttp's namespace.
+	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 }
 
 // KindCustomHttpStatus is written only by the operator, through the status subresource.
 type KindCustomHttpStatus struct {
-	// ObservedGeneration is the metadata.generation the conditions describe.
+	// observedGeneration is the metadata.generation the conditions describe.
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions are Ready, Reconciling and Stalled, with kstatus meaning.
+	// conditions are Ready, Reconciling and Stalled, with kstatus meaning: Ready True once the
+	// stack is up to date and every replica is available; Reconciling True while work is under
+	// way; Stalled True when nothing will happen until the spec changes. The reason says why.
+	// +listType=map
+	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
-	// Stack is the Pulumi stack that owns the objects, "<project>/<stack>".
+	// stack is the Pulumi stack that owns the objects, "<project>/<stack>".
 	Stack string `json:"stack,omitempty"`
-	// LastUpdate describes the last Pulumi operation run for this object.
+	// lastUpdate describes the last Pulumi operation run for this object.
 	LastUpdate *UpdateStatus `json:"lastUpdate,omitempty"`
-	// Outputs are the stack's outputs after the last successful up.
+	// outputs are the stack's outputs after the last successful up.
 	Outputs *Outputs `json:"outputs,omitempty"`
-	// AppliedDigest is a digest of everything that determined the last successful up (spec,
-	// program version, stack); the watcher skips an up when it is unchanged.
+	// appliedDigest is a digest of everything that determined the last successful up (spec,
+	// program version, stack); the operator skips an up when it is unchanged.
 	AppliedDigest string `json:"appliedDigest,omitempty"`
-	// Replicas is the desired number of pods; ReadyReplicas and AvailableReplicas are what
-	// the Deployment reports.
-	Replicas          int32 `json:"replicas,omitempty"`
-	ReadyReplicas     int32 `json:"readyReplicas,omitempty"`
+	// replicas is the desired number of pods.
+	Replicas int32 `json:"replicas,omitempty"`
+	// readyReplicas is the number of ready pods, as the Deployment reports it.
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// availableReplicas is the number of available pods, as the Deployment reports it.
 	AvailableReplicas int32 `json:"availableReplicas,omitempty"`
-	// LastHandledReconcileAt is the value of ReconcileRequestAnnotation last acted on.
+	// lastHandledReconcileAt is the value of the groupsp.measutosh.dev/reconcile-requested-at
+	// annotation (ReconcileRequestAnnotation) last acted on.
 	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
 }
 
-// UpdateStatus describes one Pulumi operation.
+// UpdateStatus describes one Pulumi operation. The operator always writes kind, result,
+// startTime and endTime; the schema does not require them (it never did), so that a value left
+// empty cannot make the operator's own status write fail.
 type UpdateStatus struct {
-	// Kind is the operation: "up" or "destroy".
+	// kind is the operation: "up" or "destroy".
+	// +optional
 	Kind string `json:"kind"`
-	// Result is "succeeded" or "failed".
+	// result is "succeeded" or "failed".
+	// +optional
 	Result string `json:"result"`
-	// StartTime and EndTime bound the operation.
+	// startTime is when the operation started.
+	// +optional
 	StartTime metav1.Time `json:"startTime"`
-	EndTime   metav1.Time `json:"endTime"`
-	// ResourceChanges counts resources by kind of change ("create", "update", "same", ...).
+	// endTime is when the operation ended.
+	// +optional
+	EndTime metav1.Time `json:"endTime"`
+	// resourceChanges counts resources by kind of change ("create", "update", "same", ...).
 	ResourceChanges map[string]int `json:"resourceChanges,omitempty"`
-	// Message is the error of a failed operation, trimmed to a readable length.
+	// message is the error of a failed operation, trimmed to a readable length.
 	Message string `json:"message,omitempty"`
 }
 
 // Outputs are the stack outputs the operator publishes in status.
 type Outputs struct {
-	ConfigMapName  string `json:"configMapName,omitempty"`
+	// configMapName is the name of the ConfigMap the stack owns, "<name>-configmap".
+	ConfigMapName string `json:"configMapName,omitempty"`
+	// deploymentName is the name of the Deployment the stack owns.
 	DeploymentName string `json:"deploymentName,omitempty"`
-	ServiceName    string `json:"serviceName,omitempty"`
-	// ClusterIP is the Service's virtual address; "None" for a headless Service.
+	// serviceName is the name of the Service the stack owns.
+	ServiceName string `json:"serviceName,omitempty"`
+	// clusterIP is the Service's virtual address; "None" for a headless Service.
 	ClusterIP string `json:"clusterIP,omitempty"`
 }

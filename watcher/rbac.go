@@ -1,0 +1,38 @@
+package watcher
+
+// The operator's RBAC in the namespaces it reconciles, as +kubebuilder:rbac markers: `make
+// manifests` (controller-gen) generates ClusterRole pulumi-operator-manager in
+// config/rbac/role.yaml from them, and the Helm chart's templates/rbac.yaml grants the same
+// (config/manifests_test.go checks both). Each rule comes from an API call this package makes
+// or one of the Pulumi Kubernetes provider, which runs with the same credentials; nothing here
+// writes a Secret, touches RBAC, or creates or deletes a KindCustomHttp: those stay with their
+// owners. The Lease for --leader-elect is a namespaced Role, config/rbac/leader_election_role.yaml.
+
+// KindCustomHttp: the dynamic informer lists and watches; the finalizer is added and removed
+// with Update, after a Get of the newest version on a conflict.
+// +kubebuilder:rbac:groups=groupsp.measutosh.dev,resources=kindcustomhttps,verbs=get;list;watch;update
+
+// Conditions, outputs and the last update go through the status subresource (UpdateStatus).
+// +kubebuilder:rbac:groups=groupsp.measutosh.dev,resources=kindcustomhttps/status,verbs=update
+
+// The objects each stack owns. The watcher: informers selected by the managed-by label (list,
+// watch) and live reads that confirm drift (get); for ConfigMaps also spec.envFrom (envsource.go).
+// The provider: server-side apply (patch; create when it creates without apply), refresh and
+// reads after apply (get), delete with a watch on the object until it is gone (list, watch).
+// Nothing uses PUT (update).
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=core,resources=services;configmaps,verbs=get;list;watch;create;patch;delete
+
+// The provider's Deployment await (up returns once the new pods are available) runs informers on
+// the Deployment's ReplicaSets, Pods and PersistentVolumeClaims; it never changes them.
+// +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=list;watch
+// +kubebuilder:rbac:groups=core,resources=pods;persistentvolumeclaims,verbs=list;watch
+
+// Events on the KindCustomHttp through client-go's recorder: core/v1 Events, created, and
+// patched when an Event repeats. Not events.k8s.io.
+// +kubebuilder:rbac:groups=core,resources=events,verbs=create;patch
+
+// spec.envFrom (envsource.go): the Secrets an object names are read (get) to digest their data
+// into the pod template, and a metadata-only informer (list, watch: names and versions, never
+// data) notices their changes. ConfigMaps get the same from the owned-objects rule above.
+// +kubebuilder:rbac:groups=core,resources=secrets,verbs=get;list;watch
