@@ -20,7 +20,7 @@ import (
 // that holds no Go program), and auto serves it to the CLI for refresh and destroy too. The
 // CLI runs it there only with --run-program, which this package never passes: refresh and
 // destroy work from the state and the provider alone, so an empty program is right, and it
-// cannot declare or delete a resource by mistake.
+// cannot declare a resource by mistake.
 func emptyProgram(*pulumi.Context) error { return nil }
 
 // scratchName is prefix and 16 random hex digits: the name of a throwaway stack or workspace
