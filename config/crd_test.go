@@ -1,0 +1,90 @@
+// The generated CRD on a real apiserver: the rules its markers declare reject what they should
+// (watcher's TestCRDValidation covers port, replicaCount, serviceType, containerPort and the
+// name), and what the hand-written CRD before it admitted is still admitted, spec and status.
+package config_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+)
+
+// kindCustomHttp builds a KindCustomHttp named name from YAML for its body below metadata
+// (spec, status), indented by two spaces per level.
+func kindCustomHttp(t *testing.T, name, body string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	doc := fmt.Sprintf("apiVersion: %s\nkind: %s\nmetadata: {name: %q}\n%s\n", api.GroupVersion, api.Kind, name, body)
+	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+		t.Fatalf("test object %s: %v\n%s", name, err, doc)
+	}
+	return u
+}
+
+func TestCRDAdmission(t *testing.T) {
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	ns := c.Namespace(t)
+	crs := c.Client.Resource(api.GroupVersionResource).Namespace(ns)
+	ctx := context.Background()
+
+	seventeen := strings.Repeat("\n  - configMapRef: {name: c}", 17)
+	rejected := map[string]struct{ spec, want string }{
+		"envFrom with both refs": {"envFrom:\n  - {configMapRef: {name: c}, secretRef: {name: s}}",
+			"set exactly one of configMapRef and secretRef"},
+		"envFrom with neither ref":   {"envFrom:\n  - {prefix: P_}", "set exactly one of configMapRef and secretRef"},
+		"envFrom ref without a name": {"envFrom:\n  - configMapRef: {}", "spec.envFrom[0].configMapRef.name"},
+		"envFrom over 16":            {"envFrom:" + seventeen, "spec.envFrom"},
+		"envFrom prefix too long":    {"envFrom:\n  - {prefix: " + strings.Repeat("P", 254) + ", secretRef: {name: s}}", "spec.envFrom[0].prefix"},
+		"image with white space":     {"image: 'example.com/a b:1'", "spec.image"},
+	}
+	for name, tc := range rejected {
+		t.Run(name, func(t *testing.T) {
+			u := kindCustomHttp(t, "rejected", "spec:\n  replicaCount: 1\n  port: 80\n  "+strings.ReplaceAll(tc.spec, "\n", "\n  "))
+			_, err := crs.Create(ctx, u, metav1.CreateOptions{})
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("create = %v, want Invalid naming %q", err, tc.want)
+			}
+		})
+	}
+
+	// Admitted, as by the hand-written CRD: no spec at all (the operator stalls it, naming the
+	// missing fields), and every optional field set within its bounds.
+	admitted := map[string]string{
+		"no-spec": "",
+		"all-fields": "spec:\n  replicaCount: 0\n  port: 65535\n  containerPort: 1\n  image: example.com/a:1\n" +
+			"  serviceType: Headless\n  configMapData: {hostports: 'a,1'}\n  rolloutOnConfigChange: false\n  suspend: true\n" +
+			"  envFrom:\n  - {prefix: P_, secretRef: {name: s}}" + strings.Repeat("\n  - configMapRef: {name: c}", 15),
+	}
+	for name, body := range admitted {
+		if _, err := crs.Create(ctx, kindCustomHttp(t, name, body), metav1.CreateOptions{}); err != nil {
+			t.Errorf("create %s: %v", name, err)
+		}
+	}
+
+	// The status the operator writes, with the last update's fields the schema never required
+	// left out, is admitted through the status subresource.
+	u, err := crs.Get(ctx, "all-fields", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := kindCustomHttp(t, "all-fields", "status:\n  observedGeneration: 1\n  lastUpdate: {result: failed, message: boom}\n"+
+		"  conditions:\n  - {type: Ready, status: 'False', reason: UpdateFailed, message: '', lastTransitionTime: '2025-01-02T03:04:05Z'}")
+	u.Object["status"] = status.Object["status"]
+	got, err := crs.UpdateStatus(ctx, u, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("update status: %v", err)
+	}
+	if r, _, _ := unstructured.NestedString(got.Object, "status", "lastUpdate", "result"); r != "failed" {
+		t.Errorf("status after the update: %v", got.Object["status"])
+	}
+}
