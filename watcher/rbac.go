@@ -16,7 +16,7 @@ package watcher
 // +kubebuilder:rbac:groups=groupsp.measutosh.dev,resources=kindcustomhttps/status,verbs=update
 
 // The objects each stack owns. The watcher: informers selected by the managed-by label (list,
-// watch) and live reads that confirm drift (get); for ConfigMaps also spec.envFrom (envsource.go).
+// watch) and live reads that confirm drift (get); for ConfigMaps also spec.envFrom (below).
 // The provider: server-side apply (patch; create when it creates without apply), refresh and
 // reads after apply (get), delete with a watch on the object until it is gone (list, watch).
 // Nothing uses PUT (update).
@@ -32,7 +32,8 @@ package watcher
 // patched when an Event repeats. Not events.k8s.io.
 // +kubebuilder:rbac:groups=core,resources=events,verbs=create;patch
 
-// spec.envFrom (envsource.go): the Secrets an object names are read (get) to digest their data
-// into the pod template, and a metadata-only informer (list, watch: names and versions, never
-// data) notices their changes. ConfigMaps get the same from the owned-objects rule above.
+// spec.envFrom: the Secrets an object names are read (get, by envsource.Digest with the
+// watcher's client) to digest their data into the pod template, and a metadata-only informer
+// (envsource.go; list, watch: names and versions, never data) notices their changes. ConfigMaps
+// get the same from the owned-objects rule above.
 // +kubebuilder:rbac:groups=core,resources=secrets,verbs=get;list;watch
