@@ -26,6 +26,8 @@
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=hack/lib/init.sh
+source "${REPO_ROOT}/hack/lib/init.sh"
 CLUSTER_DIR="${CLUSTER_DIR:-${REPO_ROOT}/.local/cluster}"
 BIN_DIR="${BIN_DIR:-${REPO_ROOT}/bin}"
 ETCD_PORT="${CLUSTER_ETCD_PORT:-23790}"
@@ -39,8 +41,6 @@ SERVICE_CIDR="${CLUSTER_SERVICE_CIDR:-10.96.0.0/16}"
 POD_CIDR="${CLUSTER_POD_CIDR:-10.244.0.1/16}"
 TIMEOUT="${CLUSTER_TIMEOUT:-60}"
 
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
-
 mkdir -p "${CLUSTER_DIR}"
 CLUSTER_DIR="$(cd "${CLUSTER_DIR}" && pwd)"
 PKI="${CLUSTER_DIR}/pki"
@@ -51,105 +51,50 @@ APISERVER_URL="https://127.0.0.1:${APISERVER_PORT}"
 mkdir -p "${PKI}" "${LOGS}" "${PIDS}" "${CLUSTER_DIR}/etcd"
 chmod 700 "${PKI}" "${CLUSTER_DIR}/etcd"
 
-log() { echo "cluster-up: $*" >&2; }
-
-# One cluster-up/cluster-down at a time per CLUSTER_DIR. The cluster's own processes never hold
-# the lock (fd 9 is closed for them); if they do (started by an older cluster-up.sh), ignore them.
-lock_held_only_by_cluster() {
-	local lock="${CLUSTER_DIR}/.lock" fd pid arg0 seen=0
-	for fd in /proc/[0-9]*/fd/*; do
-		[[ "${fd}" -ef "${lock}" ]] || continue
-		pid="${fd#/proc/}"
-		pid="${pid%%/*}"
-		[[ "${pid}" == "$$" || "${pid}" == "${BASHPID}" ]] && continue
-		arg0=""
-		IFS= read -r -d '' arg0 2>/dev/null <"/proc/${pid}/cmdline" || [[ -n "${arg0}" ]] || continue
-		case "${arg0##*/}" in
-		etcd | kube-apiserver | kube-controller-manager | kube-scheduler | kwok) seen=1 ;;
-		*) return 1 ;;
-		esac
-	done
-	((seen))
-}
-if [[ -z "${CLUSTER_LOCK_HELD:-}" ]] && command -v flock >/dev/null 2>&1; then
-	exec 9>"${CLUSTER_DIR}/.lock"
-	lock_deadline=$((SECONDS + 120))
-	until flock -n 9; do
-		if lock_held_only_by_cluster; then
-			log "warning: ${CLUSTER_DIR}/.lock is held by the cluster's own processes (started by an older cluster-up.sh): ignoring it"
-			break
-		fi
-		if ((SECONDS >= lock_deadline)); then
-			log "could not lock ${CLUSTER_DIR}/.lock: another cluster-up/cluster-down is running"
-			exit 1
-		fi
-		sleep 0.5
-	done
-	export CLUSTER_LOCK_HELD=1
-fi
+cluster::lock
 
 # ---------------------------------------------------------------------------------------------
 # Process helpers
 # ---------------------------------------------------------------------------------------------
 
 # pid_of NAME: the pid recorded for NAME if that process is alive (not a zombie) and is NAME.
-pid_of() {
-	local name="$1" pid="" arg0="" stat=""
-	[[ -f "${PIDS}/${name}.pid" ]] || return 1
-	pid="$(<"${PIDS}/${name}.pid")" || return 1
-	[[ "${pid}" =~ ^[0-9]+$ && -r "/proc/${pid}/cmdline" ]] || return 1
-	IFS= read -r -d '' arg0 2>/dev/null <"/proc/${pid}/cmdline" || [[ -n "${arg0}" ]] || return 1
-	[[ "${arg0##*/}" == "${name}" ]] || return 1
-	IFS= read -r stat 2>/dev/null <"/proc/${pid}/stat" || return 1
-	stat="${stat##*) }"
-	[[ "${stat:0:1}" != "Z" && "${stat:0:1}" != "X" ]] || return 1
-	echo "${pid}"
-}
-
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+pid_of() { proc::pid_from_file "${PIDS}/$1.pid" "$1"; }
 
 fail() {
 	local component="$1"
 	shift
-	log "ERROR: $*"
+	log::error "$*"
 	if [[ -n "${component}" && -f "${LOGS}/${component}.log" ]]; then
 		echo "----- last 40 lines of ${LOGS}/${component}.log -----" >&2
 		tail -n 40 "${LOGS}/${component}.log" >&2
 		echo "-----" >&2
 	fi
 	if [[ "${CLUSTER_KEEP_ON_FAILURE:-0}" != "1" ]]; then
-		log "stopping what was started (CLUSTER_KEEP_ON_FAILURE=1 keeps it running)"
+		log::info "stopping what was started (CLUSTER_KEEP_ON_FAILURE=1 keeps it running)"
 		CLUSTER_DIR="${CLUSTER_DIR}" "${REPO_ROOT}/hack/cluster-down.sh" >&2 || true
 	fi
 	exit 1
 }
 
-# start NAME ARGS...: start BIN_DIR/NAME detached (own session, lock fd closed), logging to
-# LOGS/NAME.log, pid in PIDS/NAME.pid.
+# start NAME ARGS...: start BIN_DIR/NAME detached (proc::start), logging to LOGS/NAME.log, pid in
+# PIDS/NAME.pid.
 start() {
-	local name="$1" pid
+	local name="$1"
 	shift
 	echo "===== $(date -u +%Y-%m-%dT%H:%M:%SZ) starting ${name}" >>"${LOGS}/${name}.log"
-	# setsid: own session, so the cluster outlives the shell that started it (no SIGHUP, no ^C).
-	setsid "${BIN_DIR}/${name}" "$@" </dev/null >>"${LOGS}/${name}.log" 2>&1 9>&- &
-	pid=$!
-	echo "${pid}" >"${PIDS}/${name}.pid"
-	log "started ${name} (pid ${pid})"
+	proc::start "${LOGS}/${name}.log" "${PIDS}/${name}.pid" "${BIN_DIR}/${name}" "$@"
+	log::info "started ${name} (pid ${PROC_PID})"
 }
 
 # wait_for NAME DESCRIPTION COMMAND...: poll COMMAND until it succeeds, NAME dies, or TIMEOUT.
 wait_for() {
-	local name="$1" what="$2" deadline=$((SECONDS + TIMEOUT))
+	local name="$1" what="$2" rc=0
 	shift 2
-	until "$@" >/dev/null 2>&1; do
-		if [[ -n "${name}" ]] && ! pid_of "${name}" >/dev/null; then
-			fail "${name}" "${name} exited while waiting for ${what}"
-		fi
-		if ((SECONDS >= deadline)); then
-			fail "${name}" "timed out after ${TIMEOUT}s waiting for ${what}"
-		fi
-		sleep 0.2
-	done
+	proc::wait_until "$(pid_of "${name}")" "${name}" "${TIMEOUT}" "$@" || rc=$?
+	case "${rc}" in
+	1) fail "${name}" "${name} exited while waiting for ${what}" ;;
+	2) fail "${name}" "timed out after ${TIMEOUT}s waiting for ${what}" ;;
+	esac
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -177,7 +122,7 @@ default_sa_exists() { api "${APISERVER_URL}/api/v1/namespaces/default/serviceacc
 
 all_running() {
 	local c
-	for c in "${COMPONENTS[@]}"; do
+	for c in "${CLUSTER_COMPONENTS[@]}"; do
 		pid_of "${c}" >/dev/null || return 1
 	done
 }
@@ -190,9 +135,9 @@ if all_running && [[ -f "${KUBECONFIG_FILE}" && -f "${PKI}/admin.token" ]] && ap
 	echo "cluster ready: export KUBECONFIG=${KUBECONFIG_FILE}"
 	exit 0
 fi
-for c in "${COMPONENTS[@]}"; do
+for c in "${CLUSTER_COMPONENTS[@]}"; do
 	if pid_of "${c}" >/dev/null; then
-		log "cluster in ${CLUSTER_DIR} is partly running or unhealthy: restarting it"
+		log::info "cluster in ${CLUSTER_DIR} is partly running or unhealthy: restarting it"
 		CLUSTER_DIR="${CLUSTER_DIR}" "${REPO_ROOT}/hack/cluster-down.sh" >&2
 		break
 	fi
@@ -201,16 +146,16 @@ done
 # ---------------------------------------------------------------------------------------------
 # Binaries
 # ---------------------------------------------------------------------------------------------
-for c in "${COMPONENTS[@]}"; do
+for c in "${CLUSTER_COMPONENTS[@]}"; do
 	if [[ ! -x "${BIN_DIR}/${c}" ]]; then
-		log "${BIN_DIR}/${c} is missing: running hack/build-tools.sh ${BIN_DIR} (the first build takes minutes)"
+		log::info "${BIN_DIR}/${c} is missing: running hack/build-tools.sh ${BIN_DIR} (the first build takes minutes)"
 		"${REPO_ROOT}/hack/build-tools.sh" "${BIN_DIR}" >&2
 		break
 	fi
 done
 BIN_DIR="$(cd "${BIN_DIR}" && pwd)"
 for tool in curl openssl setsid; do
-	command -v "${tool}" >/dev/null 2>&1 || { log "${tool} is required"; exit 1; }
+	command -v "${tool}" >/dev/null 2>&1 || { log::info "${tool} is required"; exit 1; }
 done
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +178,7 @@ sign_cert() {
 }
 
 if [[ ! -s "${PKI}/ca.crt" || ! -s "${PKI}/ca.key" ]]; then
-	log "generating the cluster CA, certificates and service-account key in ${PKI}"
+	log::info "generating the cluster CA, certificates and service-account key in ${PKI}"
 	rm -f "${PKI}"/*.crt "${PKI}"/*.key
 	openssl genrsa -out "${PKI}/ca.key" 2048 2>/dev/null
 	openssl req -x509 -new -key "${PKI}/ca.key" -subj "/CN=pulumi-operator-local-ca" -days 3650 -sha256 \
@@ -288,7 +233,7 @@ START=${SECONDS}
 for port_var in CLUSTER_ETCD_PORT:${ETCD_PORT} CLUSTER_ETCD_PEER_PORT:${ETCD_PEER_PORT} \
 	CLUSTER_APISERVER_PORT:${APISERVER_PORT} CLUSTER_CONTROLLER_MANAGER_PORT:${KCM_PORT} \
 	CLUSTER_SCHEDULER_PORT:${SCHEDULER_PORT} CLUSTER_KWOK_PORT:${KWOK_PORT}; do
-	if port_in_use "${port_var#*:}"; then
+	if proc::port_in_use "${port_var#*:}"; then
 		fail "" "port 127.0.0.1:${port_var#*:} is already in use by another process: set ${port_var%%:*} to move it"
 	fi
 done
@@ -396,8 +341,8 @@ create_out="$(curl --silent --show-error --max-time 10 --cacert "${PKI}/ca.crt" 
 	-H 'Content-Type: application/json' -X POST --data-binary "${node_json}" \
 	-w '\n%{http_code}' "${APISERVER_URL}/api/v1/nodes")" || fail kube-apiserver "could not create Node ${NODE_NAME}"
 case "${create_out##*$'\n'}" in
-201) log "created Node ${NODE_NAME}" ;;
-409) log "Node ${NODE_NAME} already exists" ;;
+201) log::info "created Node ${NODE_NAME}" ;;
+409) log::info "Node ${NODE_NAME} already exists" ;;
 *) fail kube-apiserver "creating Node ${NODE_NAME} failed: ${create_out}" ;;
 esac
 
@@ -410,5 +355,5 @@ wait_for kwok "Node ${NODE_NAME} to be Ready without the not-ready taint" node_r
 wait_for kube-controller-manager "ServiceAccount default/default" default_sa_exists
 wait_for kube-apiserver "kube-apiserver to be ready" apiserver_ready
 
-log "up in $((SECONDS - START))s (etcd 127.0.0.1:${ETCD_PORT}, apiserver ${APISERVER_URL}, logs in ${LOGS})"
+log::info "up in $((SECONDS - START))s (etcd 127.0.0.1:${ETCD_PORT}, apiserver ${APISERVER_URL}, logs in ${LOGS})"
 echo "cluster ready: export KUBECONFIG=${KUBECONFIG_FILE}"

@@ -26,6 +26,8 @@
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=hack/lib/init.sh
+source "${REPO_ROOT}/hack/lib/init.sh"
 MINIO_DIR="${MINIO_DIR:-${REPO_ROOT}/.local/minio}"
 MINIO_PORT="${MINIO_PORT:-39000}"
 MINIO_CONSOLE_PORT="${MINIO_CONSOLE_PORT:-$((MINIO_PORT + 1))}"
@@ -36,26 +38,20 @@ MINIO_REGION="${MINIO_REGION:-us-east-1}"
 BIN_DIR="${BIN_DIR:-${REPO_ROOT}/bin}"
 TIMEOUT="${MINIO_TIMEOUT:-60}"
 
-log() { echo "minio-up: $*" >&2; }
-die() {
-	log "ERROR: $*"
-	exit 1
-}
-
-[[ "${MINIO_PORT}" =~ ^[0-9]+$ && "${MINIO_CONSOLE_PORT}" =~ ^[0-9]+$ ]] || die "MINIO_PORT and MINIO_CONSOLE_PORT must be port numbers"
-((${#MINIO_ROOT_USER} >= 3)) || die "MINIO_ROOT_USER must have at least 3 characters"
-((${#MINIO_ROOT_PASSWORD} >= 8)) || die "MINIO_ROOT_PASSWORD must have at least 8 characters"
+[[ "${MINIO_PORT}" =~ ^[0-9]+$ && "${MINIO_CONSOLE_PORT}" =~ ^[0-9]+$ ]] || log::die "MINIO_PORT and MINIO_CONSOLE_PORT must be port numbers"
+((${#MINIO_ROOT_USER} >= 3)) || log::die "MINIO_ROOT_USER must have at least 3 characters"
+((${#MINIO_ROOT_PASSWORD} >= 8)) || log::die "MINIO_ROOT_PASSWORD must have at least 8 characters"
 # S3 bucket naming rules (the subset that matters here).
-[[ "${MINIO_BUCKET}" =~ ^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$ ]] || die "MINIO_BUCKET=${MINIO_BUCKET} is not a valid S3 bucket name"
+[[ "${MINIO_BUCKET}" =~ ^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$ ]] || log::die "MINIO_BUCKET=${MINIO_BUCKET} is not a valid S3 bucket name"
 # The credentials are printed in single quotes (for eval) and written into a curl config
 # ("user = \"USER:PASSWORD\"").
 [[ "${MINIO_ROOT_USER}${MINIO_ROOT_PASSWORD}" != *[\'\"\\]* && "${MINIO_ROOT_USER}" != *:* ]] ||
-	die "MINIO_ROOT_USER/MINIO_ROOT_PASSWORD must not contain quotes or backslashes, MINIO_ROOT_USER no colon"
-command -v curl >/dev/null 2>&1 || die "curl is not on PATH (apt-get install curl)"
+	log::die "MINIO_ROOT_USER/MINIO_ROOT_PASSWORD must not contain quotes or backslashes, MINIO_ROOT_USER no colon"
+command -v curl >/dev/null 2>&1 || log::die "curl is not on PATH (apt-get install curl)"
 
 MINIO="${BIN_DIR}/minio"
 if [[ ! -x "${MINIO}" ]]; then
-	log "no ${MINIO}: building it (hack/build-minio.sh, a few minutes when cold)"
+	log::info "no ${MINIO}: building it (hack/build-minio.sh, a few minutes when cold)"
 	"${REPO_ROOT}/hack/build-minio.sh" "${BIN_DIR}" >&2
 fi
 
@@ -68,21 +64,7 @@ PID_FILE="${MINIO_DIR}/minio.pid"
 ENDPOINT="http://127.0.0.1:${MINIO_PORT}"
 
 # One minio-up/minio-down at a time per MINIO_DIR. The server must not inherit the lock's fd.
-if command -v flock >/dev/null 2>&1; then
-	exec 9>"${MINIO_DIR}/.lock"
-	flock -w 120 9 || die "could not lock ${MINIO_DIR}/.lock: another minio-up/minio-down is running"
-fi
-
-# alive PID: PID is a live (non-zombie) minio process.
-alive() {
-	local pid="$1" arg0="" stat=""
-	[[ "${pid}" =~ ^[0-9]+$ && -r "/proc/${pid}/cmdline" ]] || return 1
-	IFS= read -r -d '' arg0 2>/dev/null <"/proc/${pid}/cmdline" || [[ -n "${arg0}" ]] || return 1
-	[[ "${arg0##*/}" == minio ]] || return 1
-	IFS= read -r stat 2>/dev/null <"/proc/${pid}/stat" || return 1
-	stat="${stat##*) }"
-	[[ "${stat:0:1}" != "Z" && "${stat:0:1}" != "X" ]]
-}
+proc::lock "${MINIO_DIR}/.lock" || log::die "could not lock ${MINIO_DIR}/.lock: another minio-up/minio-down is running"
 
 ready() { curl -fsS -o /dev/null --max-time 2 "${ENDPOINT}/minio/health/ready" 2>/dev/null; }
 
@@ -94,59 +76,53 @@ s3() {
 			--aws-sigv4 "aws:amz:${MINIO_REGION}:s3" -X "$1" "${ENDPOINT}$2"
 }
 
-pid=""
-[[ -f "${PID_FILE}" ]] && pid="$(<"${PID_FILE}")"
-if alive "${pid}"; then
-	ready || die "minio (pid ${pid}) is running but ${ENDPOINT} does not answer: see ${LOG_FILE}, or stop it with hack/minio-down.sh"
-	log "already running (pid ${pid}, ${ENDPOINT})"
+if pid="$(proc::pid_from_file "${PID_FILE}" minio)"; then
+	ready || log::die "minio (pid ${pid}) is running but ${ENDPOINT} does not answer: see ${LOG_FILE}, or stop it with hack/minio-down.sh"
+	log::info "already running (pid ${pid}, ${ENDPOINT})"
 else
 	for port in "${MINIO_PORT}" "${MINIO_CONSOLE_PORT}"; do
-		if (exec 3<>"/dev/tcp/127.0.0.1/${port}") 2>/dev/null; then
-			die "port ${port} on 127.0.0.1 is in use by another program: set MINIO_PORT / MINIO_CONSOLE_PORT"
+		if proc::port_in_use "${port}"; then
+			log::die "port ${port} on 127.0.0.1 is in use by another program: set MINIO_PORT / MINIO_CONSOLE_PORT"
 		fi
 	done
 	start=${SECONDS}
 	# MINIO_UPDATE=off: no update check against dl.min.io at startup (this machine only ever
 	# talks to 127.0.0.0/8). MINIO_BROWSER=off: no web console. The root credentials reach the
 	# server through its environment, never its command line.
-	env -i PATH="${PATH}" HOME="${MINIO_DIR}" \
+	proc::start "${LOG_FILE}" "${PID_FILE}" env -i PATH="${PATH}" HOME="${MINIO_DIR}" \
 		MINIO_ROOT_USER="${MINIO_ROOT_USER}" MINIO_ROOT_PASSWORD="${MINIO_ROOT_PASSWORD}" \
 		MINIO_UPDATE=off MINIO_BROWSER=off MINIO_SITE_REGION="${MINIO_REGION}" \
-		setsid "${MINIO}" server --quiet --anonymous \
+		"${MINIO}" server --quiet --anonymous \
 		--address "127.0.0.1:${MINIO_PORT}" --console-address "127.0.0.1:${MINIO_CONSOLE_PORT}" \
-		--certs-dir "${MINIO_DIR}/certs" "${DATA}" \
-		</dev/null >>"${LOG_FILE}" 2>&1 9>&- &
-	pid=$!
-	echo "${pid}" >"${PID_FILE}"
-	deadline=$((SECONDS + TIMEOUT))
-	until ready; do
-		if ! alive "${pid}"; then
-			die "minio exited at startup: see ${LOG_FILE}: $(tail -n 5 "${LOG_FILE}")"
-		fi
-		if ((SECONDS >= deadline)); then
-			kill -TERM "${pid}" 2>/dev/null || true
-			die "minio did not become ready on ${ENDPOINT} within ${TIMEOUT}s (stopped it): see ${LOG_FILE}"
-		fi
-		sleep 0.2
-	done
-	log "started (pid ${pid}, ${ENDPOINT}, $((SECONDS - start))s)"
+		--certs-dir "${MINIO_DIR}/certs" "${DATA}"
+	pid="${PROC_PID}"
+	rc=0
+	proc::wait_until "${pid}" minio "${TIMEOUT}" ready || rc=$?
+	case "${rc}" in
+	1) log::die "minio exited at startup: see ${LOG_FILE}: $(tail -n 5 "${LOG_FILE}")" ;;
+	2)
+		kill -TERM "${pid}" 2>/dev/null || true
+		log::die "minio did not become ready on ${ENDPOINT} within ${TIMEOUT}s (stopped it): see ${LOG_FILE}"
+		;;
+	esac
+	log::info "started (pid ${pid}, ${ENDPOINT}, $((SECONDS - start))s)"
 fi
 
 # The bucket: HEAD says whether it exists; PUT creates it (200), a concurrent creator's 409 is fine.
-code="$(s3 HEAD "/${MINIO_BUCKET}")" || die "cannot reach ${ENDPOINT}"
+code="$(s3 HEAD "/${MINIO_BUCKET}")" || log::die "cannot reach ${ENDPOINT}"
 case "${code}" in
 200) ;;
 404)
-	code="$(s3 PUT "/${MINIO_BUCKET}")" || die "cannot reach ${ENDPOINT}"
+	code="$(s3 PUT "/${MINIO_BUCKET}")" || log::die "cannot reach ${ENDPOINT}"
 	[[ "${code}" == 200 || "${code}" == 409 ]] ||
-		die "create bucket ${MINIO_BUCKET}: HTTP ${code}: $(cat "${MINIO_DIR}/last-response.xml")"
-	log "created bucket ${MINIO_BUCKET}"
+		log::die "create bucket ${MINIO_BUCKET}: HTTP ${code}: $(cat "${MINIO_DIR}/last-response.xml")"
+	log::info "created bucket ${MINIO_BUCKET}"
 	;;
-403) die "bucket ${MINIO_BUCKET}: HTTP 403: the server does not accept MINIO_ROOT_USER/MINIO_ROOT_PASSWORD (was MINIO_DIR created with other credentials? hack/minio-down.sh --purge)" ;;
-*) die "bucket ${MINIO_BUCKET}: HTTP ${code}: $(cat "${MINIO_DIR}/last-response.xml" 2>/dev/null)" ;;
+403) log::die "bucket ${MINIO_BUCKET}: HTTP 403: the server does not accept MINIO_ROOT_USER/MINIO_ROOT_PASSWORD (was MINIO_DIR created with other credentials? hack/minio-down.sh --purge)" ;;
+*) log::die "bucket ${MINIO_BUCKET}: HTTP ${code}: $(cat "${MINIO_DIR}/last-response.xml" 2>/dev/null)" ;;
 esac
 rm -f "${MINIO_DIR}/last-response.xml"
 
-log "ready: bucket ${MINIO_BUCKET} at ${ENDPOINT} (log ${LOG_FILE})"
+log::info "ready: bucket ${MINIO_BUCKET} at ${ENDPOINT} (log ${LOG_FILE})"
 echo "export PULUMI_TEST_S3_URL='s3://${MINIO_BUCKET}?endpoint=${ENDPOINT}&region=${MINIO_REGION}&use_path_style=true'"
 echo "export PULUMI_TEST_S3_ACCESS_KEY_ID='${MINIO_ROOT_USER}' PULUMI_TEST_S3_SECRET_ACCESS_KEY='${MINIO_ROOT_PASSWORD}'"

@@ -22,6 +22,8 @@
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=hack/lib/init.sh
+source "${REPO_ROOT}/hack/lib/init.sh"
 PG_DIR="${PG_DIR:-${REPO_ROOT}/.local/postgres}"
 PG_PORT="${PG_PORT:-35432}"
 PG_USER="${PG_USER:-pulumi}"
@@ -30,25 +32,19 @@ PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 PG_OS_USER="${PG_OS_USER:-postgres}"
 PG_TIMEOUT="${PG_TIMEOUT:-60}"
 
-log() { echo "postgres-up: $*" >&2; }
-die() {
-	log "ERROR: $*"
-	exit 1
-}
-
-[[ "${PG_PORT}" =~ ^[0-9]+$ ]] || die "PG_PORT=${PG_PORT} is not a port number"
-[[ "${PG_USER}" =~ ^[a-z_][a-z0-9_]*$ ]] || die "PG_USER=${PG_USER} must be a plain lower-case SQL identifier"
+[[ "${PG_PORT}" =~ ^[0-9]+$ ]] || log::die "PG_PORT=${PG_PORT} is not a port number"
+[[ "${PG_USER}" =~ ^[a-z_][a-z0-9_]*$ ]] || log::die "PG_USER=${PG_USER} must be a plain lower-case SQL identifier"
 
 if [[ ! -x "${PG_BIN}/initdb" ]]; then
-	[[ "$(id -u)" == 0 ]] || die "no PostgreSQL at ${PG_BIN}: install postgresql-15 (apt-get install postgresql-15) or set PG_BIN"
-	log "installing postgresql-15 from Debian (no ${PG_BIN}/initdb)"
+	[[ "$(id -u)" == 0 ]] || log::die "no PostgreSQL at ${PG_BIN}: install postgresql-15 (apt-get install postgresql-15) or set PG_BIN"
+	log::info "installing postgresql-15 from Debian (no ${PG_BIN}/initdb)"
 	# Only the programs are wanted: no "main" cluster started on port 5432.
 	mkdir -p /etc/postgresql-common
 	grep -qs '^create_main_cluster' /etc/postgresql-common/createcluster.conf ||
 		echo 'create_main_cluster = false' >>/etc/postgresql-common/createcluster.conf
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
-	[[ -x "${PG_BIN}/initdb" ]] || die "apt-get installed postgresql-15, but there is still no ${PG_BIN}/initdb"
+	[[ -x "${PG_BIN}/initdb" ]] || log::die "apt-get installed postgresql-15, but there is still no ${PG_BIN}/initdb"
 fi
 
 mkdir -p "${PG_DIR}"
@@ -56,34 +52,31 @@ PG_DIR="$(cd "${PG_DIR}" && pwd)"
 DATA="${PG_DIR}/data"
 LOG_FILE="${PG_DIR}/postgres.log"
 # A unix socket path is limited to 107 bytes.
-((${#PG_DIR} + 20 < 107)) || die "PG_DIR=${PG_DIR} is too long for a unix socket path: choose a shorter one"
+((${#PG_DIR} + 20 < 107)) || log::die "PG_DIR=${PG_DIR} is too long for a unix socket path: choose a shorter one"
 
 # as_server CMD...: run CMD as the user the server runs as.
 if [[ "$(id -u)" == 0 ]]; then
-	id "${PG_OS_USER}" >/dev/null 2>&1 || die "PostgreSQL refuses to run as root and there is no user ${PG_OS_USER} (set PG_OS_USER)"
+	id "${PG_OS_USER}" >/dev/null 2>&1 || log::die "PostgreSQL refuses to run as root and there is no user ${PG_OS_USER} (set PG_OS_USER)"
 	chown "${PG_OS_USER}:" "${PG_DIR}"
 	chmod 700 "${PG_DIR}"
 	runuser -u "${PG_OS_USER}" -- test -w "${PG_DIR}" ||
-		die "user ${PG_OS_USER} cannot reach ${PG_DIR} (a parent directory is not searchable by it): choose another PG_DIR"
+		log::die "user ${PG_OS_USER} cannot reach ${PG_DIR} (a parent directory is not searchable by it): choose another PG_DIR"
 	as_server() { runuser -u "${PG_OS_USER}" -- "$@"; }
 else
 	as_server() { "$@"; }
 fi
 
 # One postgres-up/postgres-down at a time per PG_DIR. The server must not inherit the lock's fd.
-if command -v flock >/dev/null 2>&1; then
-	exec 9>"${PG_DIR}/.lock"
-	flock -w 120 9 || die "could not lock ${PG_DIR}/.lock: another postgres-up/postgres-down is running"
-fi
+proc::lock "${PG_DIR}/.lock" || log::die "could not lock ${PG_DIR}/.lock: another postgres-up/postgres-down is running"
 
 if [[ ! -f "${DATA}/PG_VERSION" ]]; then
-	[[ ! -e "${DATA}" ]] || [[ -z "$(ls -A "${DATA}")" ]] || die "${DATA} exists but is no PostgreSQL data directory: remove it or choose another PG_DIR"
-	log "initdb ${DATA}"
+	[[ ! -e "${DATA}" ]] || [[ -z "$(ls -A "${DATA}")" ]] || log::die "${DATA} exists but is no PostgreSQL data directory: remove it or choose another PG_DIR"
+	log::info "initdb ${DATA}"
 	# Superuser `postgres` over the unix socket only (trust: the socket's directory is private to
 	# the server's user); TCP on 127.0.0.1 needs a password.
 	as_server "${PG_BIN}/initdb" -D "${DATA}" --username=postgres --encoding=UTF8 --locale=C.UTF-8 \
 		--auth-local=trust --auth-host=scram-sha-256 >"${PG_DIR}/initdb.log" 2>&1 ||
-		die "initdb failed: see ${PG_DIR}/initdb.log: $(tail -n 3 "${PG_DIR}/initdb.log")"
+		log::die "initdb failed: see ${PG_DIR}/initdb.log: $(tail -n 3 "${PG_DIR}/initdb.log")"
 	# A throwaway test server: durability is not wanted, speed is.
 	cat >>"${DATA}/postgresql.conf" <<-EOF
 
@@ -107,19 +100,19 @@ running_port() {
 }
 
 if port="$(running_port)"; then
-	[[ "${port}" == "${PG_PORT}" ]] || die "a server of ${DATA} is already running on port ${port}, not ${PG_PORT}: stop it with hack/postgres-down.sh"
-	log "already running (pid $(head -n 1 "${DATA}/postmaster.pid"), 127.0.0.1:${PG_PORT})"
+	[[ "${port}" == "${PG_PORT}" ]] || log::die "a server of ${DATA} is already running on port ${port}, not ${PG_PORT}: stop it with hack/postgres-down.sh"
+	log::info "already running (pid $(head -n 1 "${DATA}/postmaster.pid"), 127.0.0.1:${PG_PORT})"
 else
-	if (exec 3<>"/dev/tcp/127.0.0.1/${PG_PORT}") 2>/dev/null; then
-		die "port ${PG_PORT} on 127.0.0.1 is in use by another program: set PG_PORT"
+	if proc::port_in_use "${PG_PORT}"; then
+		log::die "port ${PG_PORT} on 127.0.0.1 is in use by another program: set PG_PORT"
 	fi
 	start=${SECONDS}
 	touch "${LOG_FILE}"
 	[[ "$(id -u)" != 0 ]] || chown "${PG_OS_USER}:" "${LOG_FILE}"
 	as_server "${PG_BIN}/pg_ctl" -D "${DATA}" -l "${LOG_FILE}" -w -t "${PG_TIMEOUT}" \
 		-o "-p ${PG_PORT}" start >/dev/null 9>&- ||
-		die "the server did not start: see ${LOG_FILE}: $(tail -n 5 "${LOG_FILE}")"
-	log "started (pid $(head -n 1 "${DATA}/postmaster.pid"), 127.0.0.1:${PG_PORT}, $((SECONDS - start))s)"
+		log::die "the server did not start: see ${LOG_FILE}: $(tail -n 5 "${LOG_FILE}")"
+	log::info "started (pid $(head -n 1 "${DATA}/postmaster.pid"), 127.0.0.1:${PG_PORT}, $((SECONDS - start))s)"
 fi
 
 # The role and database, (re)set on every run so that a changed PG_PASSWORD takes effect. The SQL
@@ -130,11 +123,11 @@ SELECT format('CREATE ROLE %I LOGIN', '${PG_USER}') WHERE NOT EXISTS (SELECT FRO
 ALTER ROLE ${PG_USER} LOGIN PASSWORD $(sql_literal "${PG_PASSWORD}");
 SELECT format('CREATE DATABASE %I OWNER %I', '${PG_USER}', '${PG_USER}') WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '${PG_USER}')\gexec
 EOF
-	die "could not create role and database ${PG_USER}: see ${LOG_FILE}"
+	log::die "could not create role and database ${PG_USER}: see ${LOG_FILE}"
 
 # Check what the tests will use: a password login over TCP.
 PGPASSWORD="${PG_PASSWORD}" "${PG_BIN}/psql" -X -q -w -h 127.0.0.1 -p "${PG_PORT}" -U "${PG_USER}" -d "${PG_USER}" \
-	-c 'SELECT 1' >/dev/null || die "cannot log in as ${PG_USER} on 127.0.0.1:${PG_PORT}"
+	-c 'SELECT 1' >/dev/null || log::die "cannot log in as ${PG_USER} on 127.0.0.1:${PG_PORT}"
 
 # urlenc S: S percent-encoded for the userinfo of a URL (all but RFC 3986 unreserved characters).
 urlenc() {
@@ -148,5 +141,5 @@ urlenc() {
 	done
 	printf '%s' "${out}"
 }
-log "ready: database ${PG_USER} on 127.0.0.1:${PG_PORT} (log ${LOG_FILE})"
+log::info "ready: database ${PG_USER} on 127.0.0.1:${PG_PORT} (log ${LOG_FILE})"
 echo "export PULUMI_TEST_POSTGRES_URL='postgres://${PG_USER}:$(urlenc "${PG_PASSWORD}")@127.0.0.1:${PG_PORT}/${PG_USER}?sslmode=disable'"

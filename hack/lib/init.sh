@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The shared library of the hack/ scripts, laid out as Kubernetes' hack/lib: every script starts
+#
+#   REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+#   source "${REPO_ROOT}/hack/lib/init.sh"
+#
+# and then has log::* (log.sh), proc::* (process.sh: pid files, locks, ports, starting and
+# stopping servers), util::* (util.sh: the --purge argument and directory of the *-down.sh
+# scripts), build::* (build.sh: stamped `go build`s of the tools modules) and cluster::*
+# (cluster.sh: the local cluster's components and lock). Sourcing defines functions and
+# variables (REPO_ROOT, LOG_NAME, CLUSTER_COMPONENTS); it runs nothing else.
+
+# Where the library's files are; REPO_ROOT for scripts that did not set it.
+HACK_LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="${REPO_ROOT:-$(cd "${HACK_LIB}/../.." && pwd)}"
+
+# shellcheck source=hack/lib/log.sh
+source "${HACK_LIB}/log.sh"
+# shellcheck source=hack/lib/process.sh
+source "${HACK_LIB}/process.sh"
+# shellcheck source=hack/lib/util.sh
+source "${HACK_LIB}/util.sh"
+# shellcheck source=hack/lib/build.sh
+source "${HACK_LIB}/build.sh"
+# shellcheck source=hack/lib/cluster.sh
+source "${HACK_LIB}/cluster.sh"
