@@ -26,6 +26,8 @@
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=hack/lib/init.sh
+source "${REPO_ROOT}/hack/lib/init.sh"
 DEST="${1:-${REPO_ROOT}/bin}"
 DEST="$(cd "${DEST}" && pwd)"
 PULUMI="${DEST}/pulumi"
@@ -36,11 +38,11 @@ export PULUMI_HOME="${DEST}/pulumi-home"
 # without a file.
 export PULUMI_SKIP_UPDATE_CHECK=true PULUMI_DIY_BACKEND_NO_LEGACY_WARNING=true
 
-[[ -x "${PULUMI}" ]] || { echo "install-plugins: no pulumi CLI at ${PULUMI}: run \`make tools\`" >&2; exit 1; }
+[[ -x "${PULUMI}" ]] || { log::info "no pulumi CLI at ${PULUMI}: run \`make tools\`"; exit 1; }
 
 K8S_VERSION="$(cd "${REPO_ROOT}" && go list -m -f '{{.Version}}' github.com/pulumi/pulumi-kubernetes/sdk/v4)"
 GO_LANG_VERSION="$("${PULUMI}" version)"
-[[ "${K8S_VERSION}" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "install-plugins: cannot read the Kubernetes SDK version from go.mod (${K8S_VERSION})" >&2; exit 1; }
+[[ "${K8S_VERSION}" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || { log::info "cannot read the Kubernetes SDK version from go.mod (${K8S_VERSION})"; exit 1; }
 
 # install KIND NAME VERSION FILE_VAR BINARY REQUIRED
 install_plugin() {
@@ -50,7 +52,7 @@ install_plugin() {
 	local stamp="${dir}.source" want="download" start=${SECONDS}
 	if [[ -n "${file}" ]]; then
 		if [[ ! -f "${file}" ]]; then
-			echo "install-plugins: ${file_var}=${file}: no such file" >&2
+			log::info "${file_var}=${file}: no such file"
 			return 1
 		fi
 		want="sha256:$(sha256sum "${file}" | cut -d' ' -f1)"
@@ -68,18 +70,18 @@ install_plugin() {
 	# directory needs PULUMI_DEV (../shared/plugins/README.md).
 	out="$(PULUMI_DEV=true timeout 600 "${PULUMI}" "${args[@]}" 2>&1)" || status=$?
 	if [[ ${status} -ne 0 || ! -x "${dir}/${binary}" ]]; then
-		local msg="install-plugins: could not install the ${name} ${kind} plugin ${version} (${binary}):
+		local msg="could not install the ${name} ${kind} plugin ${version} (${binary}):
   ${out//$'\n'/$'\n'  }
 Either
   - give the plugin file: ${file_var}=/path/to/${binary}-${version}-linux-amd64.tar.gz (or the binary), or
   - run where the official release can be downloaded (\`${PULUMI} plugin install ${kind} ${name} ${version}\`)."
-		echo "${msg}" >&2
+		log::info "${msg}"
 		if [[ "${required}" == "required" && "${PLUGINS_REQUIRED}" != "0" ]]; then
 			return 1
 		elif [[ "${required}" == "required" ]]; then
-			echo "install-plugins: going on without it (PLUGINS_REQUIRED=0): objects report PluginMissing, tests that need it SKIP (and fail under CI=true)" >&2
+			log::info "going on without it (PLUGINS_REQUIRED=0): objects report PluginMissing, tests that need it SKIP (and fail under CI=true)"
 		else
-			echo "install-plugins: going on without it: only the plain pulumi CLI running this project needs it" >&2
+			log::info "going on without it: only the plain pulumi CLI running this project needs it"
 		fi
 		return 0
 	fi
