@@ -22,7 +22,8 @@ all: build
 build:
 	go build -o $(BIN)/pulumi-operator .
 
-## tools: the pinned pulumi CLI and its plugins, the local cluster's binaries and MinIO (S3 backend tests).
+## tools: the pinned pulumi CLI and its plugins, the local cluster's binaries, controller-gen and MinIO
+## (S3 backend tests).
 ## A plugin that cannot be installed stops only CI (CI=true); elsewhere its error is printed and the
 ## tests that need it SKIP, loudly.
 tools: $(BIN)/pulumi
