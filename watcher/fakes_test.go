@@ -73,8 +73,10 @@ type fakeStacks struct {
 	upErr      error
 	upResult   stack.Result // Operation, times and outputs are filled in when zero
 	destroyErr error
-	cancelErr  error
-	ups        []stack.RunOptions
+	// destroyRecovered is the Result.Recovered of a destroy (pending operations resolved).
+	destroyRecovered []string
+	cancelErr        error
+	ups              []stack.RunOptions
 }
 
 func (s *fakeStacks) StackName(namespace, name string) (string, error) {
@@ -104,7 +106,8 @@ func (s *fakeStacks) Up(_ context.Context, d api.Desired, opts stack.RunOptions)
 func (s *fakeStacks) Destroy(_ context.Context, stackName string, _ stack.RunOptions) (stack.Result, error) {
 	s.j.add("destroy %s", stackName)
 	now := time.Now()
-	return stack.Result{Operation: "destroy", Start: now, End: now, Changes: map[string]int{"delete": 3}}, s.destroyErr
+	return stack.Result{Operation: "destroy", Start: now, End: now, Changes: map[string]int{"delete": 3},
+		Recovered: s.destroyRecovered}, s.destroyErr
 }
 
 func (s *fakeStacks) CancelLock(_ context.Context, stackName string) error {

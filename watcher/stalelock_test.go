@@ -1,0 +1,102 @@
+package watcher
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+// deadPid is the pid of a process of this host that has exited and been reaped.
+func deadPid(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("run true: %v", err)
+	}
+	return cmd.Process.Pid
+}
+
+// TestUnitStaleLock: an up that finds the stack locked removes the lock only when its owner
+// is gone (a process of this host that no longer runs, or any lock older than
+// Options.StaleLockTimeout); otherwise it waits. Either way the up is retried.
+func TestUnitStaleLock(t *testing.T) {
+	host, _ := os.Hostname()
+	const cancel = "cancel-lock test.ns.web"
+	for name, tc := range map[string]struct {
+		locks     func(t *testing.T) []stack.Lock
+		cancelErr error
+		cancel    bool
+		event     bool
+	}{
+		"owner process gone on this host": {
+			locks: func(t *testing.T) []stack.Lock {
+				return []stack.Lock{{Host: host, Pid: deadPid(t), Created: time.Now()}}
+			},
+			cancel: true, event: true,
+		},
+		"older than StaleLockTimeout, another host": {
+			locks: func(*testing.T) []stack.Lock {
+				return []stack.Lock{{Host: "elsewhere", Pid: 1, Created: time.Now().Add(-2 * time.Hour)}}
+			},
+			cancel: true, event: true,
+		},
+		"older than StaleLockTimeout, owner alive on this host": {
+			locks: func(*testing.T) []stack.Lock {
+				return []stack.Lock{{Host: host, Pid: os.Getpid(), Created: time.Now().Add(-2 * time.Hour)}}
+			},
+			cancel: true, event: true,
+		},
+		"recent lock of another host: wait": {
+			locks: func(*testing.T) []stack.Lock { return []stack.Lock{{Host: "elsewhere", Pid: 1, Created: time.Now()}} },
+		},
+		"owner alive on this host: wait": {
+			locks: func(*testing.T) []stack.Lock {
+				return []stack.Lock{{Host: host, Pid: os.Getpid(), Created: time.Now()}}
+			},
+		},
+		"two locks, one owner alive: wait": {
+			locks: func(t *testing.T) []stack.Lock {
+				return []stack.Lock{{Host: host, Pid: deadPid(t), Created: time.Now()}, {Host: host, Pid: os.Getpid(), Created: time.Now()}}
+			},
+		},
+		"no lock details (Pulumi Cloud): wait": {
+			locks: func(*testing.T) []stack.Lock { return nil },
+		},
+		"removing the lock fails: logged, no Event": {
+			locks: func(t *testing.T) []stack.Lock {
+				return []stack.Lock{{Host: host, Pid: deadPid(t), Created: time.Now()}}
+			},
+			cancelErr: errors.New("backend down"),
+			cancel:    true,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newUnit(t, Options{StaleLockTimeout: time.Hour})
+			f.stacks.upErr = &stack.OperationError{Summary: "locked", Err: stack.ErrLocked, Locks: tc.locks(t)}
+			f.stacks.cancelErr = tc.cancelErr
+			f.create(kch("web", nil, Finalizer))
+			if n := f.process("web"); n != 1 {
+				t.Errorf("a locked stack requeued %d times, want 1", n)
+			}
+			journal := []string{statusProgressing, "up refresh=false"}
+			if tc.cancel {
+				journal = append(journal, cancel)
+			}
+			journal = append(journal, "status Ready=False/UpdateConflict Reconciling=True/Retrying")
+			if got := f.journal.take(); !equalStrings(got, journal) {
+				t.Errorf("journal\n got %q\nwant %q", got, journal)
+			}
+			var events []string
+			if tc.event {
+				events = []string{"Warning " + ReasonStaleLockCleared}
+			}
+			if got := f.events(); !equalStrings(got, events) {
+				t.Errorf("events %q, want %q", got, events)
+			}
+		})
+	}
+}
