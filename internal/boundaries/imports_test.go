@@ -1,0 +1,143 @@
+// Package boundaries holds the test that enforces the package boundaries the package
+// comments state (STYLE.md "Layout shows the flow"): the data path is main -> commands ->
+// watcher -> stack -> infra, with api/v1 beside them, and three rules keep each concern in one
+// place. A boundary written only in a comment decays; this test reads the real import graph
+// (`go list -json`, the go command's own answer) of every non-test package, so a new import
+// that crosses a boundary fails here with the rule it breaks.
+package boundaries
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// module is the project's module path; packages are named relative to it below.
+const module = "github.com/pulumi-operator/pulumi-operator"
+
+// rule says which of the project's packages may import a package whose path starts with
+// prefix. Test files are exempt: a test may use any SDK to build its fixtures.
+type rule struct {
+	prefix  string
+	allowed []string // package paths relative to module
+	why     string
+}
+
+// tools are packages that measure or test the operator from outside (the benchmark, the test
+// environment); they may reach into every layer the way a user's tool would.
+var tools = []string{"hack/bench", "internal/testenv"}
+
+var rules = []rule{
+	{
+		prefix:  "github.com/pulumi/pulumi/sdk/v3/go/auto",
+		allowed: []string{"stack"},
+		why:     "only stack drives Pulumi through the Automation API",
+	},
+	{
+		prefix:  "github.com/pulumi/pulumi-kubernetes/sdk",
+		allowed: []string{"infra"},
+		why:     "only infra declares Kubernetes resources through the Pulumi SDK",
+	},
+	{
+		prefix:  "k8s.io/client-go/dynamic",
+		allowed: append([]string{"watcher", "commands"}, tools...),
+		why:     "only the watcher and the commands read KindCustomHttp objects from the API",
+	},
+}
+
+// layers: a project package may import only the project packages listed for it, so the data
+// path keeps one direction (nothing below imports what is above it).
+var layers = map[string][]string{
+	".":                {"commands"}, // main only wires the app (STYLE.md: main.go stays thin)
+	"commands":         {"api/v1", "envsource", "infra", "stack", "watcher", "internal/version"},
+	"api/v1":           {"internal/version"},
+	"infra":            {"api/v1", "internal/version"},
+	"stack":            {"api/v1", "infra", "internal/version"},
+	"envsource":        {"api/v1"},
+	"watcher":          {"api/v1", "envsource", "infra", "stack", "internal/version"},
+	"httpserver":       {"internal/version"},
+	"cmd/http-server":  {"httpserver", "internal/version"},
+	"internal/version": {},
+}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+}
+
+// listPackages returns every non-test package of the module with its direct imports.
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports", module+"/...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decode go list output: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) < 5 {
+		t.Fatalf("go list found %d packages; expected the whole module", len(pkgs))
+	}
+	return pkgs
+}
+
+func rel(path string) string {
+	if path == module {
+		return "."
+	}
+	return strings.TrimPrefix(path, module+"/")
+}
+
+func TestImportRules(t *testing.T) {
+	for _, p := range listPackages(t) {
+		from := rel(p.ImportPath)
+		for _, imp := range p.Imports {
+			for _, r := range rules {
+				if strings.HasPrefix(imp, r.prefix) && !slices.Contains(r.allowed, from) {
+					t.Errorf("%s imports %s: %s (allowed: %s)", from, imp, r.why, strings.Join(r.allowed, ", "))
+				}
+			}
+		}
+	}
+}
+
+func TestLayers(t *testing.T) {
+	seen := map[string]bool{}
+	for _, p := range listPackages(t) {
+		from := rel(p.ImportPath)
+		allowed, ok := layers[from]
+		if !ok {
+			continue // tools and test-only packages sit outside the data path
+		}
+		seen[from] = true
+		for _, imp := range p.Imports {
+			if !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			if to := rel(imp); !slices.Contains(allowed, to) {
+				t.Errorf("%s imports %s; its layer may import only %v", from, to, allowed)
+			}
+		}
+	}
+	for from := range layers {
+		if !seen[from] {
+			t.Errorf("package %s named in layers does not exist: update the table", from)
+		}
+	}
+}
