@@ -88,9 +88,10 @@ start() {
 
 # wait_for NAME DESCRIPTION COMMAND...: poll COMMAND until it succeeds, NAME dies, or TIMEOUT.
 wait_for() {
-	local name="$1" what="$2" rc=0
+	local name="$1" what="$2" pid rc=0
 	shift 2
-	proc::wait_until "$(pid_of "${name}")" "${name}" "${TIMEOUT}" "$@" || rc=$?
+	pid="$(cat "${PIDS}/${name}.pid" 2>/dev/null)" || true
+	proc::wait_until "${pid}" "${TIMEOUT}" "$@" || rc=$?
 	case "${rc}" in
 	1) fail "${name}" "${name} exited while waiting for ${what}" ;;
 	2) fail "${name}" "timed out after ${TIMEOUT}s waiting for ${what}" ;;

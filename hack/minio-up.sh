@@ -97,7 +97,7 @@ else
 		--certs-dir "${MINIO_DIR}/certs" "${DATA}"
 	pid="${PROC_PID}"
 	rc=0
-	proc::wait_until "${pid}" minio "${TIMEOUT}" ready || rc=$?
+	proc::wait_until "${pid}" "${TIMEOUT}" ready || rc=$?
 	case "${rc}" in
 	1) log::die "minio exited at startup: see ${LOG_FILE}: $(tail -n 5 "${LOG_FILE}")" ;;
 	2)

@@ -16,14 +16,20 @@ proc::state() {
 	REPLY="${stat:0:1}"
 }
 
-# proc::alive PID NAME: PID is a live process (neither zombie nor dead) whose argv[0] is NAME
-# (its base name), or that set its title to "NAME: ..." as PostgreSQL's processes do.
+# proc::running PID: PID is a process that is neither a zombie nor dead.
+proc::running() {
+	[[ "$1" =~ ^[0-9]+$ ]] && proc::state "$1" && [[ "${REPLY}" != Z && "${REPLY}" != X ]]
+}
+
+# proc::alive PID NAME: PID is running (proc::running) and its argv[0] is NAME (its base name),
+# or it set its title to "NAME: ..." as PostgreSQL's processes do: a pid read from a file may
+# have been reused by another program since.
 proc::alive() {
 	local pid="$1" name="$2" arg0=""
 	[[ "${pid}" =~ ^[0-9]+$ && -r "/proc/${pid}/cmdline" ]] || return 1
 	IFS= read -r -d '' arg0 2>/dev/null <"/proc/${pid}/cmdline" || [[ -n "${arg0}" ]] || return 1
 	[[ "${arg0##*/}" == "${name}" || "${arg0}" == "${name}:"* ]] || return 1
-	proc::state "${pid}" && [[ "${REPLY}" != Z && "${REPLY}" != X ]]
+	proc::running "${pid}"
 }
 
 # proc::pid_from_file FILE NAME: prints the pid on the first line of FILE when that process is
@@ -69,15 +75,16 @@ proc::start() {
 	echo "${PROC_PID}" >"${pidfile}"
 }
 
-# proc::wait_until PID NAME TIMEOUT COMMAND...: runs COMMAND (output discarded) every 0.2 s until
-# it succeeds (0), the server PID (NAME, proc::alive) is gone (1), or TIMEOUT seconds have
-# passed (2). COMMAND runs once more after each check, so a server that answers and then exits
-# still counts as ready.
+# proc::wait_until PID TIMEOUT COMMAND...: runs COMMAND (output discarded) every 0.2 s until it
+# succeeds (0), the server PID that proc::start started is no longer running (1), or TIMEOUT
+# seconds have passed (2). No name check (proc::alive): right after proc::start the process may
+# still be setsid or env, not yet the server, and the script is its parent, so its pid cannot
+# have gone to another program.
 proc::wait_until() {
-	local pid="$1" name="$2" deadline=$((SECONDS + $3))
-	shift 3
+	local pid="$1" deadline=$((SECONDS + $2))
+	shift 2
 	until "$@" >/dev/null 2>&1; do
-		proc::alive "${pid}" "${name}" || return 1
+		proc::running "${pid}" || return 1
 		((SECONDS < deadline)) || return 2
 		sleep 0.2
 	done
