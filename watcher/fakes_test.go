@@ -54,6 +54,13 @@ func (j *journal) add(format string, args ...any) {
 	j.entries = append(j.entries, fmt.Sprintf(format, args...))
 }
 
+// put replaces the entries with entries.
+func (j *journal) put(entries []string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.entries = entries
+}
+
 // take returns the entries recorded since the last take and forgets them.
 func (j *journal) take() []string {
 	j.mu.Lock()
@@ -280,7 +287,7 @@ func (f *unitFixture) change(name string, status bool, edit func(u *unstructured
 	u := f.stored(name)
 	edit(u)
 	kept := f.journal.take()
-	defer func() { f.journal.take(); f.journal.entries = kept }() // the test's write is no reconcile's
+	defer f.journal.put(kept) // the test's own write is no reconcile's doing
 	c := f.dyn.Resource(api.GroupVersionResource).Namespace(unitNS)
 	var err error
 	if status {
@@ -447,17 +454,4 @@ func wantCondition(t *testing.T, o *api.KindCustomHttp, typ string, status metav
 		t.Errorf("%s observedGeneration %d, status.observedGeneration %d, want %d",
 			typ, c.ObservedGeneration, o.Status.ObservedGeneration, o.Generation)
 	}
-}
-
-// equalStrings compares two lists, nil and empty alike.
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -3,6 +3,7 @@ package watcher
 import (
 	"errors"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -105,10 +106,10 @@ func TestUnitDelete(t *testing.T) {
 			if (err != nil) != tc.wantErr {
 				t.Errorf("reconcile: %v, want an error: %v", err, tc.wantErr)
 			}
-			if got := f.journal.take(); !equalStrings(got, tc.journal) {
+			if got := f.journal.take(); !slices.Equal(got, tc.journal) {
 				t.Errorf("journal\n got %q\nwant %q", got, tc.journal)
 			}
-			if got := f.events(); !equalStrings(got, tc.events) {
+			if got := f.events(); !slices.Equal(got, tc.events) {
 				t.Errorf("events %q, want %q", got, tc.events)
 			}
 			if !tc.wantErr {
@@ -146,7 +147,7 @@ func TestUnitDeleteOnce(t *testing.T) {
 	if err := f.reconcile("web"); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.journal.take(); !equalStrings(got, []string{"destroy test.ns.web", "deleted"}) {
+	if got := f.journal.take(); !slices.Equal(got, []string{"destroy test.ns.web", "deleted"}) {
 		t.Fatalf("first delete: %q", got)
 	}
 	// The cache still shows the object with its finalizer and deletionTimestamp.

@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -235,10 +236,10 @@ func TestUnitPlan(t *testing.T) {
 			if err := f.reconcile("web"); err != nil {
 				t.Fatalf("reconcile: %v", err)
 			}
-			if got := f.journal.take(); !equalStrings(got, tc.journal) {
+			if got := f.journal.take(); !slices.Equal(got, tc.journal) {
 				t.Errorf("journal\n got %q\nwant %q", got, tc.journal)
 			}
-			if got := f.events(); !equalStrings(got, tc.events) {
+			if got := f.events(); !slices.Equal(got, tc.events) {
 				t.Errorf("events %q, want %q", got, tc.events)
 			}
 			if tc.check != nil {
@@ -260,7 +261,7 @@ func TestUnitPlanStaleCache(t *testing.T) {
 	if err := f.reconcile("web"); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.journal.take(); !equalStrings(got, []string{statusProgressing, "up refresh=false", statusReady}) {
+	if got := f.journal.take(); !slices.Equal(got, []string{statusProgressing, "up refresh=false", statusReady}) {
 		t.Fatalf("first reconcile: %q", got)
 	}
 	// The cache still shows u, without any status.
@@ -280,7 +281,7 @@ func TestUnitPlanStaleCache(t *testing.T) {
 	if err := f.reconcile("web"); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.journal.take(); !equalStrings(got, []string{statusProgressing, "up refresh=true", statusReady}) {
+	if got := f.journal.take(); !slices.Equal(got, []string{statusProgressing, "up refresh=true", statusReady}) {
 		t.Fatalf("request: %q", got)
 	}
 	if err := f.w.informer.GetIndexer().Update(stale); err != nil {

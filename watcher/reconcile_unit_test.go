@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -126,10 +127,10 @@ func TestUnitStallVsFail(t *testing.T) {
 			if result == "" {
 				result = map[bool]string{true: "success", false: "error"}[stalled]
 			}
-			if got := f.journal.take(); !equalStrings(got, journal) {
+			if got := f.journal.take(); !slices.Equal(got, journal) {
 				t.Errorf("journal\n got %q\nwant %q", got, journal)
 			}
-			if got := f.events(); !equalStrings(got, events) {
+			if got := f.events(); !slices.Equal(got, events) {
 				t.Errorf("events %q, want %q", got, events)
 			}
 			if v := counter(t, f.registry, "pulumi_operator_reconciles_total", "result", result); v != 1 {
@@ -165,7 +166,7 @@ func TestUnitStallReportsOnce(t *testing.T) {
 	if err := f.reconcile("web"); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.journal.take(); !equalStrings(got, []string{statusProgressing, "up refresh=false", "status Ready=False/ReplicasUnavailable Reconciling=True/ReplicasUnavailable"}) {
+	if got := f.journal.take(); !slices.Equal(got, []string{statusProgressing, "up refresh=false", "status Ready=False/ReplicasUnavailable Reconciling=True/ReplicasUnavailable"}) {
 		t.Errorf("after the fix: %q", got)
 	}
 	wantCondition(t, f.storedCR("web"), ConditionStalled, metav1.ConditionFalse, ReasonReplicasUnavailable)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"testing"
 	"time"
 
@@ -87,14 +88,14 @@ func TestUnitStaleLock(t *testing.T) {
 				journal = append(journal, cancel)
 			}
 			journal = append(journal, "status Ready=False/UpdateConflict Reconciling=True/Retrying")
-			if got := f.journal.take(); !equalStrings(got, journal) {
+			if got := f.journal.take(); !slices.Equal(got, journal) {
 				t.Errorf("journal\n got %q\nwant %q", got, journal)
 			}
 			var events []string
 			if tc.event {
 				events = []string{"Warning " + ReasonStaleLockCleared}
 			}
-			if got := f.events(); !equalStrings(got, events) {
+			if got := f.events(); !slices.Equal(got, events) {
 				t.Errorf("events %q, want %q", got, events)
 			}
 		})

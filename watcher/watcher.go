@@ -41,9 +41,10 @@ const Finalizer = "groupsp.measutosh.dev/pulumi-stack"
 // FieldManager names the watcher in managedFields (finalizer and status writes).
 const FieldManager = "pulumi-operator"
 
-// Stacks is what the watcher needs from package stack. *stack.Manager implements it; tests
-// put their own implementation in front of it where they must make Pulumi fail on purpose or
-// where the Kubernetes provider plugin is absent.
+// Stacks is what the watcher needs from package stack. ManagerStacks adapts a *stack.Manager
+// to it; integration tests put their own implementation in front of that where they must make
+// Pulumi fail on purpose or where the Kubernetes provider plugin is absent, and the unit tests
+// (TestUnit*, fakes_test.go) replace it with a fake that records calls and fails on demand.
 type Stacks interface {
 	// StackName is the stack of namespace/name.
 	StackName(namespace, name string) (string, error)
