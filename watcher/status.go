@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -97,14 +98,34 @@ func setReadiness(st *api.KindCustomHttpStatus, gen int64, ready bool, msg strin
 	setCondition(st, gen, ConditionStalled, metav1.ConditionFalse, ReasonReplicasUnavailable, msg)
 }
 
+// maxConditionMessage is metav1.Condition's limit on message, in bytes (its
+// +kubebuilder:validation:MaxLength=32768, which the generated CRD enforces): a longer message
+// makes the apiserver reject the whole status write.
+const maxConditionMessage = 32768
+
+// clipMessage cuts msg to maxConditionMessage bytes at a rune boundary, marking the cut, so
+// that an error message echoing a long user input (an invalid configMapData key, say) still
+// reaches status.
+func clipMessage(msg string) string {
+	const mark = " [...]"
+	if len(msg) <= maxConditionMessage {
+		return msg
+	}
+	cut := maxConditionMessage - len(mark)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + mark
+}
+
 // setCondition sets one condition on st through apimachinery's helper, which keeps
-// lastTransitionTime unless the status flips.
+// lastTransitionTime unless the status flips. The message is clipped to what the CRD allows.
 func setCondition(st *api.KindCustomHttpStatus, generation int64, typ string, status metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type:               typ,
 		Status:             status,
 		Reason:             reason,
-		Message:            msg,
+		Message:            clipMessage(msg),
 		ObservedGeneration: generation,
 	})
 }
