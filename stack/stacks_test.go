@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Several ListStacks at once (the laptop's `list` beside a watcher, or two laptops on one
+// Several ListStacks at once (`pulumi-operator stacks` beside a watcher, or two laptops on one
 // workspace root) each see the stacks, and leave no workspace directory behind: each lists
 // from a directory of its own, which no other call removes under it.
 func TestListStacksAtOnce(t *testing.T) {
