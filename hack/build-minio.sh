@@ -11,22 +11,16 @@
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEST="${1:-${REPO_ROOT}/bin}"
-mkdir -p "${DEST}"
-DEST="$(cd "${DEST}" && pwd)"
-STAMPS="${DEST}/.stamps"
-mkdir -p "${STAMPS}"
-FORCE="${FORCE:-0}"
+# shellcheck source=hack/lib/init.sh
+source "${REPO_ROOT}/hack/lib/init.sh"
+build::init "${1:-${REPO_ROOT}/bin}"
 DIR="${REPO_ROOT}/hack/tools/minio"
 PKG="github.com/minio/minio"
-
-command -v go >/dev/null 2>&1 || { echo "build-minio: go is not on PATH" >&2; exit 1; }
-GO_VERSION="$(go env GOVERSION)"
 
 # The version information MinIO's Makefile injects (buildscripts/gen-ldflags.go), derived from the
 # pinned pseudo-version v0.0.0-YYYYMMDDhhmmss-<commit>; without it `minio --version` says
 # DEVELOPMENT.GOGET.
-MOD_VERSION="$(cd "${DIR}" && go list -m -f '{{.Version}}' "${PKG}")"
+MOD_VERSION="$(build::module_version "${DIR}" "${PKG}")"
 if [[ "${MOD_VERSION}" =~ ^v0\.0\.0-([0-9]{4})([0-9]{2})([0-9]{2})([0-9]{2})([0-9]{2})([0-9]{2})-([0-9a-f]{12})$ ]]; then
 	m=("${BASH_REMATCH[@]}")
 	VERSION="${m[1]}-${m[2]}-${m[3]}T${m[4]}:${m[5]}:${m[6]}Z"
@@ -37,21 +31,5 @@ else
 	LDFLAGS="-s -w"
 fi
 
-out="${DEST}/minio"
-stamp_file="${STAMPS}/minio"
-want="$({
-	echo "go=${GO_VERSION}"
-	echo "args=${PKG} ${LDFLAGS}"
-	cat "${DIR}/go.mod" "${DIR}/go.sum"
-} | sha256sum | cut -d' ' -f1)"
-if [[ "${FORCE}" != "1" && -x "${out}" && -f "${stamp_file}" && "$(cat "${stamp_file}")" == "${want}" ]]; then
-	echo "minio: up to date (${out})"
-	exit 0
-fi
-start=${SECONDS}
-rm -f "${stamp_file}"
 # As MinIO's Makefile builds it: static (CGO_ENABLED=0), tag kqueue, -trimpath.
-(cd "${DIR}" && CGO_ENABLED=0 go build -tags kqueue -trimpath -ldflags "${LDFLAGS}" -o "${out}.tmp" "${PKG}")
-mv -f "${out}.tmp" "${out}"
-echo "${want}" >"${stamp_file}"
-echo "minio: built ${out} ($((SECONDS - start))s)"
+CGO_ENABLED=0 build::go minio "${DIR}" "${PKG}" "${LDFLAGS}" -tags kqueue
