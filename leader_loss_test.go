@@ -51,11 +51,11 @@ func TestLeaderLossCancelsOperations(t *testing.T) {
 
 	type replica struct {
 		cmd    *exec.Cmd
-		logs   *syncBuffer
+		logs   *testenv.SyncBuffer
 		exited chan error
 	}
 	start := func(name string) *replica {
-		r := &replica{logs: &syncBuffer{}, exited: make(chan error, 1)}
+		r := &replica{logs: &testenv.SyncBuffer{}, exited: make(chan error, 1)}
 		r.cmd = exec.Command(bin, "--kubeconfig", c.Kubeconfig, "--state-dir", state, "--cluster-name", "loss",
 			"--pulumi", cli, "watch", "--namespace", ns, "--leader-elect", "--leader-election-namespace", ns,
 			"--health-addr", "", "--metrics-addr", "", "--workers", "1")

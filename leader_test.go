@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,24 +19,6 @@ import (
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for a process writing and a test reading.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // buildOperator builds this package's binary into a temporary directory.
 func buildOperator(t *testing.T) string {
@@ -62,8 +42,8 @@ func TestLeaderElection(t *testing.T) {
 	cli := testenv.PulumiCLI(t)
 	bin := buildOperator(t)
 	state := t.TempDir()
-	start := func(name string) (*exec.Cmd, *syncBuffer) {
-		logs := &syncBuffer{}
+	start := func(name string) (*exec.Cmd, *testenv.SyncBuffer) {
+		logs := &testenv.SyncBuffer{}
 		cmd := exec.Command(bin, "--kubeconfig", c.Kubeconfig, "--state-dir", state, "--cluster-name", "le",
 			"--pulumi", cli, "watch", "--namespace", ns, "--leader-elect", "--leader-election-namespace", ns,
 			"--health-addr", "", "--metrics-addr", "")
@@ -81,7 +61,7 @@ func TestLeaderElection(t *testing.T) {
 		})
 		return cmd, logs
 	}
-	waitLog := func(logs *syncBuffer, what string, timeout time.Duration) time.Duration {
+	waitLog := func(logs *testenv.SyncBuffer, what string, timeout time.Duration) time.Duration {
 		t.Helper()
 		begin := time.Now()
 		err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true,

@@ -49,10 +49,10 @@ type runResult struct {
 
 // start runs the CLI like run, in the background: out shows its stdout while it runs, done
 // yields the result when it ends.
-func (l *runner) start(args ...string) (out *syncBuffer, done <-chan runResult) {
+func (l *runner) start(args ...string) (out *testenv.SyncBuffer, done <-chan runResult) {
 	l.t.Helper()
 	app := App()
-	out = &syncBuffer{}
+	out = &testenv.SyncBuffer{}
 	var errOut bytes.Buffer
 	app.Writer, app.ErrWriter = out, &errOut
 	full := append([]string{"pulumi-operator", "--kubeconfig", l.kc, "--backend-url", "file://" + l.backend,
@@ -67,25 +67,6 @@ func (l *runner) start(args ...string) (out *syncBuffer, done <-chan runResult) 
 		ch <- runResult{stdout: out.String(), stderr: errOut.String(), code: ExitCode(err)}
 	}()
 	return out, ch
-}
-
-// syncBuffer is a bytes.Buffer safe for a command writing and a test reading. (The top-level
-// leader tests have their own: test helpers do not cross packages.)
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func (l *runner) stacks() []string {
