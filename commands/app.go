@@ -28,7 +28,9 @@ type config struct {
 	clusterName  string
 	logFormat    string
 	verbose      bool
-	explicitFile bool // --project-file was given: a missing file is an error
+	kubeQPS      float64 // client-go's rest.Config QPS: sustained API requests per second
+	kubeBurst    int     // client-go's rest.Config Burst: requests allowed at once above QPS
+	explicitFile bool    // --project-file was given: a missing file is an error
 
 	namespace   string
 	selector    string
@@ -79,9 +81,16 @@ func App() *cli.App {
 				Usage: "log `FORMAT`: text or json"},
 			&cli.BoolFlag{Name: "verbose", EnvVars: []string{"PULUMI_OPERATOR_VERBOSE"}, Destination: &cfg.verbose,
 				Usage: "debug logs"},
+			&cli.Float64Flag{Name: "kube-api-qps", EnvVars: []string{"PULUMI_OPERATOR_KUBE_API_QPS"}, Value: defaultKubeQPS, Destination: &cfg.kubeQPS,
+				Usage: "sustained Kubernetes API requests per `SECOND` of this process (client-go's default, 5, throttles a burst of objects)"},
+			&cli.IntFlag{Name: "kube-api-burst", EnvVars: []string{"PULUMI_OPERATOR_KUBE_API_BURST"}, Value: defaultKubeBurst, Destination: &cfg.kubeBurst,
+				Usage: "Kubernetes API requests allowed at once above --kube-api-qps (`N`)"},
 		},
 		Before: func(c *cli.Context) error {
 			cfg.explicitFile = c.IsSet("project-file")
+			if err := checkKubeAPILimits(cfg); err != nil {
+				return cli.Exit(err.Error(), ExitInvalidInput)
+			}
 			return setupLogging(cfg)
 		},
 		Commands: []*cli.Command{

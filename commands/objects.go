@@ -38,7 +38,7 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 	var client dynamic.Interface
 	needCluster := of.fromCluster != "" || cfg.clusterName == ""
 	if needCluster {
-		rc, err := restConfig(cfg.kubeconfig)
+		rc, err := restConfig(cfg)
 		if err != nil {
 			return cli.Exit(err.Error(), ExitInvalidInput)
 		}
@@ -138,7 +138,7 @@ func envDigests(ctx context.Context, cfg *config, docs []api.Document) error {
 			continue
 		}
 		if kube == nil {
-			rc, err := restConfig(cfg.kubeconfig)
+			rc, err := restConfig(cfg)
 			if err != nil {
 				return fmt.Errorf("%s: spec.envFrom needs the cluster: %w", docs[i].Where(), err)
 			}

@@ -18,9 +18,33 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
-// restConfig loads kubeconfig (a path, or KUBECONFIG's list) and otherwise the in-cluster
-// config, then ~/.kube/config: client-go's own loading rules.
-func restConfig(kubeconfig string) (*rest.Config, error) {
+// Client-side rate limits of the Kubernetes clients, Flux's defaults (fluxcd/pkg/runtime/client:
+// --kube-api-qps 50, --kube-api-burst 300). client-go's own, 5 and 10, allow 5 requests a second
+// once 10 are spent: a burst of new objects, each a finalizer write and two status writes, then
+// waits on the limiter rather than on Pulumi.
+const (
+	defaultKubeQPS   = 50.0
+	defaultKubeBurst = 300
+)
+
+// checkKubeAPILimits rejects --kube-api-qps and --kube-api-burst values client-go cannot use:
+// QPS must be above 0 (client-go reads 0 as "use the default 5", and a negative one disables the
+// limiter), Burst at least 1 (with a positive QPS client-go requires it).
+func checkKubeAPILimits(cfg *config) error {
+	if !(cfg.kubeQPS > 0) { // also catches NaN
+		return fmt.Errorf("--kube-api-qps %v: want a number of requests per second above 0", cfg.kubeQPS)
+	}
+	if cfg.kubeBurst < 1 {
+		return fmt.Errorf("--kube-api-burst %d: want at least 1", cfg.kubeBurst)
+	}
+	return nil
+}
+
+// restConfig loads cfg.kubeconfig (a path, or KUBECONFIG's list) and otherwise the in-cluster
+// config, then ~/.kube/config: client-go's own loading rules; with cfg's client-side rate
+// limits (--kube-api-qps, --kube-api-burst).
+func restConfig(cfg *config) (*rest.Config, error) {
+	kubeconfig := cfg.kubeconfig
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if kubeconfig != "" && !strings.Contains(kubeconfig, string(os.PathListSeparator)) {
 		rules.ExplicitPath = kubeconfig
@@ -30,6 +54,7 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("load Kubernetes client config (set --kubeconfig or KUBECONFIG, or run in a cluster): %w", err)
 	}
 	rc.UserAgent = "pulumi-operator"
+	rc.QPS, rc.Burst = float32(cfg.kubeQPS), cfg.kubeBurst
 	return rc, nil
 }
 

@@ -74,7 +74,7 @@ func runWatch(parent context.Context, cfg *config) error {
 	}
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rc, err := restConfig(cfg.kubeconfig)
+	rc, err := restConfig(cfg)
 	if err != nil {
 		return err
 	}
