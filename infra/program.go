@@ -1,7 +1,7 @@
 // Package infra is the Pulumi program of one KindCustomHttp: a pure function from its desired
 // state to the ConfigMap, Deployment and Service it declares. It is the only package that
-// declares Kubernetes resources; the watcher, the commands and the tests all run the
-// same program.
+// declares Kubernetes resources (imports the Pulumi Kubernetes SDK; internal/boundaries
+// enforces it); the watcher, the commands and the tests all run the same program.
 package infra
 
 import (

@@ -1,6 +1,7 @@
 // Package stack runs Pulumi through its Automation API: one stack per KindCustomHttp, against
 // one state backend. It is the only package of the operator (tests aside) that imports
-// Pulumi's Automation API (auto and its opt* packages); the rest of the operator sees Manager,
+// Pulumi's Automation API (auto and its opt* packages; internal/boundaries enforces it); the
+// rest of the operator sees Manager,
 // Result, RunOptions and the sentinel errors, never an auto type.
 //
 // A Manager holds one project (Config.Project), one backend (Config.BackendURL), one pulumi

@@ -2,8 +2,9 @@
 // rate-limited workqueue keyed by namespace/name, and each worker brings the object's Pulumi
 // stack up to date (through package stack), keeps a finalizer so that deletion destroys the
 // stack first, watches the objects the stack owns to report replica health and repair drift,
-// and writes status and Events back. It is the only package that talks to the Kubernetes API
-// about KindCustomHttp objects.
+// and writes status and Events back. It and package commands are the only packages that read
+// KindCustomHttp objects from the Kubernetes API (the dynamic client); internal/boundaries
+// enforces that over the import graph.
 package watcher
 
 import (
