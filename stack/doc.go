@@ -1,8 +1,8 @@
 // Package stack runs Pulumi through its Automation API: one stack per KindCustomHttp, against
 // one state backend. It is the only package of the operator (tests aside) that imports
 // Pulumi's Automation API (auto and its opt* packages; internal/boundaries enforces it); the
-// rest of the operator sees Manager,
-// Result, RunOptions and the sentinel errors, never an auto type.
+// rest of the operator sees Manager, Result, RunOptions and the sentinel errors, never an
+// auto type.
 //
 // A Manager holds one project (Config.Project), one backend (Config.BackendURL), one pulumi
 // CLI and its environment, fixed by New. Each stack gets a local workspace directory of its
