@@ -5,56 +5,21 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
-// holdLock starts an up of the existing stack name whose program blocks, and returns once that
-// update certainly holds the stack's lock: its program runs (the CLI takes the lock before it
-// runs the program) and the engine has applied the program's one registration (so no
-// checkpoint write is under way while the test probes). release unblocks the program and
-// returns the update's error, once it ended; the test's end releases it too, and waits for it.
+// holdLock holds the lock of the existing stack name with a blocked up (testenv.HoldLock).
 func holdLock(t *testing.T, m *Manager, name string) (release func() error) {
 	t.Helper()
-	held, unblock := make(chan struct{}), make(chan struct{})
-	var heldOnce, unblockOnce sync.Once
-	prog := func(ctx *pulumi.Context) error {
-		var c pulumi.ResourceState
-		if err := ctx.RegisterComponentResource("test:index:LockHolder", "holder", &c); err != nil {
-			return err
-		}
-		// The URN resolves when the engine answers the registration, after it wrote the step.
-		c.URN().ApplyT(func(pulumi.URN) int { heldOnce.Do(func() { close(held) }); return 0 })
-		<-unblock
-		return nil
-	}
-	finished := make(chan struct{})
-	var result error
-	go func() {
-		_, result = m.Up(context.Background(), name, prog, RunOptions{})
-		close(finished)
-	}()
-	stop := func() { unblockOnce.Do(func() { close(unblock) }) }
-	release = func() error { stop(); <-finished; return result }
-	// Before the test's directories go: the update writes into them until it ends.
-	t.Cleanup(func() {
-		stop()
-		select {
-		case <-finished:
-		case <-time.After(2 * time.Minute):
-		}
+	return testenv.HoldLock(t, func(ctx context.Context, prog pulumi.RunFunc) error {
+		_, err := m.Up(ctx, name, prog, RunOptions{})
+		return err
 	})
-	select {
-	case <-held:
-	case <-finished:
-		t.Fatalf("the lock holder's up ended before its program ran: %v", result)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the lock holder's program never ran")
-	}
-	return release
 }
 
 // A second update of a stack that is being updated gets ErrLocked, naming the holder, not a
