@@ -2,9 +2,10 @@
 // types, their defaults, their validation and the conversion from the unstructured objects
 // that the dynamic client hands out.
 //
-// The spec's required fields (replicaCount, port, configMapData) keep the exact names and
-// meaning of the kubebuilder operator this project replaces, so that existing manifests apply
-// unchanged (../shared/ORIGINAL-SYSTEM.md). Every field added since is optional and defaulted.
+// The spec keeps the fields of the kubebuilder operator this project replaces with their exact
+// names and meaning (replicaCount and port required, configMapData optional), so that existing
+// manifests apply unchanged (../shared/ORIGINAL-SYSTEM.md). Every field added since is optional
+// and defaulted.
 //
 // The CRD (config/crd) is generated from these types by controller-gen (`make manifests`): the
 // +kubebuilder markers below set its validation, printer columns and subresources, and every
