@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pulumi-operator/pulumi-operator/internal/version"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
@@ -60,6 +61,7 @@ func App() *cli.App {
 			"   shown with it. Stacks: one per KindCustomHttp, named <cluster>.<namespace>.<name>, shared by\n" +
 			"   `watch` in the cluster and `up`/`preview`/`refresh`/`destroy` on a laptop or in CI.",
 		EnableBashCompletion: true,
+		Version:              "v" + version.Version,
 		// main decides the exit code; urfave/cli would otherwise exit from inside Run.
 		ExitErrHandler: func(*cli.Context, error) {},
 		Flags: []cli.Flag{
@@ -100,6 +102,7 @@ func App() *cli.App {
 			refreshCommand(cfg, of),
 			destroyCommand(cfg, of),
 			stacksCommand(cfg, of),
+			versionCommand(cfg),
 			completionCommand(),
 		},
 	}

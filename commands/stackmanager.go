@@ -78,13 +78,9 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 	if backend == "" {
 		backend = "file://" + filepath.Join(cfg.stateDir, "backend")
 	}
-	pulumiPath := cfg.pulumiPath
-	if pulumiPath == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, "", fmt.Errorf("find pinned pulumi CLI: %w (pass --pulumi)", err)
-		}
-		pulumiPath = filepath.Join(filepath.Dir(exe), "pulumi")
+	pulumiPath, err := pulumiCLIPath(cfg)
+	if err != nil {
+		return nil, "", err
 	}
 	cluster := cfg.clusterName
 	if cluster == "" {

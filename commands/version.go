@@ -1,0 +1,83 @@
+package commands
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/version"
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+// cliVersionTimeout bounds `pulumi version`: it reads no state and answers in well under a
+// second, so a CLI that takes longer is reported as not answering rather than waited for.
+const cliVersionTimeout = 10 * time.Second
+
+// versionCommand is `version`: what runs the stacks, and where it was found. `--version` (of
+// the app) prints the operator's version alone.
+func versionCommand(cfg *config) *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the versions of the operator, the pulumi CLI and the Kubernetes provider plugin, and where each was found",
+		Action: func(c *cli.Context) error {
+			return printVersion(c.Context, c.App.Writer, cfg)
+		},
+	}
+}
+
+// pulumiCLIPath is the pulumi CLI the operator runs: --pulumi, else the pinned CLI next to
+// this binary. Errors only when the executable's own path is unknown.
+func pulumiCLIPath(cfg *config) (string, error) {
+	if cfg.pulumiPath != "" {
+		return cfg.pulumiPath, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find pinned pulumi CLI: %w (pass --pulumi)", err)
+	}
+	return filepath.Join(filepath.Dir(exe), "pulumi"), nil
+}
+
+// printVersion writes one line each: the operator's version; the pulumi CLI's (`pulumi
+// version`) and path; the Kubernetes provider plugin's and path, with the Pulumi home it was
+// looked up in. A part that is missing is reported on its line with the reason and what to do;
+// that is no error, so that `version` always answers (like `kubectl version` without a server).
+func printVersion(ctx context.Context, out io.Writer, cfg *config) error {
+	fmt.Fprintf(out, "pulumi-operator: v%s (pins pulumi v%s, Kubernetes provider v%s)\n",
+		version.Version, stack.PinnedCLIVersion, stack.KubernetesPluginVersion)
+	path, err := pulumiCLIPath(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "pulumi CLI: %s\n", cliVersion(ctx, path))
+	home := stack.DefaultPulumiHome(path)
+	shownHome := home
+	if shownHome == "" {
+		shownHome = "~/.pulumi (Pulumi's default)"
+	}
+	if plugin, err := stack.FindKubernetesPlugin(home); err != nil {
+		fmt.Fprintf(out, "Kubernetes provider plugin: not found (%v)\n", err)
+	} else {
+		fmt.Fprintf(out, "Kubernetes provider plugin: v%s at %s (Pulumi home %s)\n", stack.KubernetesPluginVersion, plugin, shownHome)
+	}
+	return nil
+}
+
+// cliVersion is "<version> at <path>" from `<path> version`, or "not found at <path> (...)"
+// saying why and how to get the pinned CLI.
+func cliVersion(ctx context.Context, path string) string {
+	ctx, cancel := context.WithTimeout(ctx, cliVersionTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "version").Output()
+	if err != nil {
+		return fmt.Sprintf("not found at %s (%v; build the pinned CLI with `make tools` or pass --pulumi)", path, err)
+	}
+	return strings.TrimSpace(string(out)) + " at " + path
+}
