@@ -2,8 +2,10 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,14 +72,18 @@ func printVersion(ctx context.Context, out io.Writer, cfg *config) error {
 	return nil
 }
 
-// cliVersion is "<version> at <path>" from `<path> version`, or "not found at <path> (...)"
-// saying why and how to get the pinned CLI.
+// cliVersion is "<version> at <path>" from `<path> version`, or "not found at <path> (...)" /
+// "did not answer at <path> (...)" (it exists but failed or timed out), saying how to get the
+// pinned CLI.
 func cliVersion(ctx context.Context, path string) string {
 	ctx, cancel := context.WithTimeout(ctx, cliVersionTimeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, path, "version").Output()
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Sprintf("not found at %s (%v; build the pinned CLI with `make tools` or pass --pulumi)", path, err)
+	}
+	if err != nil {
+		return fmt.Sprintf("did not answer at %s (`%s version`: %v; rebuild the pinned CLI with `make tools` or pass --pulumi)", path, path, err)
 	}
 	return strings.TrimSpace(string(out)) + " at " + path
 }

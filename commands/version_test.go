@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -67,5 +68,15 @@ func TestVersionMissingParts(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("version output lacks %q:\n%s", want, out)
 		}
+	}
+
+	// A CLI that exists but fails is not reported as missing.
+	broken := dir + "/broken-pulumi"
+	if err := os.WriteFile(broken, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, _ = runApp(t, "--pulumi", broken, "version")
+	if want := "pulumi CLI: did not answer at " + broken; !strings.Contains(out, want) {
+		t.Errorf("version output lacks %q:\n%s", want, out)
 	}
 }
