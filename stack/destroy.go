@@ -6,46 +6,28 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/pulumi/pulumi/sdk/v3/go/auto"
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 )
 
-// destroyOptions are `pulumi destroy`'s options for RunOptions: color and progress only
-// (RunOptions.Refresh and Diff are for up and preview). Destroy adds optdestroy.Remove.
-var destroyOptions = optionSet[optdestroy.Option]{
-	color: optdestroy.Color, progress: optdestroy.ProgressStreams, suppress: optdestroy.SuppressProgress,
-}
-
-// Destroy deletes every resource of the stack and then removes the stack from the backend.
-// The stack is removed only after destroy succeeded, so a failed destroy leaves the state
-// that records what still exists. A stack that does not exist is already destroyed: Destroy
-// runs no destroy, only makes sure no lock of the stack is left behind (sweepRemoved), and
-// returns a Result with no changes and nil, or ErrLocked when a dead update's lock remains.
+// Destroy deletes every resource of the stack and then removes the stack from the backend,
+// in one CLI run (`pulumi destroy --remove`) on a stack this process knows. The stack is
+// removed only after the destroy succeeded, so a failed destroy leaves the state that
+// records what still exists. A stack that does not exist is already destroyed: Destroy runs
+// no destroy, only makes sure no lock of the stack is left behind (sweepRemoved), and returns
+// a Result with no changes and nil, or ErrLocked when a dead update's lock remains.
 func (m *Manager) Destroy(ctx context.Context, stackName string, opts RunOptions) (Result, error) {
 	res := Result{Operation: "destroy", Start: time.Now()}
-	st, err := m.open(ctx, stackName, emptyProgram, false)
+	// A pending create left by a killed up is an object the destroy would not delete: ready
+	// (in operate) adopts it first.
+	_, found, err := m.operate(ctx, stackName, false, &res, func() (engineOutcome, error) {
+		return m.engine(ctx, stackName, "destroy", nil, []string{"--yes", "--skip-preview", "--remove"}, opts)
+	})
 	if err != nil {
-		if auto.IsSelectStack404Error(err) {
-			err = m.sweepRemoved(ctx, stackName)
-			res.End = time.Now()
-			return res, err
-		}
-		return res, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
-	}
-	// A pending create left by a killed up is an object the destroy would not delete.
-	if res.Recovered, err = m.settlePending(ctx, st, stackName); err != nil {
 		return res, err
 	}
-	o := append(destroyOptions.options(m.streams(opts), opts), optdestroy.Remove())
-	d, err := st.Destroy(ctx, o...)
-	res.End = time.Now()
-	if err != nil {
-		m.recordPending(stackName)
-		return res, fmt.Errorf("destroy stack %s: %w", stackName, m.classifyStack(stackName, err))
-	}
-	if d.Summary.ResourceChanges != nil {
-		res.Changes = *d.Summary.ResourceChanges
+	if !found {
+		err = m.sweepRemoved(ctx, stackName)
+		res.End = time.Now()
+		return res, err
 	}
 	if err := m.forget(stackName); err != nil {
 		return res, err

@@ -63,9 +63,10 @@ func (e *OperationError) Unwrap() []error {
 	return []error{e.Err}
 }
 
-// classify turns an Automation API error into an *OperationError carrying ErrLocked,
-// ErrBackendUnavailable or ErrPluginMissing where they apply; nil stays nil. It must see the
-// auto package's own error value: the auto.Is* helpers do not unwrap.
+// classify turns an Automation API error or a *cliError (a CLI run of engine) into an
+// *OperationError carrying ErrLocked, ErrBackendUnavailable or ErrPluginMissing where they
+// apply; nil stays nil. It must see the auto package's own error value: the auto.Is* helpers
+// do not unwrap.
 //
 // A torn checkpoint read is a plain failure here: whether it is a lock's wait depends on the
 // stack's lock, which only classifyStack can look at.
@@ -75,7 +76,7 @@ func classify(err error) error {
 	}
 	oe := &OperationError{Err: redactErr(err), Summary: summarize(redactPasswords(err.Error()))}
 	switch {
-	case auto.IsConcurrentUpdateError(err):
+	case auto.IsConcurrentUpdateError(err) || lockedByAnother(err):
 		oe.kind = ErrLocked
 		oe.Locks = parseLocks(err.Error())
 	case backendUnavailable(err.Error()):
@@ -141,18 +142,23 @@ func pluginMissing(msg string) bool {
 		(strings.Contains(msg, "plugin") && strings.Contains(msg, "not found"))
 }
 
-// summarize keeps the lines of a CLI error that say what went wrong.
+// summarize keeps the lines of a CLI error that say what went wrong: its "error:" lines, each
+// with the "* ..." items that follow it (how the engine lists a program's errors: "error: an
+// unhandled error occurred: 1 error occurred:" and "* spec...: ..." on the next line).
 func summarize(msg string) string {
 	var keep []string
 	seen := map[string]bool{}
-	for _, line := range strings.Split(msg, "\n") {
-		l := strings.TrimSpace(line)
-		// The Automation API puts the first line of each output stream after its name:
-		// "stderr: error: ...".
-		for _, stream := range []string{"stdout:", "stderr:"} {
-			l = strings.TrimSpace(strings.TrimPrefix(l, stream))
+	lines := strings.Split(msg, "\n")
+	for i := 0; i < len(lines); i++ {
+		l := trimStream(lines[i])
+		if !strings.HasPrefix(l, "error:") {
+			continue
 		}
-		if strings.HasPrefix(l, "error:") && !seen[l] {
+		for i+1 < len(lines) && strings.HasPrefix(trimStream(lines[i+1]), "* ") {
+			i++
+			l += " " + trimStream(lines[i])
+		}
+		if !seen[l] {
 			seen[l] = true
 			keep = append(keep, l)
 		}
@@ -162,4 +168,14 @@ func summarize(msg string) string {
 	}
 	first, _, _ := bytes.Cut([]byte(strings.TrimSpace(msg)), []byte("\n"))
 	return string(first)
+}
+
+// trimStream trims a line of a CLI error and the output stream's name the Automation API
+// puts before the first line of each stream ("stderr: error: ...").
+func trimStream(line string) string {
+	l := strings.TrimSpace(line)
+	for _, stream := range []string{"stdout:", "stderr:"} {
+		l = strings.TrimSpace(strings.TrimPrefix(l, stream))
+	}
+	return l
 }

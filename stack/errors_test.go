@@ -70,6 +70,10 @@ func TestSummarize(t *testing.T) {
 	if got := summarize(msg); got != "error: boom; error: update failed" {
 		t.Fatalf("summarize = %q", got)
 	}
+	program := "stdout: Updating (s):\n    error: an unhandled error occurred: 2 errors occurred:\n    \t* spec.replicaCount: must be at least 1\n    \t* spec.image: empty\n\nResources:\nstderr: \n"
+	if got, want := summarize(program), "error: an unhandled error occurred: 2 errors occurred: * spec.replicaCount: must be at least 1 * spec.image: empty"; got != want {
+		t.Fatalf("summarize of a program's errors = %q, want %q", got, want)
+	}
 	if got := summarize("first line\nsecond"); got != "first line" {
 		t.Fatalf("summarize without error lines = %q", got)
 	}

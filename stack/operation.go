@@ -1,9 +1,12 @@
 package stack
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"time"
 
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
 )
 
@@ -49,37 +52,6 @@ type RunOptions struct {
 	Color string
 }
 
-// optionSet is one operation's constructors, from its auto option package (optup,
-// optpreview, ...), for the settings every operation shares. The packages have one Option type
-// each and no common interface, so each operation names its own constructors once (see
-// upOptions and the like) and options builds the list from RunOptions. refresh and diff are nil
-// for an operation that does not take them from RunOptions.
-type optionSet[O any] struct {
-	color    func(string) O
-	progress func(...io.Writer) O
-	suppress func() O
-	refresh  func() O
-	diff     func() O
-}
-
-// options is the operation's option list for opts: color, progress to streams (or suppressed
-// when streams is nil), and refresh and diff where opts asks for them and the set has them.
-func (s optionSet[O]) options(streams []io.Writer, opts RunOptions) []O {
-	o := []O{s.color(colorOf(opts))}
-	if streams != nil {
-		o = append(o, s.progress(streams...))
-	} else {
-		o = append(o, s.suppress())
-	}
-	if opts.Refresh && s.refresh != nil {
-		o = append(o, s.refresh())
-	}
-	if opts.Diff && s.diff != nil {
-		o = append(o, s.diff())
-	}
-	return o
-}
-
 // streams is where an operation's progress goes: opts.Progress, else Config.Progress, else
 // nowhere (the CLI is then told to suppress it).
 func (m *Manager) streams(opts RunOptions) []io.Writer {
@@ -99,4 +71,74 @@ func colorOf(opts RunOptions) string {
 		return "never"
 	}
 	return opts.Color
+}
+
+// ready makes sure stackName exists in the backend, with its workspace directory, and holds
+// no pending operation of a killed update (settlePending), returning settlePending's report.
+// It runs no CLI when this process already knows all that (isSettled: it created the stack,
+// looked, or its last operation succeeded); otherwise it selects the stack, creating it when
+// create is set, and looks. found is false, with a nil error, when create is not set and the
+// stack does not exist. Errors are classified (*OperationError).
+func (m *Manager) ready(ctx context.Context, stackName string, create bool) (recovered []string, found bool, err error) {
+	if m.isSettled(stackName) {
+		return nil, true, m.writeWorkspace(stackName)
+	}
+	st, err := m.open(ctx, stackName, emptyProgram, create)
+	if err != nil {
+		if !create && auto.IsSelectStack404Error(err) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
+	}
+	recovered, err = m.settlePending(ctx, st, stackName)
+	return recovered, true, err
+}
+
+// operate runs one engine operation on stackName once ready found it: run is the engine run.
+// A stack removed behind this Manager's back since it last saw it (`pulumi stack rm` from a
+// laptop) is readied again and run once more. It fills res's Recovered, End and Changes;
+// found is ready's. A failed run marks the stack as possibly holding pending operations and
+// returns the classified error, "<op> stack <name>: ...".
+func (m *Manager) operate(ctx context.Context, stackName string, create bool, res *Result, run func() (engineOutcome, error)) (out engineOutcome, found bool, err error) {
+	res.Recovered, found, err = m.ready(ctx, stackName, create)
+	if err != nil || !found {
+		res.End = time.Now()
+		return out, found, err
+	}
+	out, err = run()
+	if err != nil && stackNotFound(err) {
+		m.recordPending(stackName)
+		var again []string
+		again, found, err = m.ready(ctx, stackName, create)
+		res.Recovered = append(res.Recovered, again...)
+		if err != nil || !found {
+			res.End = time.Now()
+			return out, found, err
+		}
+		out, err = run()
+	}
+	res.End = time.Now()
+	if err != nil {
+		m.recordPending(stackName)
+		return out, true, fmt.Errorf("%s stack %s: %w", res.Operation, stackName, m.classifyStack(stackName, err))
+	}
+	res.Changes = out.changes
+	return out, true, nil
+}
+
+// engineArgs are the flags of `pulumi up` (op "up") or `pulumi preview` for opts: --refresh and
+// --diff where asked. Up also skips its own preview and confirmation (--yes --skip-preview),
+// as the Automation API does.
+func engineArgs(op string, opts RunOptions) []string {
+	var args []string
+	if op != "preview" {
+		args = append(args, "--yes", "--skip-preview")
+	}
+	if opts.Refresh {
+		args = append(args, "--refresh")
+	}
+	if opts.Diff {
+		args = append(args, "--diff")
+	}
+	return args
 }

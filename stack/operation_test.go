@@ -9,11 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 )
 
 func TestUpPreviewDestroy(t *testing.T) {
@@ -95,74 +90,6 @@ func TestUpPreviewDestroy(t *testing.T) {
 	}
 	if _, err := m.Refresh(ctx, name, RunOptions{}); err == nil {
 		t.Fatal("refresh of a removed stack succeeded")
-	}
-}
-
-// applied is what an operation's option list sets, read back from its auto Options.
-type applied struct {
-	color             string
-	streams           int
-	suppress, refresh bool
-	diff              bool
-}
-
-// TestOptionSet: each operation's options carry the color, the progress streams (or
-// SuppressProgress), and refresh and diff where the operation takes them; Refresh and Destroy
-// ignore RunOptions.Refresh and Diff as they always have.
-func TestOptionSet(t *testing.T) {
-	w := &bytes.Buffer{}
-	build := map[string]func([]io.Writer, RunOptions) applied{
-		"up": func(s []io.Writer, o RunOptions) applied {
-			var a optup.Options
-			for _, opt := range upOptions.options(s, o) {
-				opt.ApplyOption(&a)
-			}
-			return applied{a.Color, len(a.ProgressStreams), a.SuppressProgress, a.Refresh, a.Diff}
-		},
-		"preview": func(s []io.Writer, o RunOptions) applied {
-			var a optpreview.Options
-			for _, opt := range previewOptions.options(s, o) {
-				opt.ApplyOption(&a)
-			}
-			return applied{a.Color, len(a.ProgressStreams), a.SuppressProgress, a.Refresh, a.Diff}
-		},
-		"refresh": func(s []io.Writer, o RunOptions) applied {
-			var a optrefresh.Options
-			for _, opt := range refreshOptions.options(s, o) {
-				opt.ApplyOption(&a)
-			}
-			return applied{a.Color, len(a.ProgressStreams), a.SuppressProgress, false, a.Diff}
-		},
-		"destroy": func(s []io.Writer, o RunOptions) applied {
-			var a optdestroy.Options
-			for _, opt := range destroyOptions.options(s, o) {
-				opt.ApplyOption(&a)
-			}
-			return applied{a.Color, len(a.ProgressStreams), a.SuppressProgress, a.Refresh, a.Diff}
-		},
-	}
-	all := RunOptions{Refresh: true, Diff: true, Color: "always"}
-	tests := map[string]struct {
-		op      string
-		streams []io.Writer
-		opts    RunOptions
-		want    applied
-	}{
-		"up, zero options":        {op: "up", want: applied{color: "never", suppress: true}},
-		"up, all options":         {op: "up", streams: []io.Writer{w}, opts: all, want: applied{color: "always", streams: 1, refresh: true, diff: true}},
-		"preview, zero options":   {op: "preview", want: applied{color: "never", suppress: true}},
-		"preview, all options":    {op: "preview", streams: []io.Writer{w}, opts: all, want: applied{color: "always", streams: 1, refresh: true, diff: true}},
-		"refresh ignores refresh": {op: "refresh", streams: []io.Writer{w}, opts: all, want: applied{color: "always", streams: 1}},
-		"refresh, zero options":   {op: "refresh", want: applied{color: "never", suppress: true}},
-		"destroy ignores refresh": {op: "destroy", streams: []io.Writer{w}, opts: all, want: applied{color: "always", streams: 1}},
-		"destroy, zero options":   {op: "destroy", want: applied{color: "never", suppress: true}},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			if got := build[tc.op](tc.streams, tc.opts); got != tc.want {
-				t.Fatalf("%s options for %+v, %d streams = %+v, want %+v", tc.op, tc.opts, len(tc.streams), got, tc.want)
-			}
-		})
 	}
 }
 

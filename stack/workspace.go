@@ -61,7 +61,8 @@ func (m *Manager) workspaceOptions(stackName string, program pulumi.RunFunc) ([]
 }
 
 // open opens stackName in its workspace with program, creating the stack when create is set
-// and it does not exist. A stack open creates is recorded as settled (it holds no pending
+// and it does not exist: one CLI run for a stack it creates or selects, two for one that
+// exists when create is set. A stack open creates is recorded as settled (it holds no pending
 // operation). The error is auto's own for a stack that does not exist (test it with
 // auto.IsSelectStack404Error), so callers classify it themselves; a workspace that cannot
 // be opened is classified here.
@@ -74,14 +75,21 @@ func (m *Manager) open(ctx context.Context, stackName string, program pulumi.Run
 	if err != nil {
 		return auto.Stack{}, fmt.Errorf("open workspace of stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
-	// auto.UpsertStack does the same select-then-create; written out to know whether the
-	// stack is new, and so holds no pending operation.
-	st, err := auto.SelectStack(ctx, stackName, ws)
-	if err != nil && create && auto.IsSelectStack404Error(err) {
+	// auto.UpsertStack selects, then creates; written out the other way round when create is
+	// set: a stack this process has not seen is most often a new object's, so trying `stack
+	// init` first costs one CLI run for it, and one more only for a stack that exists. Done
+	// this way also says whether the stack is new, and so holds no pending operation.
+	var st auto.Stack
+	if create {
 		if st, err = auto.NewStack(ctx, stackName, ws); err == nil {
 			m.recordSettled(stackName)
+			return st, nil
+		}
+		if !auto.IsCreateStack409Error(err) {
+			return auto.Stack{}, err
 		}
 	}
+	st, err = auto.SelectStack(ctx, stackName, ws)
 	if err != nil {
 		if !create && auto.IsSelectStack404Error(err) {
 			// Looking must not leave a workspace behind for a stack that does not exist.
@@ -90,4 +98,17 @@ func (m *Manager) open(ctx context.Context, stackName string, program pulumi.Run
 		return auto.Stack{}, err
 	}
 	return st, nil
+}
+
+// writeWorkspace makes sure stackName's workspace directory holds this Manager's Pulumi.yaml
+// (a directory removed by hand is made again), without running the CLI.
+func (m *Manager) writeWorkspace(stackName string) error {
+	opts, err := m.workspaceOptions(stackName, emptyProgram)
+	if err != nil {
+		return err
+	}
+	if _, err := auto.NewLocalWorkspace(context.Background(), opts...); err != nil {
+		return fmt.Errorf("open workspace of stack %s: %w", stackName, classify(err))
+	}
+	return nil
 }

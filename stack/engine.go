@@ -1,0 +1,265 @@
+package stack
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/util/rpcutil"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// Why this file runs the CLI itself instead of auto.Stack.Up, Refresh and Destroy: those run
+// `pulumi stack output` and `pulumi stack history` (and Destroy's `stack rm`) after every
+// engine run, only to return the outputs and the summary (sdk v3.255.0 go/auto/stack.go,
+// Up 493-509). Each is a CLI process that loads the backend: an up cost 5 CLI runs, of which
+// the engine run was 42% of the wall time (docs/benchmarks.md before issue 14). The engine
+// writes both to its own event log (--event-log, the file auto itself tails), so one run
+// says everything. The CLI is still run through auto's PulumiCommand (its version check,
+// --non-interactive, process group and interrupt on cancel).
+
+// engineOutcome is what one engine run's event log says.
+type engineOutcome struct {
+	// changes counts resources by kind of change (the engine's summary event).
+	changes map[string]int
+	// outputs are the stack resource's outputs, secrets as "[secret]"; nil when the log
+	// has none (preview, refresh, destroy).
+	outputs map[string]string
+}
+
+// cliError is a failed CLI run: the command, its exit code and both output streams. Its
+// text has the shape of the Automation API's own errors ("...: exit status N\ncode: N\n
+// stdout: ...\nstderr: ..."), so summarize and the lock and plugin checks read both alike.
+type cliError struct {
+	op             string
+	code           int
+	stdout, stderr string
+	err            error
+}
+
+func (e *cliError) Error() string {
+	return fmt.Sprintf("failed to run %s: %v\ncode: %d\nstdout: %s\nstderr: %s", e.op, e.err, e.code, e.stdout, e.stderr)
+}
+
+func (e *cliError) Unwrap() error { return e.err }
+
+// noStack is the CLI's error for a stack the backend does not hold
+// (backenderr.StackNotFoundError), the same pattern auto.IsSelectStack404Error matches.
+var noStack = regexp.MustCompile(`no stack named.*found`)
+
+// stackNotFound reports whether err is a CLI run of this package that failed because the
+// stack does not exist (removed behind this Manager's back, e.g. `pulumi stack rm`).
+func stackNotFound(err error) bool {
+	var ce *cliError
+	return errors.As(err, &ce) && noStack.MatchString(ce.stderr)
+}
+
+// lockedByAnother reports whether err is a CLI run of this package that found the stack
+// locked: the texts auto.IsConcurrentUpdateError looks for (Pulumi Cloud's 409 and the DIY
+// backends' lock report), which that helper only finds in auto's own error type.
+func lockedByAnother(err error) bool {
+	var ce *cliError
+	return errors.As(err, &ce) &&
+		(strings.Contains(ce.stderr, "[409] Conflict: Another update is currently in progress.") ||
+			strings.Contains(ce.stderr, "the stack is currently locked by"))
+}
+
+// engine runs one engine operation, `pulumi <op> <args> --stack stackName --event-log F`, in
+// stackName's workspace directory, which must exist with its Pulumi.yaml (open made it). A
+// non-nil program is served to the engine in-process (runtimeServer, --client), as auto does
+// for an inline program; nil runs none (refresh and destroy work from the state alone).
+// Progress goes where opts says. Errors: the run's *cliError; a log that cannot be read.
+func (m *Manager) engine(ctx context.Context, stackName, op string, program pulumi.RunFunc, args []string, opts RunOptions) (engineOutcome, error) {
+	dir := filepath.Join(m.cfg.WorkRoot, stackName)
+	logFile := filepath.Join(dir, scratchName(".events-")+".jsonl")
+	defer os.Remove(logFile)
+	args = append([]string{op}, args...)
+	if program != nil {
+		srv, err := serveProgram(program)
+		if err != nil {
+			return engineOutcome{}, fmt.Errorf("serve the program to the engine: %w", err)
+		}
+		defer srv.close()
+		args = append(args, "--client="+srv.address, "--exec-kind=auto.inline")
+	} else {
+		args = append(args, "--exec-kind=auto.local")
+	}
+	args = append(args, "--color="+colorOf(opts), "--event-log", logFile, "--stack", stackName)
+	streams := m.streams(opts)
+	if streams == nil {
+		args = append(args, "--suppress-progress")
+	}
+	// --event-log is one of the CLI's debug flags: it exists only with PULUMI_DEBUG_COMMANDS
+	// (auto sets it for every run too).
+	env := make([]string, 0, len(m.env)+2)
+	env = append(env, "PULUMI_DEBUG_COMMANDS=true")
+	for k, v := range m.env {
+		env = append(env, k+"="+v)
+	}
+	if m.cfg.PulumiHome != "" {
+		env = append(env, "PULUMI_HOME="+m.cfg.PulumiHome)
+	}
+	stdout, stderr, code, err := m.cmd.Run(ctx, dir, nil, streams, nil, env, args...)
+	if err != nil {
+		return engineOutcome{}, &cliError{op: op, code: code, stdout: stdout, stderr: stderr, err: err}
+	}
+	return readEventLog(logFile)
+}
+
+// readEventLog reads an engine event log (one JSON apitype.EngineEvent per line) for the
+// summary's change counts and the outputs of the stack resource (type pulumi:pulumi:Stack).
+func readEventLog(path string) (engineOutcome, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return engineOutcome{}, fmt.Errorf("read the engine's event log: %w", err)
+	}
+	defer f.Close()
+	return parseEventLog(f)
+}
+
+// parseEventLog is readEventLog on an open log. Secret outputs are shown as "[secret]" (the
+// CLI writes the log without secrets; a secret value is an object with a "4dabf18193072939
+// 515e22adb298388d" signature key when shown); other outputs are fmt.Sprint of their JSON
+// value, as auto's Outputs gives them.
+func parseEventLog(r io.Reader) (engineOutcome, error) {
+	var out engineOutcome
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 64*1024*1024) // an event holds a resource's whole state
+	for sc.Scan() {
+		var e apitype.EngineEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return out, fmt.Errorf("read the engine's event log: %w", err)
+		}
+		switch {
+		case e.SummaryEvent != nil:
+			out.changes = make(map[string]int, len(e.SummaryEvent.ResourceChanges))
+			for op, n := range e.SummaryEvent.ResourceChanges {
+				out.changes[string(op)] = n
+			}
+		case e.ResOutputsEvent != nil && e.ResOutputsEvent.Metadata.Type == "pulumi:pulumi:Stack" &&
+			e.ResOutputsEvent.Metadata.New != nil && !e.ResOutputsEvent.Planning:
+			outs := e.ResOutputsEvent.Metadata.New.Outputs
+			out.outputs = make(map[string]string, len(outs))
+			for k, v := range outs {
+				out.outputs[k] = outputString(v)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return out, fmt.Errorf("read the engine's event log: %w", err)
+	}
+	return out, nil
+}
+
+// secretSig is the key that marks a secret value in Pulumi's JSON (resource.SigKey with
+// resource.SecretSig as its value).
+const secretSig = "4dabf18193072939515e22adb298388d"
+
+// outputString is how Result.Outputs shows one output value: "[secret]" for a secret.
+func outputString(v any) string {
+	if m, ok := v.(map[string]any); ok {
+		if _, secret := m[secretSig]; secret {
+			return "[secret]"
+		}
+	}
+	return fmt.Sprint(v)
+}
+
+// runtimeServer serves one program to the engine: the LanguageRuntime gRPC service that the
+// CLI calls back through --client. Hand-written because the Automation API's own server
+// (auto's languageRuntimeServer) is unexported and only reachable through Stack.Up and the
+// like, which add the CLI runs this file avoids. Like auto's, it runs the program with
+// pulumi.RunWithContext, declares no plugins (the engine loads the provider when the program
+// registers its first resource) and turns a panic into the run's error.
+type runtimeServer struct {
+	pulumirpc.UnimplementedLanguageRuntimeServer
+	program pulumi.RunFunc
+	address string
+	cancel  chan bool
+	done    <-chan error
+}
+
+// serveProgram starts a runtimeServer for program on a free 127.0.0.1 port.
+func serveProgram(program pulumi.RunFunc) (*runtimeServer, error) {
+	s := &runtimeServer{program: program, cancel: make(chan bool)}
+	h, err := rpcutil.ServeWithOptions(rpcutil.ServeOptions{
+		Cancel: s.cancel,
+		Init: func(srv *grpc.Server) error {
+			pulumirpc.RegisterLanguageRuntimeServer(srv, s)
+			return nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.address, s.done = fmt.Sprintf("127.0.0.1:%d", h.Port), h.Done
+	return s, nil
+}
+
+// close stops the server once the CLI has exited (so no Run is in flight).
+func (s *runtimeServer) close() {
+	close(s.cancel)
+	<-s.done
+}
+
+// GetRequiredPlugins declares none: the engine loads a provider when a resource needs it.
+func (s *runtimeServer) GetRequiredPlugins(context.Context, *pulumirpc.GetRequiredPluginsRequest) (*pulumirpc.GetRequiredPluginsResponse, error) {
+	return &pulumirpc.GetRequiredPluginsResponse{}, nil
+}
+
+// GetPluginInfo answers the engine's version question; the version is not checked.
+func (s *runtimeServer) GetPluginInfo(context.Context, *emptypb.Empty) (*pulumirpc.PluginInfo, error) {
+	return &pulumirpc.PluginInfo{Version: "1.0.0"}, nil
+}
+
+// InstallDependencies has nothing to install: the program is compiled into this process.
+func (s *runtimeServer) InstallDependencies(*pulumirpc.InstallDependenciesRequest, pulumirpc.LanguageRuntime_InstallDependenciesServer) error {
+	return nil
+}
+
+// Run runs the program against the engine's resource monitor. A program error (or panic)
+// is the response's Error, which the engine reports as the update's failure.
+func (s *runtimeServer) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.RunResponse, error) {
+	var engineAddr string
+	if len(req.GetArgs()) > 0 {
+		engineAddr = req.GetArgs()[0]
+	}
+	pctx, err := pulumi.NewContext(ctx, pulumi.RunInfo{
+		EngineAddr:       engineAddr,
+		MonitorAddr:      req.GetMonitorAddress(),
+		Config:           req.GetConfig(),
+		ConfigSecretKeys: req.GetConfigSecretKeys(),
+		Project:          req.GetProject(),
+		Stack:            req.GetStack(),
+		Parallel:         req.GetParallel(),
+		DryRun:           req.GetDryRun(),
+		Organization:     req.GetOrganization(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer pctx.Close()
+	err = func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("program panicked: %v", r)
+			}
+		}()
+		return pulumi.RunWithContext(pctx, s.program)
+	}()
+	if err != nil {
+		return &pulumirpc.RunResponse{Error: err.Error()}, nil
+	}
+	return &pulumirpc.RunResponse{}, nil
+}
