@@ -20,18 +20,24 @@ import (
 // bench is one run.
 type bench struct {
 	repo, out, stateDir, rawDir string
-	operatorBin, pulumi         string
-	clusterDir                  string
-	kube                        *kube
-	host                        host // /proc
-	raw                         *stack.Manager
-	cores                       int
-	floorCPU                    float64 // CPU seconds of one raw up of a new stack (median)
-	rawClusterCPU               []float64
-	res                         *Results
-	start                       time.Time
-	opts                        options
-	running                     sync.Map // *operator -> struct{}
+	// rawLogs are the wrapper's logs of the sites' raw stack.Managers' CLI runs (see rawUp).
+	rawLogs map[*stack.Manager]string
+	// file and postgres are the sites of figures 1, 4 and 5 (postgres nil without a URL).
+	file, postgres *site
+	// lastUpWall is the wall time of rawUp's last whole stack.Manager.Up, for the log.
+	lastUpWall          float64
+	operatorBin, pulumi string
+	clusterDir          string
+	kube                *kube
+	host                host // /proc
+	raw                 *stack.Manager
+	cores               int
+	floorCPU            float64 // CPU seconds of one raw up of a new stack (median)
+	rawClusterCPU       []float64
+	res                 *Results
+	start               time.Time
+	opts                options
+	running             sync.Map // *operator -> struct{}
 }
 
 // run sets up and runs the phases; a failed phase is recorded in Results.Broken and the
@@ -74,11 +80,19 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 		if err := k.startInformers(ctx); err != nil {
 			return err
 		}
-		b.raw, err = stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + filepath.Join(b.rawDir, "backend"),
-			WorkRoot: filepath.Join(b.rawDir, "workspaces"), PulumiPath: b.pulumi, ClusterName: "bench",
-			Env: map[string]string{"KUBECONFIG": k.kubeconfig, "PULUMI_CONFIG_PASSPHRASE": "bench"}})
-		if err != nil {
-			return fmt.Errorf("create raw stack manager: %w", err)
+		// The raw stacks' CLI runs go through this program in wrapper mode, which logs each
+		// run's wall time and CPU: the floors are the `pulumi up` engine run alone (rawUp).
+		b.rawLogs = map[*stack.Manager]string{}
+		if b.raw, err = b.rawManager("file://"+filepath.Join(b.rawDir, "backend"), "cli-floor.jsonl"); err != nil {
+			return err
+		}
+		b.file = &site{name: siteFile, nsOp: nsLatency, nsRaw: nsRaw, raw: b.raw, res: &SiteResults{}}
+		if b.opts.postgresURL != "" && b.opts.phases["postgres"] {
+			pg, err := b.rawManager(b.opts.postgresURL, "cli-floor-postgres.jsonl")
+			if err != nil {
+				return err
+			}
+			b.postgres = &site{name: sitePostgres, nsOp: nsLatency + "-pg", nsRaw: nsRaw + "-pg", backendURL: b.opts.postgresURL, raw: pg, res: &SiteResults{}}
 		}
 		return nil
 	}
@@ -90,9 +104,10 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 	if ph["latency"] {
 		b.logf("figure 1 (new CR to Ready)%s%s: %d samples after %d warm-up, alternating with raw ups",
 			cond(ph["drift"], ", 4 (drift)", ""), cond(ph["change"], ", 5 (change)", ""), b.opts.samples, b.opts.warmup)
-		if err := b.phaseLatency(ctx, ph["drift"], ph["change"]); err != nil {
+		if err := b.phaseLatency(ctx, b.file, ph["drift"], ph["change"]); err != nil {
 			b.broken("latency/drift/change", err)
 		}
+		b.res.Latency, b.res.Drift, b.res.Change = b.file.res.Latency, b.file.res.Drift, b.file.res.Change
 		if l := b.res.Latency; l != nil {
 			b.floorCPU = median(l.FloorCPU)
 			b.res.FloorCPUSeconds = b.floorCPU
@@ -102,6 +117,18 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 			}
 		}
 		b.load("after figures 1, 4, 5")
+	}
+	if ph["postgres"] && ctx.Err() == nil {
+		if b.postgres == nil {
+			b.broken("postgres", errors.New("no PostgreSQL backend: pass --postgres-url (make bench starts one)"))
+		} else {
+			b.logf("figures 1 and 5 again on the PostgreSQL backend: %d samples after %d warm-up", b.opts.samples, b.opts.warmup)
+			if err := b.phaseLatency(ctx, b.postgres, false, true); err != nil {
+				b.broken("postgres", err)
+			}
+			b.res.Postgres = b.postgres.res
+			b.load("after figures 1, 5 on PostgreSQL")
+		}
 	}
 	if ph["profile"] && ctx.Err() == nil {
 		b.logf("profile: pulumi CLI runs of one create and one change, operator and raw")
@@ -142,6 +169,29 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 	}
 	b.load("end")
 	return exitOK
+}
+
+// rawManager is a stack.Manager for the floor's raw stacks on backendURL whose CLI runs go
+// through this program in wrapper mode, logged to logs/<log> (b.rawLogs).
+func (b *bench) rawManager(backendURL, log string) (*stack.Manager, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find the bench binary for wrapper mode: %w", err)
+	}
+	path := filepath.Join(b.out, "logs", log)
+	_ = os.Remove(path)
+	ws := filepath.Join(b.rawDir, "workspaces")
+	if !strings.HasPrefix(backendURL, "file://") {
+		ws += "-" + strings.TrimSuffix(log, ".jsonl")
+	}
+	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: backendURL,
+		WorkRoot: ws, PulumiPath: self, ClusterName: "bench",
+		Env: map[string]string{"KUBECONFIG": b.kube.kubeconfig, "PULUMI_CONFIG_PASSPHRASE": "bench", wrapperLog: path}})
+	if err != nil {
+		return nil, fmt.Errorf("create raw stack manager: %w", err)
+	}
+	b.rawLogs[m] = path
+	return m, nil
 }
 
 // measureFloorCPU measures the CPU of raw ups of new stacks when figure 1 did not run.

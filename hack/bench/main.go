@@ -41,7 +41,7 @@ const (
 )
 
 // allPhases in the order they run.
-var allPhases = []string{"latency", "drift", "change", "profile", "burst", "idle"}
+var allPhases = []string{"latency", "drift", "change", "postgres", "profile", "burst", "idle"}
 
 type options struct {
 	samples, warmup, burst, idle, idleWorkers int
@@ -49,6 +49,7 @@ type options struct {
 	resync, budget                            time.Duration
 	phases                                    map[string]bool
 	keepState                                 bool
+	postgresURL                               string
 	idleCompare                               []candidate
 }
 
@@ -83,6 +84,7 @@ func run() int {
 	budget := fs.Duration("budget", 27*time.Minute, "time the whole run may take; the idle figure uses fewer CRs to fit (0: no limit)")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run: "+strings.Join(allPhases, ","))
 	idleCompare := fs.String("idle-compare", "", "LABEL=BINARY,...: after the idle windows, one more for each of these operator builds over the same objects")
+	postgresURL := fs.String("postgres-url", os.Getenv("PULUMI_TEST_POSTGRES_URL"), "postgres:// backend of the postgres phase (figures 1 and 5 again); run.sh starts one")
 	keep := fs.Bool("keep-state", false, "keep the operator's and the raw stacks' state directories")
 	preflight := fs.Bool("preflight", false, "only check that the Kubernetes provider plugin is installed")
 	render := fs.String("render", "", "only render: read this results.json, print the table and write --docs")
@@ -109,7 +111,7 @@ func run() int {
 		return exitUsage
 	}
 	o := options{samples: *samples, warmup: *warmup, burst: *burst, idle: *idle, idleWorkers: *idleWorkers,
-		resync: *resync, budget: *budget, phases: map[string]bool{}, keepState: *keep}
+		resync: *resync, budget: *budget, phases: map[string]bool{}, keepState: *keep, postgresURL: *postgresURL}
 	for _, w := range strings.Split(*burstWorkers, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(w))
 		if err != nil || n < 1 {

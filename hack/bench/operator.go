@@ -24,6 +24,7 @@ type operatorSpec struct {
 	pulumi        string            // --pulumi; default the bench's --pulumi
 	binary        string            // the operator binary; default the bench's --operator
 	env           map[string]string // added to the environment
+	backendURL    string            // --backend-url; "" for the default file backend in --state-dir
 }
 
 // operator is a running `pulumi-operator watch`.
@@ -60,6 +61,9 @@ func (b *bench) startOperator(ctx context.Context, s operatorSpec) (*operator, e
 	}
 	if s.labelSelector != "" {
 		args = append(args, "--label-selector", s.labelSelector)
+	}
+	if s.backendURL != "" {
+		args = append([]string{"--backend-url", s.backendURL}, args...)
 	}
 	logPath := filepath.Join(b.out, "logs", "operator-"+s.name+".log")
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
