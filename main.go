@@ -2,7 +2,8 @@
 // (groupsp.measutosh.dev/v1) by running Pulumi: one stack per object, holding its
 // Deployment, Service and ConfigMap. `watch` runs the reconciler; up, preview, refresh,
 // destroy and stacks run against the same stacks from the command line. The commands are
-// package commands; see README.md.
+// package commands; see README.md. Started by the Pulumi engine (the plain `pulumi` CLI, with
+// Pulumi.yaml naming this binary), it is instead the project's Pulumi program: package program.
 package main
 
 import (
@@ -10,11 +11,17 @@ import (
 	"os"
 
 	"github.com/pulumi-operator/pulumi-operator/commands"
+	"github.com/pulumi-operator/pulumi-operator/program"
 )
 
-// main runs the command line and exits with its exit code (commands.ExitCode), printing any
-// error first.
+// main runs the Pulumi program when the engine started the process (program.Started), else
+// the command line, exiting with its exit code (commands.ExitCode) and printing any error
+// first.
 func main() {
+	if program.Started(os.Args, os.Getenv) {
+		program.Main()
+		return
+	}
 	err := commands.App().Run(os.Args)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pulumi-operator:", err)

@@ -45,20 +45,21 @@ var rules = []rule{
 	},
 	{
 		prefix:  "k8s.io/client-go/dynamic",
-		allowed: append([]string{"watcher", "commands"}, tools...),
-		why:     "only the watcher and the commands read KindCustomHttp objects from the API",
+		allowed: append([]string{"watcher", "commands", "program"}, tools...),
+		why:     "only the watcher, the commands and the engine-mode program read KindCustomHttp objects from the API",
 	},
 }
 
 // layers: a project package may import only the project packages listed for it, so the data
 // path keeps one direction (nothing below imports what is above it).
 var layers = map[string][]string{
-	".":                {"commands"}, // main only wires the app (STYLE.md: main.go stays thin)
+	".":                {"commands", "program"}, // main only picks the mode (STYLE.md: main.go stays thin)
 	"commands":         {"api/v1", "envsource", "infra", "stack", "watcher", "internal/version"},
 	"api/v1":           {"internal/version"},
 	"infra":            {"api/v1", "internal/version"},
 	"stack":            {"api/v1", "infra", "internal/version"},
 	"envsource":        {"api/v1"},
+	"program":          {"api/v1", "envsource", "infra", "stack"},
 	"watcher":          {"api/v1", "envsource", "infra", "stack", "internal/version"},
 	"httpserver":       {"internal/version"},
 	"cmd/http-server":  {"httpserver", "internal/version"},
