@@ -278,3 +278,34 @@ func TestProgramErrorIsTheUpsError(t *testing.T) {
 		t.Fatalf("up after the failures: %v", err)
 	}
 }
+
+// TestRelativeWorkRoot: a relative WorkRoot (a laptop's --state-dir .local/state) works: the
+// CLI runs in the stack's workspace directory, so the event log's path must not be relative.
+func TestRelativeWorkRoot(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	m, err := New(Config{
+		Project:     "kindcustomhttp",
+		BackendURL:  "file://backend",
+		WorkRoot:    "state/workspaces",
+		PulumiPath:  testenv.PulumiCLI(t),
+		ClusterName: "test",
+		Env:         map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test-passphrase"},
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	name, err := m.StackName("peerns", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 { // a new stack, then a known one
+		up, err := m.Up(context.Background(), name, program("hello", 0), RunOptions{})
+		if err != nil || up.Outputs["greeting"] != "hello" {
+			t.Fatalf("up %d with a relative work root = %+v, %v", i+1, up, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state", "workspaces", name, "Pulumi.yaml")); err != nil {
+		t.Fatalf("workspace not under the relative root: %v", err)
+	}
+}

@@ -32,8 +32,9 @@ type Config struct {
 	// BackendURL is where state lives: file:///abs/dir, postgres://..., s3://..., or
 	// https://api.pulumi.com. A file:// directory is created if missing.
 	BackendURL string
-	// WorkRoot is a local directory; each stack gets WorkRoot/<stack name> as its workspace
-	// directory, so concurrent stacks never share workspace files.
+	// WorkRoot is a local directory (a relative one is taken from the current directory when
+	// New runs); each stack gets WorkRoot/<stack name> as its workspace directory, so
+	// concurrent stacks never share workspace files.
 	WorkRoot string
 	// PulumiPath is the pulumi CLI binary to run.
 	PulumiPath string
@@ -89,6 +90,13 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.WorkRoot == "" {
 		return nil, errors.New("configure stack manager: empty workspace root directory")
 	}
+	// Absolute: the CLI runs in a stack's workspace directory, and paths given to it (the
+	// event log) must not be read relative to that.
+	abs, err := filepath.Abs(cfg.WorkRoot)
+	if err != nil {
+		return nil, fmt.Errorf("configure stack manager: workspace root %q: %w", cfg.WorkRoot, err)
+	}
+	cfg.WorkRoot = abs
 	if msgs := validation.IsDNS1123Label(cfg.ClusterName); len(msgs) > 0 {
 		return nil, fmt.Errorf("configure stack manager: cluster name %q: %s", cfg.ClusterName, msgs[0])
 	}
