@@ -140,9 +140,10 @@ test: controller-gen
 .PHONY: bench
 
 ## bench: figures against targets on a local cluster of its own (.local/bench-cluster): a new CR
-## to Ready, bursts of 100 CRs, idle over 1000, drift repair, a change, each against a raw
-## Automation API floor; writes .local/bench/results.json and docs/benchmarks.md (~30 min on 2
-## cores). BENCH_FLAGS passes flags to hack/bench (e.g. --phases latency,drift,change).
+## to Ready, bursts of 100 CRs, idle over 1000, drift repair, a change (also on PostgreSQL), each
+## against the floor of its `pulumi up` engine run; writes .local/bench/results.json and
+## docs/benchmarks.md (~45 min on 2 cores). BENCH_FLAGS passes flags to hack/bench (e.g.
+## --phases latency,drift,change).
 bench: tools build
 	hack/bench/run.sh $(BENCH_FLAGS)
 

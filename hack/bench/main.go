@@ -81,10 +81,11 @@ func run() int {
 	idle := fs.Int("idle", 1000, "unchanged CRs for the idle figure (fewer if the budget cannot pay for creating them)")
 	idleWorkers := fs.Int("idle-workers", 8, "--workers of the idle operator")
 	resync := fs.Duration("resync", 10*time.Second, "--resync of the idle operator")
-	budget := fs.Duration("budget", 27*time.Minute, "time the whole run may take; the idle figure uses fewer CRs to fit (0: no limit)")
+	budget := fs.Duration("budget", 50*time.Minute, "time the whole run may take; the idle figure uses fewer CRs to fit (0: no limit)")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run: "+strings.Join(allPhases, ","))
 	idleCompare := fs.String("idle-compare", "", "LABEL=BINARY,...: after the idle windows, one more for each of these operator builds over the same objects")
 	postgresURL := fs.String("postgres-url", os.Getenv("PULUMI_TEST_POSTGRES_URL"), "postgres:// backend of the postgres phase (figures 1 and 5 again); run.sh starts one")
+	previous := fs.String("previous", "", "results.json of an earlier run: the doc shows how far apart the two runs are")
 	keep := fs.Bool("keep-state", false, "keep the operator's and the raw stacks' state directories")
 	preflight := fs.Bool("preflight", false, "only check that the Kubernetes provider plugin is installed")
 	render := fs.String("render", "", "only render: read this results.json, print the table and write --docs")
@@ -169,6 +170,11 @@ func run() int {
 	if b.res != nil {
 		b.res.Seconds = time.Since(b.start).Seconds()
 		b.res.Figures = b.res.figures()
+		if *previous != "" {
+			if err := b.res.loadPrevious(*previous); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: --previous:", err)
+			}
+		}
 		fmt.Println()
 		b.res.printTable(os.Stdout)
 		for _, n := range b.res.Notes {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -372,6 +373,26 @@ func (b *bench) phaseProfile(ctx context.Context) error {
 		b.res.Profile = append(b.res.Profile, p)
 		b.logf("  %s: %.2f s, of which %d pulumi CLI runs %.2f s (%.2f CPU s)", p.Label, p.TotalSeconds, len(p.CLI), p.CLIWall, p.CLICPU)
 	}
+	return b.measureCLIStart(ctx)
+}
+
+// measureCLIStart times `pulumi version` 5 times: what any CLI run costs before its work.
+func (b *bench) measureCLIStart(ctx context.Context) error {
+	var wall, cpu []float64
+	for range 5 {
+		cmd := exec.CommandContext(ctx, b.pulumi, "version")
+		t0 := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("pulumi version: %w\n%s", err, out)
+		}
+		wall = append(wall, time.Since(t0).Seconds())
+		ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		if ru != nil {
+			cpu = append(cpu, time.Duration(ru.Utime.Nano()+ru.Stime.Nano()).Seconds())
+		}
+	}
+	b.res.CLIStart = &CLIStart{Wall: median(wall), CPU: median(cpu), Samples: len(wall)}
+	b.logf("  pulumi CLI start (`pulumi version`): %.2f s, %.2f CPU s (median of %d)", b.res.CLIStart.Wall, b.res.CLIStart.CPU, len(wall))
 	return nil
 }
 

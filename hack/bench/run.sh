@@ -3,7 +3,8 @@
 # from `make cluster`'s and `make test`'s), runs hack/bench against it with the operator built
 # by `make build` and the pinned pulumi CLI, and stops and purges the cluster. Prints a table of
 # every figure against its target; writes .local/bench/results.json and docs/benchmarks.md.
-# Takes about 30 minutes on 2 cores.
+# Takes about 45 minutes on 2 cores (most of it creating the 1000 idle objects). When an earlier
+# run's results are there, the doc shows how far apart the two runs are (--previous).
 #
 # Usage: hack/bench/run.sh [bench flags...]   (e.g. --phases latency,drift,change --samples 7;
 #                                              `go run ./hack/bench -h` lists them)
@@ -46,7 +47,12 @@ if ! hack/cluster-up.sh; then
 	hack/cluster-up.sh
 fi
 
-"${OUT}/bench" --repo "${REPO_ROOT}" --kubeconfig "${CLUSTER_DIR}/kubeconfig" --cluster-dir "${CLUSTER_DIR}" \
+previous=()
+if [[ -f "${OUT}/results.json" ]]; then
+	cp "${OUT}/results.json" "${OUT}/previous-results.json"
+	previous=(--previous "${OUT}/previous-results.json")
+fi
+"${OUT}/bench" "${previous[@]}" --repo "${REPO_ROOT}" --kubeconfig "${CLUSTER_DIR}/kubeconfig" --cluster-dir "${CLUSTER_DIR}" \
 	--operator "${REPO_ROOT}/bin/pulumi-operator" --pulumi "${REPO_ROOT}/bin/pulumi" --out "${OUT}" \
 	--postgres-url "${PULUMI_TEST_POSTGRES_URL}" --docs "${REPO_ROOT}/docs/benchmarks.md" "$@" 2>&1 | tee "${OUT}/bench.log"
 exit "${PIPESTATUS[0]}"
