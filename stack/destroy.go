@@ -19,7 +19,7 @@ func (m *Manager) Destroy(ctx context.Context, stackName string, opts RunOptions
 	// A pending create left by a killed up is an object the destroy would not delete: ready
 	// (in operate) adopts it first.
 	_, found, err := m.operate(ctx, stackName, false, &res, func() (engineOutcome, error) {
-		return m.engine(ctx, stackName, "destroy", nil, []string{"--yes", "--skip-preview", "--remove"}, opts)
+		return m.engine(ctx, stackName, "destroy", emptyProgram, []string{"--yes", "--skip-preview", "--remove"}, opts)
 	})
 	if err != nil {
 		return res, err

@@ -76,25 +76,23 @@ func lockedByAnother(err error) bool {
 }
 
 // engine runs one engine operation, `pulumi <op> <args> --stack stackName --event-log F`, in
-// stackName's workspace directory, which must exist with its Pulumi.yaml (open made it). A
-// non-nil program is served to the engine in-process (runtimeServer, --client), as auto does
-// for an inline program; nil runs none (refresh and destroy work from the state alone).
+// stackName's workspace directory, which must exist with its Pulumi.yaml (open made it).
+// program is served to the engine in-process (runtimeServer, --client), as auto does for an
+// inline program: refresh and destroy get emptyProgram, which the CLI asks only for its
+// plugins (it never runs it without --run-program); without --client it would start the Go
+// language host that the workspace's `runtime: go` names, which the operator does not need.
 // Progress goes where opts says. Errors: the run's *cliError; a log that cannot be read.
 func (m *Manager) engine(ctx context.Context, stackName, op string, program pulumi.RunFunc, args []string, opts RunOptions) (engineOutcome, error) {
 	dir := filepath.Join(m.cfg.WorkRoot, stackName)
 	logFile := filepath.Join(dir, scratchName(".events-")+".jsonl")
 	defer os.Remove(logFile)
-	args = append([]string{op}, args...)
-	if program != nil {
-		srv, err := serveProgram(program)
-		if err != nil {
-			return engineOutcome{}, fmt.Errorf("serve the program to the engine: %w", err)
-		}
-		defer srv.close()
-		args = append(args, "--client="+srv.address, "--exec-kind=auto.inline")
-	} else {
-		args = append(args, "--exec-kind=auto.local")
+	srv, err := serveProgram(program)
+	if err != nil {
+		return engineOutcome{}, fmt.Errorf("serve the program to the engine: %w", err)
 	}
+	defer srv.close()
+	args = append([]string{op}, args...)
+	args = append(args, "--client="+srv.address, "--exec-kind=auto.inline")
 	args = append(args, "--color="+colorOf(opts), "--event-log", logFile, "--stack", stackName)
 	streams := m.streams(opts)
 	if streams == nil {

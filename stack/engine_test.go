@@ -309,3 +309,44 @@ func TestRelativeWorkRoot(t *testing.T) {
 		t.Fatalf("workspace not under the relative root: %v", err)
 	}
 }
+
+// TestNoLanguageHostNeeded: the operator serves its program in-process for every operation,
+// refresh and destroy included, so a Pulumi home without the Go language host (an operator
+// image, a laptop without `make plugins`' optional part) runs them all.
+func TestNoLanguageHostNeeded(t *testing.T) {
+	real := testenv.PulumiCLI(t)
+	home := t.TempDir() // no plugins at all: the test's program declares no resource
+	dir := t.TempDir()
+	m, err := New(Config{
+		Project:     "kindcustomhttp",
+		BackendURL:  "file://" + filepath.Join(dir, "backend"),
+		WorkRoot:    filepath.Join(dir, "workspaces"),
+		PulumiPath:  real,
+		PulumiHome:  home,
+		ClusterName: "test",
+		Env:         map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test-passphrase", "PULUMI_IGNORE_AMBIENT_PLUGINS": "true"},
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if found, _ := filepath.Glob(filepath.Join(filepath.Dir(real), "pulumi-language-go*")); len(found) > 0 {
+		t.Fatalf("a language host next to the CLI (%v) would hide what this test checks", found)
+	}
+	ctx := context.Background()
+	name, err := m.StackName("peerns", "nolang")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx, name, program("hello", 0), RunOptions{}); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	if _, err := m.Preview(ctx, name, program("hello", 0), RunOptions{}); err != nil {
+		t.Fatalf("preview: %v", err)
+	}
+	if _, err := m.Refresh(ctx, name, RunOptions{}); err != nil {
+		t.Fatalf("refresh without a language host: %v", err)
+	}
+	if _, err := m.Destroy(ctx, name, RunOptions{}); err != nil {
+		t.Fatalf("destroy without a language host: %v", err)
+	}
+}

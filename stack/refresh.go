@@ -12,7 +12,7 @@ import (
 func (m *Manager) Refresh(ctx context.Context, stackName string, opts RunOptions) (Result, error) {
 	res := Result{Operation: "refresh", Start: time.Now()}
 	_, found, err := m.operate(ctx, stackName, false, &res, func() (engineOutcome, error) {
-		return m.engine(ctx, stackName, "refresh", nil, []string{"--yes", "--skip-preview"}, opts)
+		return m.engine(ctx, stackName, "refresh", emptyProgram, []string{"--yes", "--skip-preview"}, opts)
 	})
 	if err == nil && !found {
 		err = fmt.Errorf("refresh stack %s: no stack named %s in the backend", stackName, stackName)
