@@ -65,7 +65,7 @@ func (w *Watcher) run(ctx context.Context, lost <-chan struct{}, workers int) er
 	go w.informer.RunWithContext(work)
 	w.owned.start(work)
 	if w.opts.Metadata != nil {
-		w.envSync = w.watchEnvSources(work, w.opts.Metadata, w.opts.Resync)
+		w.envSync = w.watchEnvSources(work, w.opts.Metadata, 0) // no resync: see New
 	}
 	w.log.Info("waiting for informer caches to sync", "resource", api.GroupVersionResource.String(), "namespace", w.opts.Namespace)
 	if !cache.WaitForCacheSync(work.Done(), append(append(w.owned.synced(), w.envSync...), w.informer.HasSynced)...) {
