@@ -180,6 +180,11 @@ func (b *bench) rawManager(backendURL, log string) (*stack.Manager, error) {
 	}
 	path := filepath.Join(b.out, "logs", log)
 	_ = os.Remove(path)
+	// The wrapper appends to the file but makes no directory; a run without figure 1 (e.g.
+	// --phases idle) reaches its first raw up before any operator made logs/.
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
 	ws := filepath.Join(b.rawDir, "workspaces")
 	if !strings.HasPrefix(backendURL, "file://") {
 		ws += "-" + strings.TrimSuffix(log, ".jsonl")
