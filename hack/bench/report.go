@@ -29,13 +29,13 @@ type Results struct {
 	Drift           *PairResult `json:"driftRepair,omitempty"`
 	Change          *PairResult `json:"change,omitempty"`
 	// Postgres holds figures 1 and 5 measured again on the PostgreSQL backend.
-	Postgres   *SiteResults   `json:"postgres,omitempty"`
-	Bursts     []BurstResult  `json:"bursts,omitempty"`
-	Idle       *IdleResult    `json:"idle,omitempty"`
-	Profile    []ProfileRun   `json:"cliProfile,omitempty"`
-	CLIStart   *CLIStart      `json:"cliStart,omitempty"`
+	Postgres *SiteResults  `json:"postgres,omitempty"`
+	Bursts   []BurstResult `json:"bursts,omitempty"`
+	Idle     *IdleResult   `json:"idle,omitempty"`
+	Profile  []ProfileRun  `json:"cliProfile,omitempty"`
+	CLIStart *CLIStart     `json:"cliStart,omitempty"`
 	// Previous is an earlier run's figures (--previous), to show how far apart two runs are.
-	Previous *PreviousRun `json:"previous,omitempty"`
+	Previous   *PreviousRun   `json:"previous,omitempty"`
 	Notes      []string       `json:"notes,omitempty"`
 	Broken     []string       `json:"broken,omitempty"`
 	ClusterCPU map[string]any `json:"clusterCPU,omitempty"`
