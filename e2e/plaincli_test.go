@@ -12,8 +12,6 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
@@ -134,15 +132,7 @@ func TestPlainPulumiCLI(t *testing.T) {
 	ns := c.Namespace(t)
 	ctx := context.Background()
 	cr := c.Client.Resource(api.GroupVersionResource).Namespace(ns)
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "samples", "groupsp_v1_kindcustomhttp.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(raw, &u.Object); err != nil {
-		t.Fatal(err)
-	}
-	u.SetNamespace(ns)
+	u, raw := sample(t, ns)
 	name := u.GetName()
 	if _, err := cr.Create(ctx, u, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
