@@ -43,7 +43,7 @@ func (m *Manager) Destroy(ctx context.Context, stackName string, opts RunOptions
 // ErrLocked naming the dead owner, for the caller's stale-lock handling (CancelLock then
 // finds the stack). Costs two CLI runs, only when a destroy finds no stack.
 func (m *Manager) sweepRemoved(ctx context.Context, stackName string) error {
-	st, err := m.open(ctx, stackName, emptyProgram, true)
+	st, err := m.open(ctx, stackName, true)
 	if err != nil {
 		return fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}

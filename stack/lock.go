@@ -122,7 +122,7 @@ func fileBackendLocks(backendURL, project, stackName string) (held bool, locks [
 // throwaway stack and renaming it (renameStack locks only the old name), cancels, and
 // removes the stack again.
 func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
-	st, err := m.open(ctx, stackName, emptyProgram, false)
+	st, err := m.open(ctx, stackName, false)
 	if err != nil && auto.IsSelectStack404Error(err) {
 		return m.cancelLockOfMissingStack(ctx, stackName)
 	}
@@ -139,14 +139,14 @@ func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
 func (m *Manager) cancelLockOfMissingStack(ctx context.Context, stackName string) error {
 	tmpName := scratchName("lock-sweep-")
 	defer func() { _ = os.RemoveAll(filepath.Join(m.cfg.WorkRoot, tmpName)) }()
-	tmp, err := m.open(ctx, tmpName, emptyProgram, true)
+	tmp, err := m.open(ctx, tmpName, true)
 	if err != nil {
 		return fmt.Errorf("create stack %s to take over the lock of missing stack %s: %w", tmpName, stackName, m.classifyStack(tmpName, err))
 	}
 	// auto's Rename reads the history of the old name after `stack rename` and so always
 	// fails once the rename has worked: whether the stack now exists is the answer.
 	_, renameErr := tmp.Rename(ctx, optrename.StackName(stackName))
-	st, err := m.open(ctx, stackName, emptyProgram, false)
+	st, err := m.open(ctx, stackName, false)
 	if err != nil {
 		_ = tmp.Workspace().RemoveStack(context.WithoutCancel(ctx), tmpName)
 		if renameErr != nil {

@@ -83,7 +83,7 @@ func (m *Manager) ready(ctx context.Context, stackName string, create bool) (rec
 	if m.isSettled(stackName) {
 		return nil, true, m.writeWorkspace(stackName)
 	}
-	st, err := m.open(ctx, stackName, emptyProgram, create)
+	st, err := m.open(ctx, stackName, create)
 	if err != nil {
 		if !create && auto.IsSelectStack404Error(err) {
 			return nil, false, nil

@@ -21,7 +21,7 @@ func (m *Manager) Preview(ctx context.Context, stackName string, program pulumi.
 	}
 	out, err := run()
 	if err != nil && stackNotFound(err) {
-		st, oerr := m.open(ctx, stackName, emptyProgram, true)
+		st, oerr := m.open(ctx, stackName, true)
 		if oerr != nil {
 			return res, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, oerr))
 		}

@@ -31,7 +31,7 @@ func (m *Manager) ListStacks(ctx context.Context) ([]StackInfo, error) {
 	// A stack name never starts with a dot (see Name), so no stack's workspace is taken.
 	name := scratchName(".list-")
 	defer os.RemoveAll(filepath.Join(m.cfg.WorkRoot, name))
-	opts, err := m.workspaceOptions(name, emptyProgram)
+	opts, err := m.workspaceOptions(name)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func (m *Manager) ListStacks(ctx context.Context) ([]StackInfo, error) {
 
 // Exists reports whether the backend holds the stack.
 func (m *Manager) Exists(ctx context.Context, stackName string) (bool, error) {
-	_, err := m.open(ctx, stackName, emptyProgram, false)
+	_, err := m.open(ctx, stackName, false)
 	if err == nil {
 		return true, nil
 	}

@@ -14,13 +14,14 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
-// emptyProgram is the program of every operation that does not deploy one: refresh, destroy,
-// `stack rm`, `cancel` and looking a stack up. An inline workspace needs a program all the
-// same (without one auto would run the project's Pulumi.yaml runtime, "go", in a directory
-// that holds no Go program), and auto serves it to the CLI for refresh and destroy too. The
-// CLI runs it there only with --run-program, which this package never passes: refresh and
-// destroy work from the state and the provider alone, so an empty program is right, and it
-// cannot declare a resource by mistake.
+// emptyProgram is the program of every operation that does not deploy one: refresh and
+// destroy (served by engine), and the workspaces' auto runs (`stack init|select|export|
+// import|rm`, the refresh after adopting pending operations). A workspace needs a program all
+// the same: without one the CLI would start the language host the workspace's Pulumi.yaml
+// runtime, "go", names, in a directory that holds no Go program. The CLI runs it only with
+// --run-program, which this package never passes: refresh and destroy work from the state and
+// the provider alone, so an empty program is right, and it cannot declare a resource by
+// mistake. Up and preview serve the object's program instead (engine).
 func emptyProgram(*pulumi.Context) error { return nil }
 
 // scratchName is prefix and 16 random hex digits: the name of a throwaway stack or workspace
@@ -32,11 +33,11 @@ func scratchName(prefix string) string {
 	return prefix + hex.EncodeToString(rnd[:])
 }
 
-// workspaceOptions are the options of a local workspace for stackName running program: its
+// workspaceOptions are the options of a local workspace for stackName (program emptyProgram): its
 // own directory WorkRoot/<stackName> (created here), so that two stacks never share workspace
 // files; the CLI, project, backend, secrets provider, environment and Pulumi home of the
 // Manager.
-func (m *Manager) workspaceOptions(stackName string, program pulumi.RunFunc) ([]auto.LocalWorkspaceOption, error) {
+func (m *Manager) workspaceOptions(stackName string) ([]auto.LocalWorkspaceOption, error) {
 	dir := filepath.Join(m.cfg.WorkRoot, stackName)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create workspace directory: %w", err)
@@ -52,7 +53,7 @@ func (m *Manager) workspaceOptions(stackName string, program pulumi.RunFunc) ([]
 		auto.Project(proj),
 		auto.SecretsProvider(m.cfg.SecretsProvider),
 		auto.EnvVars(m.env),
-		auto.Program(program),
+		auto.Program(emptyProgram),
 	}
 	if m.cfg.PulumiHome != "" {
 		opts = append(opts, auto.PulumiHome(m.cfg.PulumiHome))
@@ -60,14 +61,14 @@ func (m *Manager) workspaceOptions(stackName string, program pulumi.RunFunc) ([]
 	return opts, nil
 }
 
-// open opens stackName in its workspace with program, creating the stack when create is set
+// open opens stackName in its workspace, creating the stack when create is set
 // and it does not exist: one CLI run for a stack it creates or selects, two for one that
 // exists when create is set. A stack open creates is recorded as settled (it holds no pending
 // operation). The error is auto's own for a stack that does not exist (test it with
 // auto.IsSelectStack404Error), so callers classify it themselves; a workspace that cannot
 // be opened is classified here.
-func (m *Manager) open(ctx context.Context, stackName string, program pulumi.RunFunc, create bool) (auto.Stack, error) {
-	opts, err := m.workspaceOptions(stackName, program)
+func (m *Manager) open(ctx context.Context, stackName string, create bool) (auto.Stack, error) {
+	opts, err := m.workspaceOptions(stackName)
 	if err != nil {
 		return auto.Stack{}, err
 	}
@@ -103,7 +104,7 @@ func (m *Manager) open(ctx context.Context, stackName string, program pulumi.Run
 // writeWorkspace makes sure stackName's workspace directory holds this Manager's Pulumi.yaml
 // (a directory removed by hand is made again), without running the CLI.
 func (m *Manager) writeWorkspace(stackName string) error {
-	opts, err := m.workspaceOptions(stackName, emptyProgram)
+	opts, err := m.workspaceOptions(stackName)
 	if err != nil {
 		return err
 	}
