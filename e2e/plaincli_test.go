@@ -121,8 +121,8 @@ func (p *plainCLI) operator(args ...string) string {
 // TestPlainPulumiCLI (issue 18): the plain pulumi CLI runs the operator's stacks with the
 // operator's own program: a preview of a stack the operator brought up has no changes; an up
 // from a laptop applies the live object's change, after which the operator has nothing left
-// to do; a manifest in the stack's config takes the object's place; refresh, export and
-// destroy work as Pulumi documents and the operator recreates a stack destroyed behind its
+// to do; a manifest in the stack's config takes the object's place; refresh, export, cancel
+// and destroy work as Pulumi documents and the operator recreates a stack destroyed behind its
 // back; a stack that names no object, a missing object and a wrong manifest are clear errors.
 func TestPlainPulumiCLI(t *testing.T) {
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
@@ -202,6 +202,13 @@ func TestPlainPulumiCLI(t *testing.T) {
 			t.Fatalf("stack export has no %s: %v", want, types)
 		}
 	}
+
+	// `pulumi cancel` on a DIY backend removes the stack's lock (there is no update to stop
+	// here); the stack stays usable by both.
+	if out := p.pulumiOK("cancel", "--yes", "-s", s); !strings.Contains(out, "has been canceled") {
+		t.Fatalf("pulumi cancel said:\n%s", out)
+	}
+	p.pulumiOK("preview", "--expect-no-changes", "-s", s)
 
 	// A destroy behind the operator's back: the objects and the stack are gone, and the
 	// operator's next up creates both again.
