@@ -88,7 +88,7 @@ func TestSampleEndToEnd(t *testing.T) {
 	cr := c.Client.Resource(api.GroupVersionResource).Namespace(ns)
 
 	// The original operator's sample, unchanged but for the namespace.
-	u, _ := sample(t, ns)
+	u, _ := testenv.Sample(t, ns)
 	name := u.GetName()
 	if _, err := cr.Create(ctx, u, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -172,22 +172,6 @@ func TestSampleEndToEnd(t *testing.T) {
 	if len(left) != 0 {
 		t.Fatalf("stack state left after delete: %v", left)
 	}
-}
-
-// sample is the original operator's sample (config/samples), its namespace set to ns, and
-// the file's text.
-func sample(t *testing.T, ns string) (*unstructured.Unstructured, []byte) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "samples", "groupsp_v1_kindcustomhttp.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(b, &u.Object); err != nil {
-		t.Fatal(err)
-	}
-	u.SetNamespace(ns)
-	return u, b
 }
 
 func waitReady(t *testing.T, c *testenv.Cluster, ns, name string, gen int64) {

@@ -132,7 +132,7 @@ func TestPlainPulumiCLI(t *testing.T) {
 	ns := c.Namespace(t)
 	ctx := context.Background()
 	cr := c.Client.Resource(api.GroupVersionResource).Namespace(ns)
-	u, raw := sample(t, ns)
+	u, raw := testenv.Sample(t, ns)
 	name := u.GetName()
 	if _, err := cr.Create(ctx, u, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -379,15 +379,7 @@ func TestCRDValidation(t *testing.T) {
 			}
 		})
 	}
-	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "samples", "groupsp_v1_kindcustomhttp.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(b, &u.Object); err != nil {
-		t.Fatal(err)
-	}
-	u.SetNamespace(ns)
+	u, _ := testenv.Sample(t, ns)
 	if _, err := cr.Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the original sample is rejected: %v", err)
 	}

@@ -177,3 +177,19 @@ func (c *Cluster) Namespace(t testing.TB) string {
 	})
 	return name
 }
+
+// Sample is the original operator's sample (config/samples/groupsp_v1_kindcustomhttp.yaml), its
+// namespace set to ns, and the file's text.
+func Sample(t testing.TB, ns string) (*unstructured.Unstructured, []byte) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(RepoRoot(), "config", "samples", "groupsp_v1_kindcustomhttp.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(b, &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	u.SetNamespace(ns)
+	return u, b
+}
