@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,6 +52,13 @@ type runResult struct {
 // yields the result when it ends.
 func (l *runner) start(args ...string) (out *testenv.SyncBuffer, done <-chan runResult) {
 	l.t.Helper()
+	return l.startContext(context.Background(), args...)
+}
+
+// startContext is start with ctx as the command line's context: cancelling it is what a
+// SIGINT does to the process.
+func (l *runner) startContext(ctx context.Context, args ...string) (out *testenv.SyncBuffer, done <-chan runResult) {
+	l.t.Helper()
 	app := App()
 	out = &testenv.SyncBuffer{}
 	var errOut bytes.Buffer
@@ -59,7 +68,7 @@ func (l *runner) start(args ...string) (out *testenv.SyncBuffer, done <-chan run
 		"--project-file", filepath.Join(testenv.RepoRoot(), "Pulumi.yaml")}, args...)
 	ch := make(chan runResult, 1)
 	go func() {
-		err := app.Run(full)
+		err := app.RunContext(ctx, full)
 		if err != nil {
 			errOut.WriteString(err.Error())
 		}
@@ -270,3 +279,162 @@ func TestCommandsFlow(t *testing.T) {
 }
 
 var metaGet = metav1.GetOptions{}
+
+// An interrupted command cancels its operation the way pulumi cancels one and exits
+// ExitCancelled: while it waits for a lock, and in the middle of an up, after which the
+// stack is unlocked and the next up succeeds.
+func TestCommandsInterrupted(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	c := testenv.Connect(t)
+	ns := c.Namespace(t)
+	l := newRunner(t)
+	file := filepath.Join(t.TempDir(), "cr.yaml")
+	doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: cancelled, namespace: " + ns +
+		"}\nspec: {replicaCount: 1, port: 80}\n"
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ended := func(done <-chan runResult, what string) runResult {
+		t.Helper()
+		select {
+		case r := <-done:
+			return r
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("%s: the command did not end within 2m of its cancellation", what)
+		}
+		return runResult{}
+	}
+
+	// While waiting for a lock another update holds.
+	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + l.backend, WorkRoot: t.TempDir(),
+		PulumiPath: testenv.PulumiCLI(t), ClusterName: "cli"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _ := m.StackName(ns, "cancelled")
+	if _, err := m.Up(context.Background(), name, func(*pulumi.Context) error { return nil }, stack.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	release := holdLock(t, m, name)
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	out, done := l.startContext(ctx2, "up", "-f", file, "--wait-for-lock", "5m")
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 2*time.Minute, true,
+		func(context.Context) (bool, error) { return strings.Contains(out.String(), "waiting"), nil })
+	if err != nil {
+		t.Fatalf("up --wait-for-lock never waited; stdout:\n%s", out.String())
+	}
+	cancel2()
+	r := ended(done, "up --wait-for-lock")
+	if r.code != ExitCancelled {
+		t.Fatalf("up cancelled while waiting for a lock: exit %d (want %d)\n%s\n%s", r.code, ExitCancelled, r.stdout, r.stderr)
+	}
+	if err := release(); err != nil {
+		t.Fatalf("the lock holder's up failed: %v", err)
+	}
+
+	// In the middle of an up: cancelled once the engine run holds the stack's lock.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, done = l.startContext(ctx, "up", "-f", file)
+	locks := filepath.Join(l.backend, ".pulumi", "locks", "*", "*", "*", "*.json")
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 2*time.Minute, true,
+		func(context.Context) (bool, error) { m, _ := filepath.Glob(locks); return len(m) > 0, nil })
+	if err != nil {
+		t.Fatalf("the up never locked its stack; stdout:\n%s", out.String())
+	}
+	cancel()
+	r = ended(done, "up")
+	if r.code != ExitCancelled || !strings.Contains(r.stderr, "up interrupted") {
+		t.Fatalf("cancelled up: exit %d (want %d)\n%s\n%s", r.code, ExitCancelled, r.stdout, r.stderr)
+	}
+	// pulumi locks the stack before it handles SIGINT: cancelled in between, it dies and its
+	// lock stays. Then the next up must remove it (its process is gone) and say so.
+	left, _ := filepath.Glob(locks)
+	for _, f := range left {
+		if pid := lockPid(t, f); processRuns(pid) {
+			t.Fatalf("the cancelled up's pulumi (pid %d) still runs after the command ended\n%s", pid, r.stderr)
+		}
+	}
+	stdout, stderr, code := l.run("up", "-f", file)
+	if code != 0 {
+		t.Fatalf("up after the cancelled one: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if len(left) > 0 && !strings.Contains(stdout, "removed the lock left by") {
+		t.Fatalf("the cancelled up left its lock %v and the next up did not say it removed it:\n%s", left, stdout)
+	}
+	t.Logf("the cancelled up left %d lock(s) behind", len(left))
+
+	if _, stderr, code := l.run("destroy", "-f", file, "--yes"); code != 0 {
+		t.Fatalf("destroy: exit %d: %s", code, stderr)
+	}
+}
+
+// lockPid reads the pid out of a DIY backend's lock file.
+func lockPid(t *testing.T, file string) int {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l struct {
+		Pid int `json:"pid"`
+	}
+	if err := json.Unmarshal(b, &l); err != nil || l.Pid == 0 {
+		t.Fatalf("lock file %s: %v (%s)", file, err, b)
+	}
+	return l.Pid
+}
+
+// processRuns reports whether pid is a running process (signal 0; a zombie counts as gone).
+func processRuns(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !strings.Contains(string(b), ") Z ")
+}
+
+// A lock left by a pulumi process that was killed (kill -9, a crashed laptop command) does
+// not block the next command: it is removed, with a warning naming its owner, and the
+// command goes on; a lock of a live process is not (TestCommandsLockedStack).
+func TestCommandsDeadLock(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	c := testenv.Connect(t)
+	ns := c.Namespace(t)
+	l := newRunner(t)
+	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + l.backend, WorkRoot: t.TempDir(),
+		PulumiPath: testenv.PulumiCLI(t), ClusterName: "cli"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _ := m.StackName(ns, "deadlock")
+	if _, err := m.Up(context.Background(), name, func(*pulumi.Context) error { return nil }, stack.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	release := holdLock(t, m, name)
+	files, _ := filepath.Glob(filepath.Join(l.backend, ".pulumi", "locks", "*", "*", name, "*.json"))
+	if len(files) != 1 {
+		t.Fatalf("lock files of the held stack: %v, want 1", files)
+	}
+	pid := lockPid(t, files[0])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the lock holder (pid %d): %v", pid, err)
+	}
+	if err := release(); err == nil {
+		t.Fatal("the killed update reported success")
+	}
+	file := filepath.Join(t.TempDir(), "cr.yaml")
+	doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: deadlock, namespace: " + ns +
+		"}\nspec: {replicaCount: 1, port: 80}\n"
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := l.run("up", "-f", file)
+	if code != 0 || !strings.Contains(stdout, "removed the lock left by") || !strings.Contains(stdout, fmt.Sprintf("(pid %d)", pid)) {
+		t.Fatalf("up over a dead process's lock: exit %d, want 0 and a warning naming pid %d\n%s\n%s", code, pid, stdout, stderr)
+	}
+	if _, err := c.Kube.AppsV1().Deployments(ns).Get(context.Background(), "deadlock", metaGet); err != nil {
+		t.Fatalf("the up over the dead lock made no Deployment: %v", err)
+	}
+	if _, stderr, code := l.run("destroy", "-f", file, "--yes"); code != 0 {
+		t.Fatalf("destroy: exit %d: %s", code, stderr)
+	}
+}

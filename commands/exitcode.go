@@ -3,20 +3,31 @@ package commands
 import (
 	"errors"
 
+	"github.com/pulumi/pulumi/sdk/v3/go/common/util/cmdutil"
 	"github.com/urfave/cli/v2"
 )
 
-// Exit codes of the commands, distinct so scripts and CI jobs can branch on them. 0 is
-// success; watch exits ExitFailed on any error.
+// Exit codes of the commands. They are the pinned Pulumi SDK's exit-code constants
+// (cmdutil.Exit*, the contract the pulumi CLI keeps for automation), with the meaning the
+// pulumi CLI gives them, so a CI job written for `pulumi preview` reads ours alike. 0 is
+// success; watch exits ExitFailed on any error. Pulumi's 3 (authentication), 4 (resource
+// error), 5 (policy) and 6 (stack not found) are not produced: a failed operation is
+// ExitFailed, as `pulumi up` exits 1 when a resource fails.
 const (
-	// ExitFailed: a Pulumi operation failed (or any other error).
-	ExitFailed = 1
-	// ExitInvalidInput: a file, document or flag is wrong; nothing was run or written.
-	ExitInvalidInput = 2
-	// ExitLocked: another update (the in-cluster watcher, a colleague) holds a stack's lock.
-	ExitLocked = 3
-	// ExitChanges: `preview --expect-no-changes` found changes.
-	ExitChanges = 4
+	// ExitFailed (1): a Pulumi operation failed (or any other error).
+	ExitFailed = cmdutil.ExitCodeError
+	// ExitInvalidInput (2): a file, document or flag is wrong; nothing was run or written.
+	ExitInvalidInput = cmdutil.ExitConfigurationError
+	// ExitChanges (7): `preview --expect-no-changes` found changes (pulumi's own code for
+	// `--expect-no-changes`).
+	ExitChanges = cmdutil.ExitNoChanges
+	// ExitCancelled (8): interrupted (SIGINT, SIGTERM): the running operation was cancelled
+	// the way pulumi cancels one (its lock released, its state saved) and later objects were
+	// not run.
+	ExitCancelled = cmdutil.ExitCancelled
+	// ExitLocked (9, pulumi's timeout code): another update (the in-cluster watcher, a
+	// colleague) held a stack's lock for longer than --wait-for-lock (0 by default).
+	ExitLocked = cmdutil.ExitTimeout
 )
 
 // ExitCode is the process exit status for err, the result of App().Run: 0 for nil, the code

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -26,9 +28,18 @@ const lockPoll = 2 * time.Second
 
 // runObjects loads the objects (all of them, before any Pulumi run, so bad input writes
 // nothing), then runs op on each object's stack in turn and reports (report). Bad input exits
-// ExitInvalidInput; envFrom sources that cannot be read exit ExitFailed.
+// ExitInvalidInput; envFrom sources that cannot be read exit ExitFailed. SIGINT or SIGTERM
+// cancels the running operation as pulumi cancels one (the Automation API's command sends
+// the CLI SIGINT: it finishes the steps under way, saves the state and releases the lock),
+// runs no later object, reports what ran and exits ExitCancelled; a second signal ends this
+// process at once.
 func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) error {
-	ctx := c.Context
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // the default action again for a second signal, like pulumi's second ^C
+	}()
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("unexpected argument %q: name files with -f", c.Args().First()), ExitInvalidInput)
 	}
@@ -70,13 +81,26 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 	}
 	var results []result
 	for _, d := range docs {
+		if ctx.Err() != nil {
+			break
+		}
 		results = append(results, runOne(ctx, mgr, d, op, of, progress, color))
 	}
-	return report(out, of, op, results)
+	err = report(out, of, op, results)
+	if ctx.Err() != nil {
+		msg := fmt.Sprintf("%s interrupted: %d of %d objects ran or were cancelled (see the table)", op, len(results), len(docs))
+		if err != nil {
+			msg += "; " + err.Error()
+		}
+		return cli.Exit(msg, ExitCancelled)
+	}
+	return err
 }
 
 // runOne runs op on d's stack, waiting for a lock up to --wait-for-lock (retrying every
-// lockPoll), and returns its result; the error is in result.err.
+// lockPoll), and returns its result; the error is in result.err. A lock whose pulumi process
+// is gone from this host (killed, or interrupted too early to release it) is removed once,
+// with a warning, and the operation run again, as the watcher does (stale locks).
 func runOne(ctx context.Context, mgr *stack.Manager, d api.Document, op Operation, of *objectFlags, progress io.Writer, color string) result {
 	name, _ := mgr.StackName(d.Desired.Namespace, d.Desired.Name)
 	r := result{Object: d.Desired.Namespace + "/" + d.Desired.Name, Stack: mgr.QualifiedName(name), Operation: op}
@@ -88,9 +112,20 @@ func runOne(ctx context.Context, mgr *stack.Manager, d api.Document, op Operatio
 		opts.Progress, opts.Diff, opts.Color = &diff, true, "never"
 	}
 	deadline := time.Now().Add(of.waitForLock)
+	cleared := false
 	for {
 		diff.Reset()
 		res, err := op.run(ctx, mgr, name, d.Desired, opts)
+		if locks := deadOwners(err); !cleared && len(locks) > 0 && ctx.Err() == nil {
+			// Nobody will release this lock: its pulumi process is gone (see stack.Lock.OwnerGone).
+			cleared = true
+			if cerr := mgr.CancelLock(ctx, name); cerr != nil {
+				fmt.Fprintf(progress, "warning: stack %s: could not remove the lock left by %s: %v\n", name, locks, cerr)
+			} else {
+				fmt.Fprintf(progress, "warning: stack %s: removed the lock left by %s, which no longer runs on this host\n", name, locks)
+				continue
+			}
+		}
 		if errors.Is(err, stack.ErrLocked) && time.Now().Before(deadline) {
 			fmt.Fprintf(progress, "stack %s is locked by another update; waiting (until %s)\n", name, deadline.Format(time.TimeOnly))
 			select {
@@ -111,6 +146,24 @@ func runOne(ctx context.Context, mgr *stack.Manager, d api.Document, op Operatio
 		}
 		return r
 	}
+}
+
+// deadOwners describes the locks of a stack.ErrLocked err when every one was left by a
+// process of this host that no longer runs (stack.Lock.OwnerGone), as "user@host (pid N)";
+// else, and for any other err, it is empty.
+func deadOwners(err error) string {
+	var oe *stack.OperationError
+	if !errors.Is(err, stack.ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) == 0 {
+		return ""
+	}
+	var who []string
+	for _, l := range oe.Locks {
+		if !l.OwnerGone() {
+			return ""
+		}
+		who = append(who, fmt.Sprintf("%s@%s (pid %d)", l.User, l.Host, l.Pid))
+	}
+	return strings.Join(who, ", ")
 }
 
 // lockMessage says who holds the lock of stack name (from a *stack.OperationError in err,

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
@@ -25,6 +26,27 @@ type Lock struct {
 	Pid  int
 	// Created is when the lock was taken.
 	Created time.Time
+}
+
+// OwnerGone reports whether l was taken by a process of this host that no longer runs: a
+// pulumi CLI killed by SIGKILL (a crashed pod, kill -9), or by a SIGINT that came before it
+// installed its own handler (the DIY backend locks the stack before the engine's
+// cancellation scope exists: pkg/backend/diy Update, then apply). Such a lock can be
+// removed at once (CancelLock). A lock of another host is never gone: its process cannot be
+// checked from here.
+func (l Lock) OwnerGone() bool {
+	host, err := os.Hostname()
+	return err == nil && l.Host == host && !processAlive(l.Pid)
+}
+
+// processAlive reports whether pid runs on this host (signal 0 checks without signalling).
+func processAlive(pid int) bool {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return false
+	}
+	err = p.Signal(syscall.Signal(0))
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // lockLine matches the DIY backend's report of one lock (pkg/backend/diy/lock.go):

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,10 +20,8 @@ func (w *Watcher) clearStaleLock(ctx context.Context, u *unstructured.Unstructur
 	if !errors.As(err, &oe) || len(oe.Locks) == 0 {
 		return
 	}
-	host, _ := os.Hostname()
 	for _, l := range oe.Locks {
-		gone := l.Host == host && !processAlive(l.Pid)
-		if !gone && time.Since(l.Created) < w.opts.StaleLockTimeout {
+		if !l.OwnerGone() && time.Since(l.Created) < w.opts.StaleLockTimeout {
 			return
 		}
 	}
@@ -37,14 +33,4 @@ func (w *Watcher) clearStaleLock(ctx context.Context, u *unstructured.Unstructur
 	w.recorder.Eventf(u, corev1.EventTypeWarning, ReasonStaleLockCleared,
 		"removed the lock of stack %s left by %s@%s (pid %d), whose process is gone or which is older than %s",
 		stackName, oe.Locks[0].User, oe.Locks[0].Host, oe.Locks[0].Pid, w.opts.StaleLockTimeout)
-}
-
-// processAlive reports whether pid runs on this host (signal 0 checks without signalling).
-func processAlive(pid int) bool {
-	p, err := os.FindProcess(pid)
-	if err != nil {
-		return false
-	}
-	err = p.Signal(syscall.Signal(0))
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
