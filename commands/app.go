@@ -1,13 +1,18 @@
 package commands
 
 import (
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"k8s.io/klog/v2"
 
 	"github.com/pulumi-operator/pulumi-operator/internal/version"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
@@ -28,6 +33,7 @@ type config struct {
 	pulumiPath   string
 	clusterName  string
 	logFormat    string
+	logLevel     string
 	verbose      bool
 	kubeQPS      float64 // client-go's rest.Config QPS: sustained API requests per second
 	kubeBurst    int     // client-go's rest.Config Burst: requests allowed at once above QPS
@@ -81,8 +87,10 @@ func App() *cli.App {
 				Usage: "`NAME` of this cluster in stack names (a DNS label); default: the first 12 hex digits of the kube-system namespace's UID"},
 			&cli.StringFlag{Name: "log-format", EnvVars: []string{"PULUMI_OPERATOR_LOG_FORMAT"}, Value: "text", Destination: &cfg.logFormat,
 				Usage: "log `FORMAT`: text or json"},
+			&cli.StringFlag{Name: "log-level", EnvVars: []string{"PULUMI_OPERATOR_LOG_LEVEL"}, Value: "info", Destination: &cfg.logLevel,
+				Usage: "least severe log `LEVEL` written: debug, info, warn or error (client-go's own logs included)"},
 			&cli.BoolFlag{Name: "verbose", EnvVars: []string{"PULUMI_OPERATOR_VERBOSE"}, Destination: &cfg.verbose,
-				Usage: "debug logs"},
+				Usage: "the same as --log-level debug (kept for existing installs)"},
 			&cli.Float64Flag{Name: "kube-api-qps", EnvVars: []string{"PULUMI_OPERATOR_KUBE_API_QPS"}, Value: defaultKubeQPS, Destination: &cfg.kubeQPS,
 				Usage: "sustained Kubernetes API requests per `SECOND` of this process (client-go's default, 5, throttles a burst of objects)"},
 			&cli.IntFlag{Name: "kube-api-burst", EnvVars: []string{"PULUMI_OPERATOR_KUBE_API_BURST"}, Value: defaultKubeBurst, Destination: &cfg.kubeBurst,
@@ -93,7 +101,7 @@ func App() *cli.App {
 			if err := checkKubeAPILimits(cfg); err != nil {
 				return cli.Exit(err.Error(), ExitInvalidInput)
 			}
-			return setupLogging(cfg)
+			return setupLogging(cfg, c.App.ErrWriter)
 		},
 		Commands: []*cli.Command{
 			watchCommand(cfg),
@@ -108,21 +116,41 @@ func App() *cli.App {
 	}
 }
 
-// setupLogging makes slog's default logger write to stderr in --log-format at info level,
-// debug with --verbose. An unknown format is an error naming the flag.
-func setupLogging(cfg *config) error {
-	level := slog.LevelInfo
+// setupLogging makes slog's default logger write to w (stderr) in --log-format, at
+// --log-level (debug with --verbose), and routes klog, which client-go logs through
+// (reflector and watch errors, API server warnings, throttling), into the same handler, so
+// that one stream has one format. At debug, klog's verbosity is 2 (client-go's
+// informer and leader-election detail; 4 and up log every request). An unknown format or
+// level is an error naming the flag.
+func setupLogging(cfg *config, w io.Writer) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.logLevel)); err != nil || !slices.Contains(logLevels, strings.ToLower(cfg.logLevel)) {
+		return fmt.Errorf("--log-level %q: want one of %s", cfg.logLevel, strings.Join(logLevels, ", "))
+	}
 	if cfg.verbose {
 		level = slog.LevelDebug
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
 	switch cfg.logFormat {
 	case "text":
-		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, opts)))
+		h = slog.NewTextHandler(w, opts)
 	case "json":
-		slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, opts)))
+		h = slog.NewJSONHandler(w, opts)
 	default:
 		return fmt.Errorf("--log-format %q: want text or json", cfg.logFormat)
 	}
-	return nil
+	logger := slog.New(h)
+	slog.SetDefault(logger)
+	klog.SetSlogLogger(logger)
+	v := "0"
+	if level <= slog.LevelDebug {
+		v = "2"
+	}
+	var fs flag.FlagSet
+	klog.InitFlags(&fs)
+	return fs.Set("v", v)
 }
+
+// logLevels are --log-level's values, slog's level names.
+var logLevels = []string{"debug", "info", "warn", "error"}

@@ -39,6 +39,10 @@ func TestWatchConfigErrors(t *testing.T) {
 			args: []string{"--log-format", "xml", "watch"},
 			want: "--log-format",
 		},
+		"bad log level": {
+			args: []string{"--log-level", "verbose", "watch"},
+			want: "--log-level \"verbose\": want one of debug, info, warn, error",
+		},
 		"missing explicit project file": {
 			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
 			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "--project-file", filepath.Join(dir, "nope.yaml"), "watch"},
