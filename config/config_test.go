@@ -10,6 +10,7 @@ package config_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -43,6 +44,7 @@ import (
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -1415,4 +1417,72 @@ func lineAt(b []byte, i int) string {
 		return string(b[start:])
 	}
 	return string(b[start : i+end])
+}
+
+// What `kubectl get kch` shows, as the real API server serves it (the Table a kubectl get
+// asks for): Message (the Ready condition's) and Stack only at -o wide (priority 1), and
+// the category pulumi, so `kubectl get pulumi` lists the objects.
+func TestCRDPrinterColumns(t *testing.T) {
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	gvr := schema.GroupVersionResource{Group: "groupsp.measutosh.dev", Version: "v1", Resource: "kindcustomhttps"}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "groupsp.measutosh.dev/v1", "kind": "KindCustomHttp",
+		"metadata": map[string]any{"name": "columns"},
+		"spec":     map[string]any{"replicaCount": int64(1), "port": int64(80)},
+	}}
+	got, err := c.Client.Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Object["status"] = map[string]any{
+		"stack": "kindcustomhttp/c." + ns + ".columns",
+		"conditions": []any{map[string]any{"type": "Ready", "status": "False", "reason": "UpFailed",
+			"message": "up failed: quota exceeded", "lastTransitionTime": "2026-01-01T00:00:00Z"}},
+	}
+	if _, err := c.Client.Resource(gvr).Namespace(ns).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rc := rest.CopyConfig(c.Config)
+	rc.GroupVersion = &schema.GroupVersion{Group: gvr.Group, Version: gvr.Version}
+	rc.APIPath = "/apis"
+	rc.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	client, err := rest.RESTClientFor(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := client.Get().Namespace(ns).Resource(gvr.Resource).Name("columns").
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(body, &table); err != nil || len(table.Rows) != 1 {
+		t.Fatalf("Table: %v, %s", err, body)
+	}
+	cells := map[string]any{}
+	priority := map[string]int32{}
+	for i, col := range table.ColumnDefinitions {
+		cells[col.Name], priority[col.Name] = table.Rows[0].Cells[i], col.Priority
+	}
+	for name, want := range map[string]string{"Ready": "False", "Reason": "UpFailed",
+		"Message": "up failed: quota exceeded", "Stack": "kindcustomhttp/c." + ns + ".columns"} {
+		if cells[name] != want {
+			t.Errorf("column %s = %v, want %q (all: %v)", name, cells[name], want, cells)
+		}
+	}
+	if priority["Message"] != 1 || priority["Stack"] != 1 || priority["Ready"] != 0 {
+		t.Errorf("priorities %v: want Message and Stack at 1 (-o wide only), Ready at 0", priority)
+	}
+	resources, err := c.Kube.Discovery().ServerResourcesForGroupVersion("groupsp.measutosh.dev/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resources.APIResources {
+		if r.Name == "kindcustomhttps" && !slices.Contains(r.Categories, "pulumi") {
+			t.Errorf("categories %v, want pulumi (kubectl get pulumi)", r.Categories)
+		}
+	}
 }

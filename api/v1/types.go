@@ -59,7 +59,7 @@ const (
 // same check as Validate's): the apiserver rejects at admission a name the Service could not have.
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:path=kindcustomhttps,singular=kindcustomhttp,shortName=kch,scope=Namespaced
+// +kubebuilder:resource:path=kindcustomhttps,singular=kindcustomhttp,shortName=kch,scope=Namespaced,categories=pulumi
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
@@ -67,6 +67,8 @@ const (
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`
 // +kubebuilder:printcolumn:name="Port",type=integer,JSONPath=`.spec.port`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Message",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="Ready")].message`
+// +kubebuilder:printcolumn:name="Stack",type=string,priority=1,JSONPath=`.status.stack`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name is also the Service's name: at most 63 characters, lower-case letters, digits and '-', starting with a letter and ending with a letter or digit"
 type KindCustomHttp struct {
 	metav1.TypeMeta `json:",inline"`
