@@ -26,6 +26,7 @@ const DefaultProject = "kindcustomhttp"
 // global flags fill the first block; watch's flags the second.
 type config struct {
 	kubeconfig   string
+	kubeContext  string
 	backendURL   string
 	secrets      string
 	projectFile  string
@@ -73,6 +74,8 @@ func App() *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Destination: &cfg.kubeconfig,
 				Usage: "kubeconfig `FILE`; empty: in-cluster config, then ~/.kube/config"},
+			&cli.StringFlag{Name: "context", EnvVars: []string{"PULUMI_OPERATOR_CONTEXT"}, Destination: &cfg.kubeContext,
+				Usage: "kubeconfig `CONTEXT` to use (default: its current context), as kubectl --context"},
 			&cli.StringFlag{Name: "backend-url", EnvVars: []string{"PULUMI_BACKEND_URL"}, Destination: &cfg.backendURL,
 				Usage: "Pulumi state backend `URL` (file://DIR, postgres://, s3://, ...); default: Pulumi.yaml's backend, else file://<state-dir>/backend"},
 			&cli.StringFlag{Name: "secrets-provider", EnvVars: []string{"PULUMI_OPERATOR_SECRETS_PROVIDER"}, Value: "passphrase", Destination: &cfg.secrets,
@@ -110,6 +113,7 @@ func App() *cli.App {
 			refreshCommand(cfg, of),
 			destroyCommand(cfg, of),
 			stacksCommand(cfg, of),
+			reconcileCommand(cfg),
 			versionCommand(cfg),
 			completionCommand(),
 		},

@@ -135,7 +135,7 @@ func holdLock(t *testing.T, m *stack.Manager, name string) (release func() error
 	})
 }
 
-// While another update holds the stack's lock, up exits ExitLocked at once, saying who holds
+// While another update holds the stack's lock, up exits ExitTimeout at once, saying who holds
 // it; with --wait-for-lock it waits until the holder is done and then applies the file.
 func TestCommandsLockedStack(t *testing.T) {
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
@@ -160,8 +160,8 @@ func TestCommandsLockedStack(t *testing.T) {
 	release := holdLock(t, m, name)
 
 	_, stderr, code := l.run("up", "-f", file)
-	if code != ExitLocked || !strings.Contains(stderr, "is locked by") || !strings.Contains(stderr, "--wait-for-lock") {
-		t.Fatalf("exit %d, stderr %q; want %d naming the lock holder", code, stderr, ExitLocked)
+	if code != ExitTimeout || !strings.Contains(stderr, "is locked by") || !strings.Contains(stderr, "--wait-for-lock") {
+		t.Fatalf("exit %d, stderr %q; want %d naming the lock holder", code, stderr, ExitTimeout)
 	}
 
 	out, done := l.start("up", "-f", file, "--wait-for-lock", "5m")

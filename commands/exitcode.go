@@ -25,9 +25,10 @@ const (
 	// the way pulumi cancels one (its lock released, its state saved) and later objects were
 	// not run.
 	ExitCancelled = cmdutil.ExitCancelled
-	// ExitLocked (9, pulumi's timeout code): another update (the in-cluster watcher, a
-	// colleague) held a stack's lock for longer than --wait-for-lock (0 by default).
-	ExitLocked = cmdutil.ExitTimeout
+	// ExitTimeout (9, pulumi's timeout code): a wait ran out. Another update (the in-cluster
+	// watcher, a colleague) held a stack's lock for longer than --wait-for-lock (0 by
+	// default), or `reconcile --wait` saw no result within --timeout.
+	ExitTimeout = cmdutil.ExitTimeout
 )
 
 // ExitCode is the process exit status for err, the result of App().Run: 0 for nil, the code

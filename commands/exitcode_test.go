@@ -17,7 +17,7 @@ func TestExitCodesPinned(t *testing.T) {
 		"ExitInvalidInput": {ExitInvalidInput, 2},
 		"ExitChanges":      {ExitChanges, 7},
 		"ExitCancelled":    {ExitCancelled, 8},
-		"ExitLocked":       {ExitLocked, 9},
+		"ExitTimeout":      {ExitTimeout, 9},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s = %d, want %d", name, tc.got, tc.want)
@@ -32,7 +32,7 @@ func TestExitCode(t *testing.T) {
 	}{
 		"success":            {nil, 0},
 		"plain error":        {errors.New("boom"), ExitFailed},
-		"exit coder":         {cli.Exit("locked", ExitLocked), ExitLocked},
+		"exit coder":         {cli.Exit("locked", ExitTimeout), ExitTimeout},
 		"wrapped exit coder": {fmt.Errorf("run: %w", cli.Exit("bad", ExitInvalidInput)), ExitInvalidInput},
 	}
 	for name, tc := range tests {

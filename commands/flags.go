@@ -30,14 +30,14 @@ func (of *objectFlags) sourceFlags() []cli.Flag {
 			Usage: "KindCustomHttp `FILE` or directory of them (multi-document YAML); repeatable"},
 		&cli.StringFlag{Name: "from-cluster", EnvVars: []string{"PULUMI_OPERATOR_FROM_CLUSTER"}, Destination: &of.fromCluster,
 			Usage: "read the live object `NAMESPACE/NAME` from the cluster instead of a file"},
-		&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, EnvVars: []string{"PULUMI_OPERATOR_NAMESPACE"}, Value: "default", Destination: &of.namespace,
-			Usage: "`NAMESPACE` of documents that name none"},
+		&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, EnvVars: []string{"PULUMI_OPERATOR_NAMESPACE"}, Destination: &of.namespace,
+			Usage: "`NAMESPACE` of documents that name none (default: the kubeconfig context's, else default)"},
 		&cli.BoolFlag{Name: "ignore-other-kinds", EnvVars: []string{"PULUMI_OPERATOR_IGNORE_OTHER_KINDS"}, Destination: &of.ignoreOtherKinds,
 			Usage: "skip documents that are not KindCustomHttp (default: they are errors)"},
 		&cli.BoolFlag{Name: "json", EnvVars: []string{"PULUMI_OPERATOR_JSON"}, Destination: &of.jsonOut,
 			Usage: "print results as JSON on stdout (progress goes to stderr)"},
 		&cli.DurationFlag{Name: "wait-for-lock", EnvVars: []string{"PULUMI_OPERATOR_WAIT_FOR_LOCK"}, Destination: &of.waitForLock,
-			Usage: "when another update holds a stack's lock, wait up to `DURATION` (default: exit " + fmt.Sprint(ExitLocked) + " at once)"},
+			Usage: "when another update holds a stack's lock, wait up to `DURATION` (default: exit " + fmt.Sprint(ExitTimeout) + " at once)"},
 	}
 }
 

@@ -57,6 +57,9 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 			return err
 		}
 	}
+	if of.namespace == "" {
+		of.namespace = contextNamespace(cfg)
+	}
 	docs, err := loadObjects(ctx, of, client)
 	if err != nil {
 		return cli.Exit(err.Error(), ExitInvalidInput)

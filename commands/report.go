@@ -31,7 +31,7 @@ func (r result) changed() bool {
 }
 
 // report prints the results (table or JSON), writes the Markdown summary, and picks the exit
-// code: ExitLocked when any stack was locked (stack.ErrLocked), else ExitFailed when any
+// code: ExitTimeout when any stack was locked (stack.ErrLocked), else ExitFailed when any
 // operation failed, else ExitChanges for `preview --expect-no-changes` with changes, else nil.
 func report(out io.Writer, of *objectFlags, op Operation, results []result) error {
 	failed, changed := 0, 0
@@ -72,7 +72,7 @@ func report(out io.Writer, of *objectFlags, op Operation, results []result) erro
 	}
 	switch {
 	case len(locked) > 0:
-		return cli.Exit(op.String()+": "+strings.Join(locked, "; "), ExitLocked)
+		return cli.Exit(op.String()+": "+strings.Join(locked, "; "), ExitTimeout)
 	case failed > 0:
 		return cli.Exit(fmt.Sprintf("%s failed for %d of %d objects", op, failed, len(results)), ExitFailed)
 	case op == Preview && of.expectNoChanges && changed > 0:

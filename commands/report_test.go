@@ -38,7 +38,7 @@ func TestReportExitCode(t *testing.T) {
 		"changes without the flag":      {op: Preview, results: []result{changed, unchanged}},
 		"changes with expect-no-change": {op: Preview, flags: objectFlags{expectNoChanges: true}, results: []result{changed, unchanged}, code: ExitChanges, msg: "1 of 2 objects would change"},
 		"failure":                       {op: Preview, flags: objectFlags{expectNoChanges: true}, results: []result{changed, failed}, code: ExitFailed, msg: "preview failed for 1 of 2 objects"},
-		"lock":                          {op: Up, results: []result{failed, locked, unchanged}, code: ExitLocked, msg: "up: stack q is busy"},
+		"lock":                          {op: Up, results: []result{failed, locked, unchanged}, code: ExitTimeout, msg: "up: stack q is busy"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

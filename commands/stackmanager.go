@@ -42,22 +42,39 @@ func checkKubeAPILimits(cfg *config) error {
 	return nil
 }
 
-// restConfig loads cfg.kubeconfig (a path, or KUBECONFIG's list) and otherwise the in-cluster
-// config, then ~/.kube/config: client-go's own loading rules; with cfg's client-side rate
-// limits (--kube-api-qps, --kube-api-burst).
-func restConfig(cfg *config) (*rest.Config, error) {
-	kubeconfig := cfg.kubeconfig
+// clientConfig is kubectl's view of the kubeconfig: cfg.kubeconfig (a path, or KUBECONFIG's
+// list), else the in-cluster config, then ~/.kube/config (client-go's own loading rules), at
+// the context --context names, else the current context.
+func clientConfig(cfg *config) clientcmd.ClientConfig {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" && !strings.Contains(kubeconfig, string(os.PathListSeparator)) {
-		rules.ExplicitPath = kubeconfig
+	if k := cfg.kubeconfig; k != "" && !strings.Contains(k, string(os.PathListSeparator)) {
+		rules.ExplicitPath = k
 	}
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: cfg.kubeContext})
+}
+
+// restConfig is clientConfig's client configuration, with cfg's client-side rate limits
+// (--kube-api-qps, --kube-api-burst). Errors say how to point it at a cluster (a --context
+// the kubeconfig lacks is one).
+func restConfig(cfg *config) (*rest.Config, error) {
+	rc, err := clientConfig(cfg).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("load Kubernetes client config (set --kubeconfig or KUBECONFIG, or run in a cluster): %w", err)
+		return nil, fmt.Errorf("load Kubernetes client config (set --kubeconfig or KUBECONFIG, --context, or run in a cluster): %w", err)
 	}
 	rc.UserAgent = "pulumi-operator"
 	rc.QPS, rc.Burst = float32(cfg.kubeQPS), cfg.kubeBurst
 	return rc, nil
+}
+
+// contextNamespace is the namespace kubectl would use without -n: the context's, the pod's
+// own in a cluster, else "default" (also when no kubeconfig can be read: commands that read
+// only files still work without one).
+func contextNamespace(cfg *config) string {
+	ns, _, err := clientConfig(cfg).Namespace()
+	if err != nil || ns == "" {
+		return "default"
+	}
+	return ns
 }
 
 // newStackManager resolves the project, backend, CLI and cluster name into a stack.Manager.

@@ -1,0 +1,149 @@
+package commands
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+// twoContexts writes a copy of the cluster's kubeconfig whose current context points at a
+// closed port and whose context "live" is the cluster, with namespace ns: only --context
+// live reaches the cluster, and it names the namespace.
+func twoContexts(t *testing.T, c *testenv.Cluster, ns string) string {
+	t.Helper()
+	raw, err := clientcmd.LoadFromFile(c.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := raw.Contexts[raw.CurrentContext]
+	raw.Clusters["dead"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1", InsecureSkipTLSVerify: true}
+	raw.Contexts["dead"] = &clientcmdapi.Context{Cluster: "dead", AuthInfo: cur.AuthInfo}
+	raw.Contexts["live"] = &clientcmdapi.Context{Cluster: cur.Cluster, AuthInfo: cur.AuthInfo, Namespace: ns}
+	raw.CurrentContext = "dead"
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*raw, kc); err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// reconcile asks the watcher for a reconcile as `flux reconcile` does: bad names and
+// suspended objects are errors; --context picks the kubeconfig context, whose namespace is
+// the default; --wait exits 0 once the watcher has handled the request and the object is
+// Ready, ExitFailed when the up after the request failed, ExitTimeout when nobody handled it.
+func TestReconcileCommand(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	l := newRunner(t)
+	objs := c.Client.Resource(kindCustomHttps).Namespace(ns)
+	cr := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "groupsp.measutosh.dev/v1", "kind": "KindCustomHttp",
+		"metadata": map[string]any{"name": "web"},
+		"spec":     map[string]any{"replicaCount": int64(1), "port": int64(80)},
+	}}
+	if _, err := objs.Create(ctx, cr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	annotation := func() string {
+		u, err := objs.Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.GetAnnotations()[api.ReconcileRequestAnnotation]
+	}
+
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"no name":   {[]string{"reconcile", "-n", ns}, "one argument"},
+		"not found": {[]string{"reconcile", "nope", "-n", ns}, "KindCustomHttp " + ns + "/nope not found"},
+		"two names": {[]string{"reconcile", "web", "-n", ns, "other"}, `unexpected "other"`},
+		"bad flag":  {[]string{"reconcile", "web", "--timeout", "soon"}, "reconcile NAME: invalid value"},
+	} {
+		if _, stderr, code := l.run(tc.args...); code != ExitInvalidInput || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", name, code, stderr, ExitInvalidInput, tc.want)
+		}
+	}
+
+	// --context: the current context is dead; "live" reaches the cluster and names ns.
+	kc := twoContexts(t, c, ns)
+	if _, stderr, code := l.run("--kubeconfig", kc, "reconcile", "web"); code == 0 {
+		t.Fatalf("reconcile through the dead current context succeeded: %s", stderr)
+	}
+	stdout, stderr, code := l.run("--kubeconfig", kc, "--context", "live", "reconcile", "web")
+	if code != 0 || annotation() == "" || !strings.Contains(stdout, "requested a reconcile of "+ns+"/web") {
+		t.Fatalf("reconcile --context live (namespace from the context): exit %d, annotation %q\n%s\n%s", code, annotation(), stdout, stderr)
+	}
+
+	// Nobody watches yet: --wait runs out.
+	_, stderr, code = l.run("reconcile", "web", "-n", ns, "--wait", "--timeout", "2s")
+	if code != ExitTimeout || !strings.Contains(stderr, "no result within --timeout 2s") {
+		t.Fatalf("reconcile --wait without a watcher: exit %d (want %d): %s", code, ExitTimeout, stderr)
+	}
+
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watchOut, watchDone := l.startContext(wctx, "watch", "--namespace", ns, "--health-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
+	defer func() {
+		stopWatch()
+		<-watchDone
+	}()
+	stdout, stderr, code = l.run("reconcile", "web", "-n", ns, "--wait", "--timeout", "3m")
+	if code != 0 || !strings.Contains(stdout, "reconciled: Ready") {
+		t.Fatalf("reconcile --wait with a watcher: exit %d\n%s\n%s\nwatch:\n%s", code, stdout, stderr, watchOut.String())
+	}
+	u, err := objs.Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if handled, _, _ := unstructured.NestedString(u.Object, "status", "lastHandledReconcileAt"); handled != annotation() {
+		t.Fatalf("status.lastHandledReconcileAt %q, want the request %q", handled, annotation())
+	}
+
+	// The up after the request fails: the Deployment is gone and a quota forbids a new one.
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "no-deployments"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/deployments.apps": resource.MustParse("0")}}}
+	if _, err := c.Kube.CoreV1().ResourceQuotas(ns).Create(ctx, quota, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		q, err := c.Kube.CoreV1().ResourceQuotas(ns).Get(ctx, "no-deployments", metav1.GetOptions{})
+		return err == nil && q.Status.Hard != nil, nil
+	}); err != nil {
+		t.Fatalf("the quota controller never filled in the quota's status: %v", err)
+	}
+	if err := c.Kube.AppsV1().Deployments(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code = l.run("reconcile", "web", "-n", ns, "--wait", "--timeout", "3m")
+	if code != ExitFailed || !strings.Contains(stderr, "up failed") {
+		t.Fatalf("reconcile --wait of an up that fails: exit %d (want %d)\n%s\n%s", code, ExitFailed, stdout, stderr)
+	}
+	t.Logf("failed reconcile: %s", strings.TrimSpace(stderr))
+
+	// A suspended object: the watcher would not act on the request.
+	if _, err := objs.Patch(ctx, "web", "application/merge-patch+json", []byte(`{"spec":{"suspend":true}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := l.run("reconcile", "web", "-n", ns); code != ExitInvalidInput || !strings.Contains(stderr, "suspended") {
+		t.Fatalf("reconcile of a suspended object: exit %d, %s", code, stderr)
+	}
+}
