@@ -40,11 +40,11 @@ func reconcileCommand(cfg *config) *cli.Command {
 		Usage:     "ask the watcher to reconcile a KindCustomHttp now: refresh its stack, then up",
 		ArgsUsage: "NAME",
 		Description: "Sets the " + api.ReconcileRequestAnnotation + " annotation to the current time, as\n" +
-			"   `flux reconcile` sets reconcile.fluxcd.io/requestedAt; the watcher in the cluster handles it\n" +
-			"   and echoes the value in status.lastHandledReconcileAt. With --wait, waits for that and exits\n" +
-			fmt.Sprintf("   0 when the object is Ready, %d when the up failed, %d when --timeout ran out.\n", ExitFailed, ExitTimeout) +
-			"Examples:\n" +
-			"   pulumi-operator reconcile web -n shop --wait",
+			"`flux reconcile` sets reconcile.fluxcd.io/requestedAt; the watcher in the cluster handles it\n" +
+			"and echoes the value in status.lastHandledReconcileAt. With --wait, waits for that and exits\n" +
+			fmt.Sprintf("0 when the object is Ready, %d when the up failed, %d when --timeout ran out.\n", ExitFailed, ExitTimeout) +
+			"Flags may follow NAME.\nExamples:\n" +
+			"  pulumi-operator reconcile web -n shop --wait",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Destination: &rf.namespace,
 				Usage: "`NAMESPACE` of the object (default: the kubeconfig context's, else default)"},
