@@ -219,6 +219,54 @@ func TestChartLints(t *testing.T) {
 	}
 }
 
+// TestChartReadme: the chart's README.md lists every value of values.yaml (each key, and each
+// key of a nested group such as image or persistence, as `path`), and values.schema.json
+// describes every top-level value (helm lint --strict above also checks the defaults against
+// it).
+func TestChartReadme(t *testing.T) {
+	readme, err := os.ReadFile(root(chartDir, "README.md"))
+	if err != nil {
+		t.Fatalf("the chart has no README.md: %v", err)
+	}
+	var values map[string]any
+	readYAML(t, root(chartDir, "values.yaml"), &values)
+	var schema struct {
+		Properties map[string]struct {
+			Properties map[string]any `json:"properties"`
+		} `json:"properties"`
+	}
+	b, err := os.ReadFile(root(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &schema); err != nil {
+		t.Fatalf("values.schema.json: %v", err)
+	}
+	var missing []string
+	for k, v := range values {
+		sp, ok := schema.Properties[k]
+		if !ok {
+			t.Errorf("values.schema.json does not describe %s", k)
+		}
+		paths := []string{k}
+		if m, ok := v.(map[string]any); ok && len(sp.Properties) > 0 {
+			paths = nil
+			for sub := range m {
+				paths = append(paths, k+"."+sub)
+			}
+		}
+		for _, p := range paths {
+			if !bytes.Contains(readme, []byte("| `"+p+"` |")) {
+				missing = append(missing, p)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		t.Errorf("charts/pulumi-operator/README.md lists no row for %v: add them (with the value's comment from values.yaml)", missing)
+	}
+}
+
 func TestChartTemplate(t *testing.T) {
 	deployment := func(t *testing.T, objs []*unstructured.Unstructured) *appsv1.Deployment {
 		return convert[appsv1.Deployment](t, mustFind(t, objs, "Deployment", operatorName))
@@ -351,6 +399,55 @@ func TestChartTemplate(t *testing.T) {
 			}
 			if d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
 				t.Error("Recreate strategy without a ReadWriteOnce volume")
+			}
+		}},
+		// values.schema.json: a wrong value fails helm lint, template and install, naming it.
+		"schema: workers 0":         {set: []string{"passphrase=x", "workers=0"}, wantErr: "at '/workers': minimum: got 0, want 1"},
+		"schema: log format":        {set: []string{"passphrase=x", "logFormat=xml"}, wantErr: "at '/logFormat': value must be one of 'text', 'json'"},
+		"schema: log level":         {set: []string{"passphrase=x", "logLevel=verbose"}, wantErr: "at '/logLevel': value must be one of"},
+		"schema: misspelt key":      {set: []string{"passphrase=x", "wokers=4"}, wantErr: "additional properties 'wokers' not allowed"},
+		"schema: grace not integer": {set: []string{"passphrase=x", "shutdownGraceSeconds=soon"}, wantErr: "at '/shutdownGraceSeconds': got string, want integer"},
+		"schema: cluster name":      {set: []string{"passphrase=x", "clusterName=Prod_1"}, wantErr: "at '/clusterName'"},
+		"schema: backend URL":       {set: []string{"passphrase=x", "backendURL=db.example:5432"}, wantErr: "at '/backendURL'"},
+		"extras": {set: []string{"passphrase=x", "extraArgs[0]=--resync=5m", "extraVolumes[0].name=ca", "extraVolumes[0].configMap.name=ca-bundle",
+			"extraVolumeMounts[0].name=ca", "extraVolumeMounts[0].mountPath=/etc/ssl/extra", "shutdownGraceSeconds=40",
+			"podAnnotations.team=web", "nodeSelector.disk=ssd", "tolerations[0].key=dedicated", "tolerations[0].operator=Exists"},
+			check: func(t *testing.T, objs []*unstructured.Unstructured) {
+				d := deployment(t, objs)
+				spec := d.Spec.Template.Spec
+				c := spec.Containers[0]
+				if !slices.Contains(c.Args, "--resync=5m") || !slices.Contains(c.Args, "--shutdown-grace=40s") {
+					t.Errorf("args %v, want --resync=5m and --shutdown-grace=40s", c.Args)
+				}
+				if g := spec.TerminationGracePeriodSeconds; g == nil || *g != 45 {
+					t.Errorf("terminationGracePeriodSeconds %v, want 45 (5 s more than the grace)", g)
+				}
+				if v := volume(d, "ca"); v.ConfigMap == nil || v.ConfigMap.Name != "ca-bundle" {
+					t.Errorf("volume ca = %+v", v)
+				}
+				if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "ca" && m.MountPath == "/etc/ssl/extra" }) {
+					t.Errorf("mounts %+v, want ca at /etc/ssl/extra", c.VolumeMounts)
+				}
+				if d.Spec.Template.Annotations["team"] != "web" || spec.NodeSelector["disk"] != "ssd" || len(spec.Tolerations) != 1 {
+					t.Errorf("annotations %v, nodeSelector %v, tolerations %v", d.Spec.Template.Annotations, spec.NodeSelector, spec.Tolerations)
+				}
+			}},
+		"name overrides": {set: []string{"passphrase=x", "fullnameOverride=ops"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			d := convert[appsv1.Deployment](t, mustFind(t, objs, "Deployment", "ops"))
+			if sa := d.Spec.Template.Spec.ServiceAccountName; sa != "ops" {
+				t.Errorf("ServiceAccount %q, want ops", sa)
+			}
+			mustFind(t, objs, "Secret", "ops-secrets")
+		}},
+		"name override": {set: []string{"passphrase=x", "nameOverride=kch"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			var names []string
+			for _, o := range objs {
+				if o.GetKind() == "Deployment" {
+					names = append(names, o.GetName(), o.GetLabels()["app.kubernetes.io/name"])
+				}
+			}
+			if !slices.Equal(names, []string{operatorName + "-kch", "kch"}) {
+				t.Errorf("Deployment name and app.kubernetes.io/name %v, want %s-kch kch", names, operatorName)
 			}
 		}},
 	}

@@ -1,15 +1,27 @@
-{{/* The release's full name, at most 63 characters (a DNS label): the names of every object. */}}
+{{/* The chart's name, or nameOverride. */}}
+{{- define "pulumi-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's full name, at most 63 characters (a DNS label): the names of every object.
+fullnameOverride replaces it; else the release name, followed by the chart's name unless it
+contains it already (Helm's own scaffold). */}}
 {{- define "pulumi-operator.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "pulumi-operator.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{/* Labels that select the operator's pods; never change them (a Deployment's selector is immutable). */}}
 {{- define "pulumi-operator.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "pulumi-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
