@@ -16,9 +16,17 @@ ARG GO_VERSION=1.26
 ARG BUILD_IMAGE=golang:${GO_VERSION}
 ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
+# The build stage runs on the target platform (emulated by BuildKit/QEMU for another one, e.g.
+# `make docker-build PLATFORM=linux/arm64`), not on --platform=$BUILDPLATFORM as a cross-compiling
+# scaffold would: the pinned CLI built here also installs the provider plugin, and `pulumi plugin
+# install` fetches the plugin for the platform the CLI itself runs on. TARGETOS and TARGETARCH
+# (set by BuildKit and buildah) still name the Go target explicitly.
 FROM ${BUILD_IMAGE} AS build
+ARG TARGETOS=linux
+ARG TARGETARCH
 ARG PULUMI_VERSION=v3.255.0
 ARG KUBERNETES_PLUGIN_VERSION=v4.33.0
+ENV GOOS=${TARGETOS} GOARCH=${TARGETARCH}
 WORKDIR /src
 COPY hack/tools/pulumi/ hack/tools/pulumi/
 RUN cd hack/tools/pulumi && CGO_ENABLED=0 go build \

@@ -105,6 +105,25 @@ undeploy:
 	$(KUBECTL) kustomize config/default | KUBECONFIG=$${KUBECONFIG:-$(RUN_KUBECONFIG)} $(KUBECTL) delete \
 		--ignore-not-found -l app.kubernetes.io/component=rbac -f -
 
+# ---- Images: docker, or podman/buildah (CONTAINER_TOOL=podman). Not run in CI: no engine there.
+.PHONY: docker-build docker-push
+CONTAINER_TOOL ?= docker
+## IMG: the operator image to build and push (default: the chart's image at its appVersion)
+IMG ?= ghcr.io/pulumi-operator/pulumi-operator:$(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' charts/pulumi-operator/Chart.yaml)
+## PLATFORM: the image's platform, e.g. linux/arm64 (default: the engine's own)
+PLATFORM ?=
+## DOCKER_BUILD_ARGS: more arguments for the build, e.g. --build-arg PULUMI_KUBERNETES_PLUGIN_FILE=...
+DOCKER_BUILD_ARGS ?=
+
+## docker-build: build the operator image IMG from Dockerfile (its context leaves out bin/ and .local/,
+## see .dockerignore); `make docker-build IMG=registry.example/pulumi-operator:dev PLATFORM=linux/arm64`
+docker-build:
+	$(CONTAINER_TOOL) build $(if $(PLATFORM),--platform $(PLATFORM)) $(DOCKER_BUILD_ARGS) -t $(IMG) .
+
+## docker-push: push IMG
+docker-push:
+	$(CONTAINER_TOOL) push $(IMG)
+
 ## helm: the pinned helm CLI, bin/helm (for charts/pulumi-operator and its tests)
 helm:
 	hack/build-helm.sh $(BIN)

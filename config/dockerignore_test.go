@@ -2,6 +2,8 @@ package config_test
 
 import (
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/moby/patternmatcher"
@@ -49,5 +51,42 @@ func TestDockerignore(t *testing.T) {
 		if excluded != wantExcluded {
 			t.Errorf("%s: excluded from the build context = %v, want %v", path, excluded, wantExcluded)
 		}
+	}
+}
+
+// TestDockerBuildTargets: `make docker-build` builds IMG (default: the chart's image at its
+// appVersion, so that a plain `helm install` finds it) for PLATFORM with CONTAINER_TOOL, and
+// `make docker-push` pushes it; the commands are checked with make -n (no engine runs here).
+// The Dockerfile's build stage names the Go target from BuildKit's TARGETOS/TARGETARCH before
+// its first go build.
+func TestDockerBuildTargets(t *testing.T) {
+	mk := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("make", append([]string{"-s", "-n"}, args...)...)
+		cmd.Dir = root()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	want := "docker build   -t " + imageRepo + ":" + chartAppVersion(t) + " ."
+	if got := mk("docker-build"); got != want {
+		t.Errorf("make docker-build runs %q, want %q", got, want)
+	}
+	if got := mk("docker-build", "IMG=r.example/po:dev", "PLATFORM=linux/arm64", "CONTAINER_TOOL=podman"); got != "podman build --platform linux/arm64  -t r.example/po:dev ." {
+		t.Errorf("make docker-build with IMG, PLATFORM, CONTAINER_TOOL runs %q", got)
+	}
+	if got := mk("docker-push", "IMG=r.example/po:dev"); got != "docker push r.example/po:dev" {
+		t.Errorf("make docker-push runs %q", got)
+	}
+	b, err := os.ReadFile(root("Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	env := strings.Index(df, "ENV GOOS=${TARGETOS} GOARCH=${TARGETARCH}")
+	if env < 0 || strings.Index(df, "ARG TARGETARCH") > env || strings.Index(df, "go build") < env {
+		t.Errorf("the Dockerfile's build stage does not set GOOS/GOARCH from TARGETOS/TARGETARCH before its first go build")
 	}
 }
