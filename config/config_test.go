@@ -432,6 +432,49 @@ func TestChartTemplate(t *testing.T) {
 					t.Errorf("annotations %v, nodeSelector %v, tolerations %v", d.Spec.Template.Annotations, spec.NodeSelector, spec.Tolerations)
 				}
 			}},
+		"metrics Service": {set: []string{"passphrase=x"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			svc := convert[corev1.Service](t, mustFind(t, objs, "Service", operatorName+"-metrics"))
+			if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "metrics" || svc.Spec.Selector["app.kubernetes.io/name"] != "pulumi-operator" {
+				t.Errorf("metrics Service %+v", svc.Spec)
+			}
+			for _, kind := range []string{"ServiceMonitor", "PrometheusRule"} {
+				if o := find(objs, kind, operatorName); o != nil {
+					t.Errorf("%s rendered by default (it needs the Prometheus Operator's CRDs)", kind)
+				}
+			}
+		}},
+		"ServiceMonitor without the Service": {set: []string{"passphrase=x", "metrics.service.enabled=false", "metrics.serviceMonitor.enabled=true"},
+			wantErr: "metrics.serviceMonitor.enabled needs metrics.service.enabled"},
+		"monitoring": {set: []string{"passphrase=x", "metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.labels.release=prom",
+			"metrics.prometheusRule.enabled=true", "metrics.grafanaDashboard.enabled=true"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			sm := mustFind(t, objs, "ServiceMonitor", operatorName)
+			if sm.GetLabels()["release"] != "prom" {
+				t.Errorf("ServiceMonitor labels %v", sm.GetLabels())
+			}
+			port, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+			if len(port) != 1 || port[0].(map[string]any)["port"] != "metrics" {
+				t.Errorf("ServiceMonitor endpoints %v", port)
+			}
+			rule := mustFind(t, objs, "PrometheusRule", operatorName)
+			groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+			var alerts []string
+			for _, g := range groups {
+				rules, _ := g.(map[string]any)["rules"].([]any)
+				for _, r := range rules {
+					alerts = append(alerts, fmt.Sprint(r.(map[string]any)["alert"]))
+				}
+			}
+			for _, a := range []string{"KindCustomHttpStalled", "KindCustomHttpNotReady", "PulumiOperatorReconcileErrors", "PulumiOperatorLockWaits"} {
+				if !slices.Contains(alerts, a) {
+					t.Errorf("PrometheusRule alerts %v lack %s", alerts, a)
+				}
+			}
+			cm := convert[corev1.ConfigMap](t, mustFind(t, objs, "ConfigMap", operatorName+"-dashboard"))
+			var dash map[string]any
+			if err := json.Unmarshal([]byte(cm.Data["pulumi-operator.json"]), &dash); err != nil || dash["title"] != "pulumi-operator" || cm.Labels["grafana_dashboard"] != "1" {
+				t.Errorf("dashboard ConfigMap: %v, title %v, labels %v", err, dash["title"], cm.Labels)
+			}
+		}},
 		"name overrides": {set: []string{"passphrase=x", "fullnameOverride=ops"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
 			d := convert[appsv1.Deployment](t, mustFind(t, objs, "Deployment", "ops"))
 			if sa := d.Spec.Template.Spec.ServiceAccountName; sa != "ops" {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -19,6 +21,7 @@ type metrics struct {
 	operations *prometheus.HistogramVec
 	managed    prometheus.GaugeFunc
 	failingG   prometheus.GaugeFunc
+	conditions *prometheus.GaugeVec
 	workqueue  workqueue.MetricsProvider
 
 	mu      sync.Mutex
@@ -49,9 +52,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.failingG = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pulumi_operator_stacks_failing", Help: "Stacks whose last reconcile failed or whose spec is invalid.",
 	}, func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(m.failing) })
+	m.conditions = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "pulumi_operator_condition",
+		Help: "The conditions of each KindCustomHttp (Ready, Reconciling, Stalled), as Flux's gotk_reconcile_condition: 1 for the condition's current status (True, False, Unknown), 0 for the others.",
+	}, []string{"namespace", "name", "type", "status"})
 	m.workqueue = newWorkqueueMetrics(reg)
 	if reg != nil {
-		reg.MustRegister(m.reconciles, m.reconcile, m.operations, m.managed, m.failingG)
+		reg.MustRegister(m.reconciles, m.reconcile, m.operations, m.managed, m.failingG, m.conditions)
 	}
 	return m
 }
@@ -97,7 +104,30 @@ func (m *metrics) setFailing(key cache.ObjectName, failing bool) {
 	m.stacks[key] = failing
 }
 
+// conditionTypes are the condition types pulumi_operator_condition has series for.
+var conditionTypes = []string{ConditionReady, ConditionReconciling, ConditionStalled}
+
+// setConditions makes key's pulumi_operator_condition series show conds: for each type, 1 at
+// its status and 0 at the other two; a type conds lacks has no series.
+func (m *metrics) setConditions(key cache.ObjectName, conds []metav1.Condition) {
+	for _, typ := range conditionTypes {
+		c := meta.FindStatusCondition(conds, typ)
+		if c == nil {
+			m.conditions.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "name": key.Name, "type": typ})
+			continue
+		}
+		for _, st := range []metav1.ConditionStatus{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown} {
+			v := 0.0
+			if c.Status == st {
+				v = 1
+			}
+			m.conditions.WithLabelValues(key.Namespace, key.Name, typ, string(st)).Set(v)
+		}
+	}
+}
+
 func (m *metrics) forget(key cache.ObjectName) {
+	m.conditions.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "name": key.Name})
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.stacks[key] {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
@@ -216,6 +217,9 @@ func (w *Watcher) updateStatus(ctx context.Context, u *unstructured.Unstructured
 		return fmt.Errorf("write status of %s: %w", objectRef(u), err)
 	}
 	u.Object = cur.Object
+	if cr, err := api.FromUnstructured(cur); err == nil {
+		w.metrics.setConditions(cache.MetaObjectToName(cur), cr.Status.Conditions)
+	}
 	return nil
 }
 

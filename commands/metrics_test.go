@@ -1,0 +1,155 @@
+package commands
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+// freeAddr is a 127.0.0.1 address with a port nothing listens on (at the time of the call).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// scrape reads the text exposition of /metrics at addr.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: %d %v", addr, resp.StatusCode, err)
+	}
+	return string(b)
+}
+
+// metricName matches the names of the operator's metrics in PromQL and in a scrape.
+var metricName = regexp.MustCompile(`\b(?:pulumi_operator_|workqueue_|rest_client_|process_)[a-z_]+\b`)
+
+// The running operator's /metrics, scraped: per-object condition series (Flux's shape) that
+// follow the object's status and go with it, Pulumi operation and reconcile histograms, the
+// work queue and client-go's API request metrics; and every metric the chart's PrometheusRule
+// and the Grafana dashboard query is one the operator serves.
+func TestWatchMetrics(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	l := newRunner(t)
+	objs := c.Client.Resource(kindCustomHttps).Namespace(ns)
+	cr := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "groupsp.measutosh.dev/v1", "kind": "KindCustomHttp",
+		"metadata": map[string]any{"name": "scraped"},
+		"spec":     map[string]any{"replicaCount": int64(1), "port": int64(80)},
+	}}
+	if _, err := objs.Create(ctx, cr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	wctx, stop := context.WithCancel(ctx)
+	out, done := l.startContext(wctx, "watch", "--namespace", ns, "--health-addr", "127.0.0.1:0", "--metrics-addr", addr)
+	defer func() {
+		stop()
+		<-done
+	}()
+	ready := fmt.Sprintf(`pulumi_operator_condition{name="scraped",namespace=%q,status="True",type="Ready"} 1`, ns)
+	var body string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false, nil
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		return strings.Contains(body, ready), nil
+	})
+	if err != nil {
+		t.Fatalf("/metrics never showed %s\nwatch:\n%s\nlast scrape:\n%s", ready, out.String(), grep(body, "pulumi_operator_condition"))
+	}
+	for _, want := range []string{
+		fmt.Sprintf(`pulumi_operator_condition{name="scraped",namespace=%q,status="False",type="Ready"} 0`, ns),
+		fmt.Sprintf(`pulumi_operator_condition{name="scraped",namespace=%q,status="False",type="Reconciling"} 1`, ns),
+		`pulumi_operator_pulumi_operation_duration_seconds_count{operation="up",result="succeeded"} 1`,
+		`pulumi_operator_reconciles_total{result="success"}`,
+		`workqueue_adds_total{name="kindcustomhttp"}`,
+		`rest_client_requests_total{code="200",host=`,
+		`rest_client_request_duration_seconds_bucket{host=`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s; it has:\n%s", want, grep(body, strings.SplitN(want, "{", 2)[0]))
+		}
+	}
+
+	// Every metric the alerts and the dashboard query exists.
+	served := map[string]bool{}
+	for _, n := range metricName.FindAllString(body, -1) {
+		served[n] = true
+	}
+	for _, f := range []string{"templates/metrics.yaml", "dashboards/pulumi-operator.json"} {
+		b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "charts", "pulumi-operator", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var unknown []string
+		for _, n := range metricName.FindAllString(string(b), -1) {
+			if !served[n] && !slices.Contains(unknown, n) {
+				unknown = append(unknown, n)
+			}
+		}
+		if len(unknown) > 0 {
+			t.Errorf("%s queries metrics the operator does not serve: %v", f, unknown)
+		}
+	}
+
+	// Deleted: its series go.
+	if err := objs.Delete(ctx, "scraped", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	series := fmt.Sprintf(`name="scraped",namespace=%q`, ns)
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		body = scrape(t, addr)
+		return !strings.Contains(body, series), nil
+	})
+	if err != nil {
+		t.Fatalf("the deleted object's series stayed:\n%s", grep(body, series))
+	}
+}
+
+// grep returns the lines of s that contain sub.
+func grep(s, sub string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
