@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
@@ -436,5 +438,102 @@ func TestCommandsDeadLock(t *testing.T) {
 	}
 	if _, stderr, code := l.run("destroy", "-f", file, "--yes"); code != 0 {
 		t.Fatalf("destroy: exit %d: %s", code, stderr)
+	}
+}
+
+// Several objects: each run is announced with a count; --parallel 2 runs two stacks at once,
+// prints each one's output as one block when it ends, keeps the table in the file's order, and
+// a bad --parallel is bad input.
+func TestCommandsParallel(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	c := testenv.Connect(t)
+	ns := c.Namespace(t)
+	l := newRunner(t)
+	file := filepath.Join(t.TempDir(), "crs.yaml")
+	var docs []string
+	names := []string{"par-a", "par-b", "par-c"}
+	for _, n := range names {
+		docs = append(docs, "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: "+n+", namespace: "+ns+
+			"}\nspec: {replicaCount: 1, port: 80}\n")
+	}
+	if err := os.WriteFile(file, []byte(strings.Join(docs, "---\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := l.run("up", "-f", file, "--parallel", "0"); code != ExitInvalidInput || !strings.Contains(stderr, "--parallel 0: want at least 1") {
+		t.Fatalf("--parallel 0: exit %d, %s", code, stderr)
+	}
+	out, stderr, code := l.run("up", "-f", file, "--parallel", "2")
+	if code != 0 {
+		t.Fatalf("up --parallel 2: exit %d\n%s\n%s", code, out, stderr)
+	}
+	var rows []string
+	for i, n := range names {
+		if !strings.Contains(out, fmt.Sprintf("[%d/3] up %s/%s", i+1, ns, n)) || !strings.Contains(out, fmt.Sprintf("--- up %s/%s: ", ns, n)) {
+			t.Errorf("up --parallel 2 announced or printed no block for %s:\n%s", n, out)
+		}
+		if _, err := c.Kube.AppsV1().Deployments(ns).Get(context.Background(), n, metaGet); err != nil {
+			t.Errorf("no Deployment %s after up --parallel 2: %v", n, err)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, ns+"/"+n+" ") {
+				rows = append(rows, n)
+			}
+		}
+	}
+	if !slices.Equal(rows, names) {
+		t.Errorf("table rows %v, want the file's order %v:\n%s", rows, names, out)
+	}
+	if out, stderr, code := l.run("preview", "-f", file, "--parallel", "3", "--expect-no-changes"); code != 0 {
+		t.Fatalf("preview --parallel 3 after up: exit %d\n%s\n%s", code, out, stderr)
+	}
+}
+
+// On a terminal a preview's output streams as it runs (here the terminal is a buffer the
+// test reads while the preview still runs) and is not printed a second time at the end.
+func TestPreviewStreamsOnATerminal(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	c := testenv.Connect(t)
+	ns := c.Namespace(t)
+	dir := t.TempDir()
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "cli")
+	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + filepath.Join(dir, "backend"), WorkRoot: filepath.Join(dir, "work"),
+		PulumiPath: testenv.PulumiCLI(t), ClusterName: "cli"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "cr.yaml")
+	doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: streamed, namespace: " + ns +
+		"}\nspec: {replicaCount: 1, port: 80}\n"
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	docs, err := api.LoadDocuments([]string{file}, api.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	of := &objectFlags{diff: true, parallel: 1}
+	var progress testenv.SyncBuffer
+	done := make(chan []result, 1)
+	go func() { done <- runAll(context.Background(), m, docs, Preview, of, &progress, true) }()
+	var results []result
+	sawWhileRunning := false
+	for results == nil {
+		select {
+		case results = <-done:
+		case <-time.After(20 * time.Millisecond):
+			if strings.Contains(progress.String(), "Previewing update") {
+				sawWhileRunning = true
+			}
+		}
+	}
+	if !sawWhileRunning || len(results) != 1 || results[0].Error != "" || !results[0].streamed {
+		t.Fatalf("preview on a terminal: streamed while running %v, results %+v\n%s", sawWhileRunning, results, progress.String())
+	}
+	var out bytes.Buffer
+	if err := report(&out, of, Preview, results); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "--- "+ns+"/streamed") {
+		t.Errorf("the streamed preview was printed again at the end:\n%s", out.String())
 	}
 }

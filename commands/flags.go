@@ -20,6 +20,7 @@ type objectFlags struct {
 	expectNoChanges  bool
 	summaryMarkdown  string
 	yes              bool
+	parallel         int
 }
 
 // sourceFlags are the flags every object command has: where the objects come from, --json and
@@ -39,6 +40,12 @@ func (of *objectFlags) sourceFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "wait-for-lock", EnvVars: []string{"PULUMI_OPERATOR_WAIT_FOR_LOCK"}, Destination: &of.waitForLock,
 			Usage: "when another update holds a stack's lock, wait up to `DURATION` (default: exit " + fmt.Sprint(ExitTimeout) + " at once)"},
 	}
+}
+
+// parallelFlag is --parallel, of up and preview.
+func (of *objectFlags) parallelFlag() cli.Flag {
+	return &cli.IntFlag{Name: "parallel", Aliases: []string{"p"}, EnvVars: []string{"PULUMI_OPERATOR_PARALLEL"}, Value: 1, Destination: &of.parallel,
+		Usage: "run up to `N` objects' stacks at once (each runs one pulumi process and its provider plugin); their output is then printed per object as each ends"}
 }
 
 // diffFlag is --diff, of up and preview.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -42,6 +43,9 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 	}()
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("unexpected argument %q: name files with -f", c.Args().First()), ExitInvalidInput)
+	}
+	if of.parallel < 1 && op.manyObjects() {
+		return cli.Exit(fmt.Sprintf("--parallel %d: want at least 1", of.parallel), ExitInvalidInput)
 	}
 	if op == Destroy && !of.yes {
 		return cli.Exit("destroy deletes the objects of the stack: pass --yes to confirm", ExitInvalidInput)
@@ -78,17 +82,11 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 	if of.jsonOut {
 		progress = c.App.ErrWriter
 	}
-	color := "never"
+	terminal := false
 	if f, ok := progress.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		color = "auto" // Pulumi's own interactive display
+		terminal = true
 	}
-	var results []result
-	for _, d := range docs {
-		if ctx.Err() != nil {
-			break
-		}
-		results = append(results, runOne(ctx, mgr, d, op, of, progress, color))
-	}
+	results := runAll(ctx, mgr, docs, op, of, progress, terminal)
 	err = report(out, of, op, results)
 	if ctx.Err() != nil {
 		msg := fmt.Sprintf("%s interrupted: %d of %d objects ran or were cancelled (see the table)", op, len(results), len(docs))
@@ -100,19 +98,84 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 	return err
 }
 
+// runAll runs op on every document's stack (runOne), --parallel at a time, and returns the
+// results in the documents' order; once ctx ends it starts no more (the results stop at the
+// first document not started). With several documents each one's start is announced as
+// "[i/N] op object (stack ...)". One at a time, each run's progress goes to progress as it
+// happens: Pulumi's own display on a terminal (terminal), plain lines otherwise; a preview's,
+// which is kept for the diff, is shown as it goes on a terminal and only at the end
+// elsewhere (report). Several at a time, each run's output is held and printed as one block
+// when it ends, so that runs do not interleave.
+func runAll(ctx context.Context, mgr *stack.Manager, docs []api.Document, op Operation, of *objectFlags, progress io.Writer, terminal bool) []result {
+	parallel := max(of.parallel, 1)
+	results := make([]result, len(docs))
+	started := make([]bool, len(docs))
+	var mu sync.Mutex // serializes writes to progress
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(progress, format, args...)
+	}
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for i, d := range docs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		started[i] = true
+		if len(docs) > 1 {
+			name, _ := mgr.StackName(d.Desired.Namespace, d.Desired.Name)
+			say("[%d/%d] %s %s/%s (stack %s)\n", i+1, len(docs), op, d.Desired.Namespace, d.Desired.Name, mgr.QualifiedName(name))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if parallel == 1 {
+				color := "never"
+				if terminal {
+					color = "auto" // Pulumi's own interactive display
+				}
+				results[i] = runOne(ctx, mgr, d, op, of, progress, color, terminal)
+				return
+			}
+			var held bytes.Buffer
+			results[i] = runOne(ctx, mgr, d, op, of, &held, "never", false)
+			say("--- %s %s: %s\n%s", op, results[i].Object, resultWord(results[i]), held.String())
+		}()
+		if parallel == 1 {
+			wg.Wait()
+		}
+	}
+	wg.Wait()
+	n := 0
+	for n < len(docs) && started[n] {
+		n++
+	}
+	return results[:n]
+}
+
 // runOne runs op on d's stack, waiting for a lock up to --wait-for-lock (retrying every
 // lockPoll), and returns its result; the error is in result.err. A lock whose pulumi process
 // is gone from this host (killed, or interrupted too early to release it) is removed once,
 // with a warning, and the operation run again, as the watcher does (stale locks).
-func runOne(ctx context.Context, mgr *stack.Manager, d api.Document, op Operation, of *objectFlags, progress io.Writer, color string) result {
+func runOne(ctx context.Context, mgr *stack.Manager, d api.Document, op Operation, of *objectFlags, progress io.Writer, color string, streamPreview bool) result {
 	name, _ := mgr.StackName(d.Desired.Namespace, d.Desired.Name)
 	r := result{Object: d.Desired.Namespace + "/" + d.Desired.Name, Stack: mgr.QualifiedName(name), Operation: op}
 	opts := stack.RunOptions{Diff: of.diff, Color: color, Progress: progress}
 	var diff bytes.Buffer
 	if op == Preview {
-		// The preview's own output is kept and shown only where it helps: with --diff, or
-		// when --expect-no-changes fails.
+		// The preview's own output is kept for the diff (report shows it with --diff, or when
+		// --expect-no-changes fails) and, with streamPreview, shown as it goes.
 		opts.Progress, opts.Diff, opts.Color = &diff, true, "never"
+		if streamPreview {
+			opts.Progress = io.MultiWriter(&diff, progress)
+			r.streamed = true
+		}
 	}
 	deadline := time.Now().Add(of.waitForLock)
 	cleared := false

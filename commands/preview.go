@@ -15,7 +15,7 @@ func previewCommand(cfg *config, of *objectFlags) *cli.Command {
 		Description: "Exit " + fmt.Sprint(ExitChanges) + " with --expect-no-changes when anything would change.\nExamples:\n" +
 			"   pulumi-operator preview -f deploy/ --summary-markdown \"$GITHUB_STEP_SUMMARY\"\n" +
 			"   pulumi-operator preview -f deploy/ --expect-no-changes --diff",
-		Flags: append(of.sourceFlags(), of.diffFlag(),
+		Flags: append(of.sourceFlags(), of.diffFlag(), of.parallelFlag(),
 			&cli.BoolFlag{Name: "expect-no-changes", EnvVars: []string{"PULUMI_OPERATOR_EXPECT_NO_CHANGES"}, Destination: &of.expectNoChanges,
 				Usage: fmt.Sprintf("exit %d, printing the diff, when any stack would change", ExitChanges)},
 			&cli.StringFlag{Name: "summary-markdown", EnvVars: []string{"PULUMI_OPERATOR_SUMMARY_MARKDOWN"}, Destination: &of.summaryMarkdown,

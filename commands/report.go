@@ -23,6 +23,7 @@ type result struct {
 	Outputs   map[string]string `json:"outputs,omitempty"`
 	Error     string            `json:"error,omitempty"`
 	diff      string            // the preview's output (preview only)
+	streamed  bool              // diff was shown as the preview ran
 	err       error             // the operation's error, for errors.Is; Error is its message
 }
 
@@ -59,7 +60,7 @@ func report(out io.Writer, of *objectFlags, op Operation, results []result) erro
 		printTable(out, results)
 		if op == Preview {
 			for _, r := range results {
-				if r.diff != "" && (of.diff || (of.expectNoChanges && r.changed())) {
+				if r.diff != "" && !r.streamed && (of.diff || (of.expectNoChanges && r.changed())) {
 					fmt.Fprintf(out, "\n--- %s (%s)\n%s", r.Object, r.Stack, r.diff)
 				}
 			}
