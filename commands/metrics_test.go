@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -152,4 +156,96 @@ func grep(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// saToken creates ServiceAccount name in ns and returns a token for it.
+func saToken(t *testing.T, c *testenv.Cluster, ns, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.Kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	exp := int64(600)
+	tok, err := c.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name,
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Status.Token
+}
+
+// --metrics-secure: /metrics over HTTPS, only for a bearer token the API server accepts and
+// allows `get` on /metrics: none is 401, a ServiceAccount without the right 403, one bound to
+// a ClusterRole granting the non-resource URL gets the metrics; plain HTTP gets none.
+func TestMetricsSecure(t *testing.T) {
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	l := newRunner(t)
+	nobody := saToken(t, c, ns, "nobody")
+	scraper := saToken(t, c, ns, "scraper")
+	role := "metrics-reader-" + ns
+	if _, err := c.Kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{}) })
+	if _, err := c.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "scraper", Namespace: ns}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), role, metav1.DeleteOptions{}) })
+
+	addr := freeAddr(t)
+	wctx, stop := context.WithCancel(ctx)
+	out, done := l.startContext(wctx, "watch", "--namespace", ns, "--health-addr", "", "--metrics-addr", addr, "--metrics-secure")
+	defer func() {
+		stop()
+		<-done
+	}()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the operator's self-signed certificate
+	get := func(token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		code, _ := get("")
+		return code != 0, nil
+	}); err != nil {
+		t.Fatalf("the secure metrics endpoint never answered\n%s", out.String())
+	}
+	for name, tc := range map[string]struct {
+		token string
+		code  int
+		body  string
+	}{
+		"no token":        {"", http.StatusUnauthorized, "Unauthorized"},
+		"bad token":       {"not-a-token", http.StatusUnauthorized, "does not accept this token"},
+		"no right":        {nobody, http.StatusForbidden, "system:serviceaccount:" + ns + ":nobody may not get /metrics"},
+		"metrics reader":  {scraper, http.StatusOK, "workqueue_depth"},
+		"reader (cached)": {scraper, http.StatusOK, "workqueue_depth"},
+	} {
+		if code, body := get(tc.token); code != tc.code || !strings.Contains(body, tc.body) {
+			t.Errorf("%s: %d %.200q, want %d and %q", name, code, body, tc.code, tc.body)
+		}
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(b), "workqueue_depth") {
+			t.Errorf("plain HTTP got the metrics")
+		}
+	}
 }

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,10 @@ func watchCommand(cfg *config) *cli.Command {
 				Usage: "`ADDR` serving /healthz and /readyz; empty disables"},
 			&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"PULUMI_OPERATOR_METRICS_ADDR"}, Value: ":8080", Destination: &cfg.metricsAddr,
 				Usage: "`ADDR` serving /metrics (Prometheus); empty disables"},
+			&cli.BoolFlag{Name: "metrics-secure", EnvVars: []string{"PULUMI_OPERATOR_METRICS_SECURE"}, Destination: &cfg.metricsSecure,
+				Usage: "serve /metrics over HTTPS to callers whose bearer token the API server accepts (TokenReview) and allows `get` on /metrics (SubjectAccessReview)"},
+			&cli.StringFlag{Name: "metrics-cert-dir", EnvVars: []string{"PULUMI_OPERATOR_METRICS_CERT_DIR"}, Destination: &cfg.metricsCertDir,
+				Usage: "with --metrics-secure, `DIR` holding tls.crt and tls.key; default: a self-signed certificate made at start"},
 			&cli.BoolFlag{Name: "leader-elect", EnvVars: []string{"PULUMI_OPERATOR_LEADER_ELECT"}, Destination: &cfg.leaderElect,
 				Usage: "run several replicas: only the holder of the Lease reconciles"},
 			&cli.StringFlag{Name: "leader-election-namespace", EnvVars: []string{"POD_NAMESPACE"}, Value: "default", Destination: &cfg.leaseNS,
@@ -112,7 +117,15 @@ func runWatch(parent context.Context, cfg *config) error {
 		ShutdownGrace: cfg.grace, StaleLockTimeout: cfg.staleLock, Registry: reg, Metadata: meta,
 		FindPlugin: mgr.KubernetesPlugin,
 	})
-	serve(ctx, cfg.metricsAddr, "/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	var metricsHandler http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	var metricsTLSConfig *tls.Config
+	if cfg.metricsSecure {
+		if metricsTLSConfig, err = metricsTLS(cfg.metricsCertDir); err != nil {
+			return err
+		}
+		metricsHandler = newMetricsAuth(kube, metricsHandler)
+	}
+	serveTLS(ctx, cfg.metricsAddr, "/metrics", metricsHandler, metricsTLSConfig)
 	serve(ctx, cfg.healthAddr, "/", healthHandler(w, cfg.leaderElect))
 	if !cfg.leaderElect {
 		return w.Run(ctx, cfg.workers)
@@ -146,12 +159,17 @@ func healthHandler(w readiness, leaderElect bool) http.Handler {
 // serve runs an HTTP server on addr until ctx ends; an empty addr serves nothing. A port that
 // cannot be bound is logged, not fatal: reconciling matters more than probes.
 func serve(ctx context.Context, addr, pattern string, h http.Handler) {
+	serveTLS(ctx, addr, pattern, h, nil)
+}
+
+// serveTLS is serve over TLS with tc (plain HTTP when tc is nil).
+func serveTLS(ctx context.Context, addr, pattern string, h http.Handler, tc *tls.Config) {
 	if addr == "" {
 		return
 	}
 	mux := http.NewServeMux()
 	mux.Handle(pattern, h)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: tc}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -159,7 +177,11 @@ func serve(ctx context.Context, addr, pattern string, h http.Handler) {
 		_ = srv.Shutdown(sctx)
 	}()
 	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		listen := srv.ListenAndServe
+		if tc != nil {
+			listen = func() error { return srv.ListenAndServeTLS("", "") }
+		}
+		if err := listen(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			slog.Error("serve HTTP failed", "addr", addr, "err", err)
 		}
 	}()

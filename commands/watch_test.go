@@ -43,6 +43,11 @@ func TestWatchConfigErrors(t *testing.T) {
 			args: []string{"--log-level", "verbose", "watch"},
 			want: "--log-level \"verbose\": want one of debug, info, warn, error",
 		},
+		"metrics cert dir without a key pair": {
+			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
+			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "--cluster-name", "c", "watch", "--metrics-secure", "--metrics-cert-dir", dir, "--metrics-addr", "127.0.0.1:0", "--health-addr", ""},
+			want: "--metrics-cert-dir " + dir + ": want tls.crt and tls.key",
+		},
 		"missing explicit project file": {
 			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
 			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "--project-file", filepath.Join(dir, "nope.yaml"), "watch"},

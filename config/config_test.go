@@ -475,6 +475,29 @@ func TestChartTemplate(t *testing.T) {
 				t.Errorf("dashboard ConfigMap: %v, title %v, labels %v", err, dash["title"], cm.Labels)
 			}
 		}},
+		"secure metrics": {set: []string{"passphrase=x", "metrics.secure=true", "metrics.serviceMonitor.enabled=true"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			if args := deployment(t, objs).Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--metrics-secure") {
+				t.Errorf("args %v lack --metrics-secure", args)
+			}
+			auth := convert[rbacv1.ClusterRole](t, mustFind(t, objs, "ClusterRole", operatorName+"-metrics-auth"))
+			var granted []string
+			for _, r := range auth.Rules {
+				granted = append(granted, r.Resources...)
+			}
+			if !slices.Equal(granted, []string{"tokenreviews", "subjectaccessreviews"}) {
+				t.Errorf("metrics-auth grants %v", granted)
+			}
+			reader := convert[rbacv1.ClusterRole](t, mustFind(t, objs, "ClusterRole", operatorName+"-metrics-reader"))
+			if len(reader.Rules) != 1 || !slices.Equal(reader.Rules[0].NonResourceURLs, []string{"/metrics"}) {
+				t.Errorf("metrics-reader rules %+v", reader.Rules)
+			}
+			mustFind(t, objs, "ClusterRoleBinding", operatorName+"-metrics-auth")
+			sm := mustFind(t, objs, "ServiceMonitor", operatorName)
+			eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+			if len(eps) != 1 || eps[0].(map[string]any)["scheme"] != "https" || eps[0].(map[string]any)["bearerTokenFile"] == nil {
+				t.Errorf("ServiceMonitor endpoints %v, want https with a bearer token", eps)
+			}
+		}},
 		"name overrides": {set: []string{"passphrase=x", "fullnameOverride=ops"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
 			d := convert[appsv1.Deployment](t, mustFind(t, objs, "Deployment", "ops"))
 			if sa := d.Spec.Template.Spec.ServiceAccountName; sa != "ops" {
