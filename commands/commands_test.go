@@ -15,7 +15,10 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	sigyaml "sigs.k8s.io/yaml"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
@@ -84,6 +87,61 @@ func (l *runner) stacks() []string {
 	return m
 }
 
+// manager is a stack.Manager on the runner's backend (the stacks the command line reaches),
+// for tests that hold or break a stack's lock from outside the command.
+func (l *runner) manager() *stack.Manager {
+	l.t.Helper()
+	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + l.backend, WorkRoot: l.t.TempDir(),
+		PulumiPath: testenv.PulumiCLI(l.t), ClusterName: "cli"})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return m
+}
+
+// emptyStack creates the stack of namespace/name with one up of an empty program and returns
+// its name: a stack a lock can be held on without the provider (an up that deletes nothing).
+func emptyStack(t *testing.T, m *stack.Manager, namespace, name string) string {
+	t.Helper()
+	stackName, _ := m.StackName(namespace, name)
+	if _, err := m.Up(context.Background(), stackName, func(*pulumi.Context) error { return nil }, stack.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return stackName
+}
+
+// crDoc is a minimal KindCustomHttp document (one replica, port 80).
+func crDoc(namespace, name string) string {
+	return "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: " + name + ", namespace: " + namespace +
+		"}\nspec: {replicaCount: 1, port: 80}\n"
+}
+
+// writeCR writes crDoc(namespace, name) to a file of its own and returns the file's path.
+func writeCR(t *testing.T, namespace, name string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "cr.yaml")
+	if err := os.WriteFile(file, []byte(crDoc(namespace, name)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// createCR creates KindCustomHttp namespace/name (crDoc's spec) in the cluster, with the CRD
+// installed first, and returns the client of its namespace's KindCustomHttps.
+func createCR(t *testing.T, c *testenv.Cluster, namespace, name string) dynamic.ResourceInterface {
+	t.Helper()
+	c.InstallCRD(t)
+	u := &unstructured.Unstructured{}
+	if err := sigyaml.Unmarshal([]byte(crDoc(namespace, name)), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	objs := c.Client.Resource(kindCustomHttps).Namespace(namespace)
+	if _, err := objs.Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
 func loadTestdata(name string) string {
 	return filepath.Join(testenv.RepoRoot(), "api", "v1", "testdata", "load", name)
 }
@@ -144,21 +202,9 @@ func TestCommandsLockedStack(t *testing.T) {
 	c := testenv.Connect(t)
 	ns := c.Namespace(t)
 	l := newRunner(t)
-	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + l.backend, WorkRoot: t.TempDir(),
-		PulumiPath: testenv.PulumiCLI(t), ClusterName: "cli"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	name, _ := m.StackName(ns, "locked") // the stack of the file below
-	if _, err := m.Up(context.Background(), name, func(*pulumi.Context) error { return nil }, stack.RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "cr.yaml")
-	doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: locked, namespace: " + ns +
-		"}\nspec: {replicaCount: 1, port: 80}\n"
-	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	m := l.manager()
+	name := emptyStack(t, m, ns, "locked") // the stack of the file below
+	file := writeCR(t, ns, "locked")
 	release := holdLock(t, m, name)
 
 	_, stderr, code := l.run("up", "-f", file)
@@ -178,7 +224,7 @@ func TestCommandsLockedStack(t *testing.T) {
 			return false
 		}
 	}
-	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true,
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true,
 		func(context.Context) (bool, error) { return ended() || strings.Contains(out.String(), waiting), nil })
 	if early != nil || ended() {
 		t.Fatalf("up --wait-for-lock ended while the lock was held: exit %d\n%s\n%s", early.code, early.stdout, early.stderr)
@@ -290,12 +336,7 @@ func TestCommandsInterrupted(t *testing.T) {
 	c := testenv.Connect(t)
 	ns := c.Namespace(t)
 	l := newRunner(t)
-	file := filepath.Join(t.TempDir(), "cr.yaml")
-	doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: cancelled, namespace: " + ns +
-		"}\nspec: {replicaCount: 1, port: 80}\n"
-	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := writeCR(t, ns, "cancelled")
 	ended := func(done <-chan runResult, what string) runResult {
 		t.Helper()
 		select {
@@ -308,20 +349,12 @@ func TestCommandsInterrupted(t *testing.T) {
 	}
 
 	// While waiting for a lock another update holds.
-	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + l.backend, WorkRoot: t.TempDir(),
-		PulumiPath: testenv.PulumiCLI(t), ClusterName: "cli"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	name, _ := m.StackName(ns, "cancelled")
-	if _, err := m.Up(context.Background(), name, func(*pulumi.Context) error { return nil }, stack.RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	release := holdLock(t, m, name)
+	m := l.manager()
+	release := holdLock(t, m, emptyStack(t, m, ns, "cancelled"))
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
 	out, done := l.startContext(ctx2, "up", "-f", file, "--wait-for-lock", "5m")
-	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 2*time.Minute, true,
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 2*time.Minute, true,
 		func(context.Context) (bool, error) { return strings.Contains(out.String(), "waiting"), nil })
 	if err != nil {
 		t.Fatalf("up --wait-for-lock never waited; stdout:\n%s", out.String())
@@ -402,15 +435,8 @@ func TestCommandsDeadLock(t *testing.T) {
 	c := testenv.Connect(t)
 	ns := c.Namespace(t)
 	l := newRunner(t)
-	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + l.backend, WorkRoot: t.TempDir(),
-		PulumiPath: testenv.PulumiCLI(t), ClusterName: "cli"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	name, _ := m.StackName(ns, "deadlock")
-	if _, err := m.Up(context.Background(), name, func(*pulumi.Context) error { return nil }, stack.RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	m := l.manager()
+	name := emptyStack(t, m, ns, "deadlock")
 	release := holdLock(t, m, name)
 	files, _ := filepath.Glob(filepath.Join(l.backend, ".pulumi", "locks", "*", "*", name, "*.json"))
 	if len(files) != 1 {
@@ -423,12 +449,7 @@ func TestCommandsDeadLock(t *testing.T) {
 	if err := release(); err == nil {
 		t.Fatal("the killed update reported success")
 	}
-	file := filepath.Join(t.TempDir(), "cr.yaml")
-	doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: deadlock, namespace: " + ns +
-		"}\nspec: {replicaCount: 1, port: 80}\n"
-	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := writeCR(t, ns, "deadlock")
 	stdout, stderr, code := l.run("up", "-f", file)
 	if code != 0 || !strings.Contains(stdout, "removed the lock left by") || !strings.Contains(stdout, fmt.Sprintf("(pid %d)", pid)) {
 		t.Fatalf("up over a dead process's lock: exit %d, want 0 and a warning naming pid %d\n%s\n%s", code, pid, stdout, stderr)
@@ -453,8 +474,7 @@ func TestCommandsParallel(t *testing.T) {
 	var docs []string
 	names := []string{"par-a", "par-b", "par-c"}
 	for _, n := range names {
-		docs = append(docs, "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: "+n+", namespace: "+ns+
-			"}\nspec: {replicaCount: 1, port: 80}\n")
+		docs = append(docs, crDoc(ns, n))
 	}
 	if err := os.WriteFile(file, []byte(strings.Join(docs, "---\n")), 0o600); err != nil {
 		t.Fatal(err)
@@ -501,13 +521,7 @@ func TestPreviewStreamsOnATerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(dir, "cr.yaml")
-	doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: streamed, namespace: " + ns +
-		"}\nspec: {replicaCount: 1, port: 80}\n"
-	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	docs, err := api.LoadDocuments([]string{file}, api.LoadOptions{})
+	docs, err := api.LoadDocuments([]string{writeCR(t, ns, "streamed")}, api.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
@@ -63,19 +62,10 @@ var metricName = regexp.MustCompile(`\b(?:pulumi_operator_|workqueue_|rest_clien
 func TestWatchMetrics(t *testing.T) {
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
 	c := testenv.Connect(t)
-	c.InstallCRD(t)
 	ns := c.Namespace(t)
 	ctx := context.Background()
 	l := newRunner(t)
-	objs := c.Client.Resource(kindCustomHttps).Namespace(ns)
-	cr := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "groupsp.measutosh.dev/v1", "kind": "KindCustomHttp",
-		"metadata": map[string]any{"name": "scraped"},
-		"spec":     map[string]any{"replicaCount": int64(1), "port": int64(80)},
-	}}
-	if _, err := objs.Create(ctx, cr, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	objs := createCR(t, c, ns, "scraped")
 	addr := freeAddr(t)
 	wctx, stop := context.WithCancel(ctx)
 	out, done := l.startContext(wctx, "watch", "--namespace", ns, "--health-addr", "127.0.0.1:0", "--metrics-addr", addr)

@@ -48,19 +48,10 @@ func twoContexts(t *testing.T, c *testenv.Cluster, ns string) string {
 func TestReconcileCommand(t *testing.T) {
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
 	c := testenv.Connect(t)
-	c.InstallCRD(t)
 	ns := c.Namespace(t)
 	ctx := context.Background()
 	l := newRunner(t)
-	objs := c.Client.Resource(kindCustomHttps).Namespace(ns)
-	cr := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "groupsp.measutosh.dev/v1", "kind": "KindCustomHttp",
-		"metadata": map[string]any{"name": "web"},
-		"spec":     map[string]any{"replicaCount": int64(1), "port": int64(80)},
-	}}
-	if _, err := objs.Create(ctx, cr, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	objs := createCR(t, c, ns, "web")
 	annotation := func() string {
 		u, err := objs.Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
