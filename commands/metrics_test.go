@@ -55,8 +55,8 @@ func scrape(t *testing.T, addr string) string {
 // metricName matches the names of the operator's metrics in PromQL and in a scrape.
 var metricName = regexp.MustCompile(`\b(?:pulumi_operator_|workqueue_|rest_client_|process_)[a-z_]+\b`)
 
-// The running operator's /metrics, scraped: per-object condition series (Flux's shape) that
-// follow the object's status and go with it, Pulumi operation and reconcile histograms, the
+// The running operator's /metrics, scraped: per-object condition series (one per condition,
+// at its current status) that follow the object's status and go with it, Pulumi operation and reconcile histograms, the
 // work queue and client-go's API request metrics; and every metric the chart's PrometheusRule
 // and the Grafana dashboard query is one the operator serves.
 func TestWatchMetrics(t *testing.T) {
@@ -88,8 +88,10 @@ func TestWatchMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatalf("/metrics never showed %s\nwatch:\n%s\nlast scrape:\n%s", ready, out.String(), grep(body, "pulumi_operator_condition"))
 	}
+	if stale := fmt.Sprintf(`pulumi_operator_condition{name="scraped",namespace=%q,status="False",type="Ready"}`, ns); strings.Contains(body, stale) {
+		t.Errorf("/metrics keeps a series for a status Ready no longer has: %s", grep(body, stale))
+	}
 	for _, want := range []string{
-		fmt.Sprintf(`pulumi_operator_condition{name="scraped",namespace=%q,status="False",type="Ready"} 0`, ns),
 		fmt.Sprintf(`pulumi_operator_condition{name="scraped",namespace=%q,status="False",type="Reconciling"} 1`, ns),
 		`pulumi_operator_pulumi_operation_duration_seconds_count{operation="up",result="succeeded"} 1`,
 		`pulumi_operator_reconciles_total{result="success"}`,

@@ -177,6 +177,7 @@ func (w *Watcher) updateStatus(ctx context.Context, u *unstructured.Unstructured
 	c := w.client.Namespace(u.GetNamespace())
 	cur := u
 	first := true
+	var conditions []metav1.Condition // as written (or found unchanged), for the metrics
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if !first {
 			fresh, err := c.Get(ctx, u.GetName(), metav1.GetOptions{})
@@ -197,6 +198,7 @@ func (w *Watcher) updateStatus(ctx context.Context, u *unstructured.Unstructured
 		}
 		st.ObservedGeneration = cur.GetGeneration()
 		mutate(&st)
+		conditions = st.Conditions
 		raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
 		if err != nil {
 			return err
@@ -217,9 +219,7 @@ func (w *Watcher) updateStatus(ctx context.Context, u *unstructured.Unstructured
 		return fmt.Errorf("write status of %s: %w", objectRef(u), err)
 	}
 	u.Object = cur.Object
-	if cr, err := api.FromUnstructured(cur); err == nil {
-		w.metrics.setConditions(cache.MetaObjectToName(cur), cr.Status.Conditions)
-	}
+	w.metrics.setConditions(cache.MetaObjectToName(cur), conditions)
 	return nil
 }
 
