@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -143,7 +144,19 @@ func fileBackendLocks(backendURL, project, stackName string) (held bool, locks [
 // exist. Then CancelLock makes the stack exist without taking its lock, by creating a
 // throwaway stack and renaming it (renameStack locks only the old name), cancels, and
 // removes the stack again.
+//
+// On a file:// backend CancelLock first repairs the stack's metadata sidecars (see
+// repairSidecars): the process that left the lock may have died while writing one, and the
+// CLI then cannot even select the stack ("failed to load checkpoint: EOF"). Each file it
+// removes is logged as a warning with slog's default logger.
 func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
+	removed, err := repairSidecars(m.cfg.BackendURL, m.cfg.Project, stackName)
+	if err != nil {
+		return fmt.Errorf("repair the metadata files of stack %s: %w", stackName, err)
+	}
+	for _, f := range removed {
+		slog.Warn("removed a torn metadata file of the stack, left by a killed pulumi process", "stack", stackName, "file", f)
+	}
 	st, err := m.open(ctx, stackName, false)
 	if err != nil && auto.IsSelectStack404Error(err) {
 		return m.cancelLockOfMissingStack(ctx, stackName)
@@ -183,4 +196,68 @@ func (m *Manager) cancelLockOfMissingStack(ctx context.Context, stackName string
 		return fmt.Errorf("remove stack %s after cancelling its lock: %w", stackName, m.classifyStack(stackName, err))
 	}
 	return m.forget(stackName)
+}
+
+// repairSidecars removes the torn metadata sidecars of stack project/stackName on a file://
+// backend and returns their paths; any other backend has none (nil, nil).
+//
+// The file backend is gocloud's fileblob (gocloud.dev/blob/fileblob), which keeps each
+// blob's metadata in "<file>.attrs" beside it. It writes the blob itself atomically (a
+// temporary file renamed into place) but the sidecar in place: setAttrs truncates it, then
+// encodes JSON into it. A pulumi process killed between the two (SIGKILL, a crashed pod)
+// leaves an empty sidecar, and from then on every read of the blob fails with the JSON
+// decoder's "EOF": `stack select` reports "failed to load checkpoint: EOF" although the
+// checkpoint itself is whole. The crash test met it (a kill inside `stack init`).
+//
+// A sidecar is torn when it is not a JSON object. Removing one loses nothing the DIY
+// backend uses: fileblob reads a missing sidecar as default metadata (getAttrs), and the
+// checkpoint, lock, history and backup files themselves are never touched. The places
+// looked at are the DIY backend's for one stack (pkg/backend/diy): stacks/<project>/<stack>.json*
+// (with any organization directory in between), locks/<org>/<project>/<stack>/,
+// history/<project>/<stack>/ and backups/<project>/<stack>/, all under <dir>/.pulumi.
+//
+// An error means a directory or sidecar could not be read or a torn one not removed; the
+// paths removed until then are returned with it.
+func repairSidecars(backendURL, project, stackName string) ([]string, error) {
+	u, err := url.Parse(backendURL)
+	if err != nil || u.Scheme != "file" {
+		return nil, nil
+	}
+	root := filepath.Join(u.Path, ".pulumi")
+	// Project and stack names hold no glob metacharacters (tokens.ValidateProjectName, Name).
+	// "<stack>.json*" also matches the .bak and compressed variants, and the files of a
+	// stack whose name starts with "<stack>.json"; a torn sidecar of that one is as safe to
+	// remove.
+	patterns := []string{
+		filepath.Join(root, "stacks", project, stackName+".json*.attrs"),
+		filepath.Join(root, "stacks", "*", project, stackName+".json*.attrs"),
+		filepath.Join(root, "locks", "*", project, stackName, "*.attrs"),
+		filepath.Join(root, "history", project, stackName, "*.attrs"),
+		filepath.Join(root, "backups", project, stackName, "*.attrs"),
+	}
+	var removed []string
+	for _, p := range patterns {
+		files, err := filepath.Glob(p)
+		if err != nil {
+			return removed, err
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return removed, err
+			}
+			var obj map[string]any
+			if json.Unmarshal(b, &obj) == nil && obj != nil {
+				continue
+			}
+			if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return removed, err
+			}
+			removed = append(removed, f)
+		}
+	}
+	return removed, nil
 }

@@ -3,8 +3,11 @@ package stack
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,5 +188,114 @@ func TestLockOfRemovedStack(t *testing.T) {
 	}
 	if ok, err := m.Exists(ctx, name); err != nil || ok {
 		t.Errorf("Exists after the destroy = %v, %v; want false", ok, err)
+	}
+}
+
+// repairSidecars removes exactly the torn (empty or not a JSON object) metadata sidecars of
+// one stack on a file backend, keeps whole ones and other stacks' files, and does nothing on
+// other backends.
+func TestRepairSidecars(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, ".pulumi")
+	write := func(rel, content string) string {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	whole := `{"user.content_type":"application/octet-stream"}` + "\n"
+	torn := []string{
+		write("stacks/proj/c.ns.a.json.attrs", ""),
+		write("stacks/proj/c.ns.a.json.bak.attrs", `{"user.content_ty`),
+		write("locks/organization/proj/c.ns.a/1.json.attrs", "null"),
+		write("history/proj/c.ns.a/c.ns.a-1.checkpoint.json.attrs", "[]"),
+		write("backups/proj/c.ns.a/c.ns.a.1.json.attrs", ""),
+	}
+	kept := []string{
+		write("stacks/proj/c.ns.a.json", ""), // a checkpoint itself is never touched
+		write("stacks/proj/c.ns.a.json.gz.attrs", whole),
+		write("stacks/proj/c.ns.b.json.attrs", ""), // another stack
+		write("locks/organization/proj/c.ns.a/2.json.attrs", whole),
+		write("locks/organization/proj/c.ns.a/1.json", ""),
+		write("stacks/other/c.ns.a.json.attrs", ""), // another project
+	}
+	removed, err := repairSidecars("file://"+dir, "proj", "c.ns.a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(removed)
+	want := slices.Clone(torn)
+	slices.Sort(want)
+	if !slices.Equal(removed, want) {
+		t.Fatalf("removed %v, want %v", removed, want)
+	}
+	for _, f := range torn {
+		if _, err := os.Stat(f); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s still there (%v)", f, err)
+		}
+	}
+	for _, f := range kept {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s was removed: %v", f, err)
+		}
+	}
+	if removed, err := repairSidecars("postgres://u@127.0.0.1/db", "proj", "c.ns.b"); removed != nil || err != nil {
+		t.Errorf("postgres backend: %v, %v; want nothing", removed, err)
+	}
+
+	// A sidecar that cannot be read is reported, not skipped.
+	if os.Geteuid() != 0 {
+		p := write("stacks/proj/c.ns.c.json.attrs", "")
+		if err := os.Chmod(p, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repairSidecars("file://"+dir, "proj", "c.ns.c"); err == nil {
+			t.Error("an unreadable sidecar was not reported")
+		}
+	}
+}
+
+// A pulumi process killed while gocloud's fileblob rewrote the metadata sidecar of a stack's
+// checkpoint leaves the sidecar empty and the lock taken; the CLI then fails on the stack
+// with "failed to load checkpoint: EOF" (the crash test met it: the watcher's CancelLock
+// could not select the stack, and the object stayed locked forever). CancelLock repairs the
+// sidecar and removes the lock, and the stack keeps its state.
+func TestCancelLockTornSidecar(t *testing.T) {
+	m, backend := newManager(t)
+	name, _ := m.StackName("ns", "torn")
+	ctx := context.Background()
+	killedLock(t, m, name)
+	sidecar := filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json.attrs")
+	if _, err := os.Stat(sidecar); err != nil {
+		t.Fatalf("the checkpoint's sidecar (from gocloud's fileblob): %v", err)
+	}
+	if err := os.Truncate(sidecar, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx, name, program("z", 0), RunOptions{}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("up with a torn sidecar and a dead lock = %v, want ErrLocked", err)
+	}
+	if _, err := m.Exists(ctx, name); err == nil || !strings.Contains(err.Error(), "EOF") {
+		t.Fatalf("Exists with a torn sidecar = %v, want the CLI's EOF failure (the situation this test is about)", err)
+	}
+	if err := m.CancelLock(ctx, name); err != nil {
+		t.Fatalf("CancelLock: %v", err)
+	}
+	if _, err := os.Stat(sidecar); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("torn sidecar after CancelLock: %v, want removed", err)
+	}
+	if locks, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "locks", "*", "kindcustomhttp", name, "*.json")); len(locks) > 0 {
+		t.Fatalf("locks left: %v", locks)
+	}
+	res, err := m.Up(ctx, name, program("z", 0), RunOptions{})
+	if err != nil || res.Outputs["greeting"] != "z" {
+		t.Fatalf("up after CancelLock = %+v, %v", res, err)
+	}
+	if res.Changes["create"] != 0 || res.Changes["same"] == 0 {
+		t.Errorf("up after CancelLock changed %v; want the stack's resources kept (nothing created)", res.Changes)
 	}
 }
