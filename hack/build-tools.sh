@@ -3,6 +3,9 @@
 #   etcd                                                 (hack/tools/etcd, go.etcd.io/etcd/server/v3)
 #   kube-apiserver, kube-controller-manager, kube-scheduler (hack/tools/kubernetes, k8s.io/kubernetes)
 #   kwok                                                 (hack/tools/kwok, sigs.k8s.io/kwok)
+#   kubelet, kube-proxy                                  (hack/tools/kubernetes: the real node of
+#                                                         hack/realnode-up.sh, same version)
+#   coredns                                              (hack/tools/coredns, the real node's DNS)
 # and controller-gen (hack/tools/controller-gen, sigs.k8s.io/controller-tools) for `make manifests`.
 #
 # Usage: hack/build-tools.sh [DEST]     (DEST defaults to <repo>/bin)
@@ -46,6 +49,13 @@ build kube-apiserver "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kube-apiserver 
 build kube-controller-manager "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kube-controller-manager "${KUBE_LDFLAGS}"
 build kube-scheduler "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kube-scheduler "${KUBE_LDFLAGS}"
 build kwok "${TOOLS}/kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w"
+# The real node (hack/realnode-up.sh): the same k8s.io/kubernetes module as the control plane
+# above, so the packages they share come from the build cache (a cold kubelet build still takes
+# ~15 minutes on 2 cores, once).
+build kubelet "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kubelet "${KUBE_LDFLAGS}"
+build kube-proxy "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kube-proxy "${KUBE_LDFLAGS}"
+# Static: it runs inside the CoreDNS image, which has no C library.
+CGO_ENABLED=0 build coredns "${TOOLS}/coredns" github.com/coredns/coredns "-s -w"
 # controller-gen stamps its version into every CRD it writes (annotation
 # controller-gen.kubebuilder.io/version); a binary built from a tools module reports none without -X.
 CONTROLLER_TOOLS_VERSION="$(build::module_version "${TOOLS}/controller-gen" sigs.k8s.io/controller-tools)"

@@ -6,8 +6,9 @@
 #
 # and then has log::* (log.sh), proc::* (process.sh: pid files, locks, ports, starting and
 # stopping servers), util::* (util.sh: the --purge argument and directory of the *-down.sh
-# scripts), build::* (build.sh: stamped `go build`s of the tools modules) and cluster::*
-# (cluster.sh: the local cluster's components and lock). Sourcing defines functions and
+# scripts), build::* (build.sh: stamped `go build`s of the tools modules), cluster::*
+# (cluster.sh: the local cluster's components and lock) and buildah::* (buildah.sh: the
+# daemonless image builder, confined to .local/buildah). Sourcing defines functions and
 # variables (REPO_ROOT, LOG_NAME, CLUSTER_COMPONENTS); it runs nothing else.
 
 # Where the library's files are; REPO_ROOT for scripts that did not set it.
@@ -24,3 +25,5 @@ source "${HACK_LIB}/util.sh"
 source "${HACK_LIB}/build.sh"
 # shellcheck source=hack/lib/cluster.sh
 source "${HACK_LIB}/cluster.sh"
+# shellcheck source=hack/lib/buildah.sh
+source "${HACK_LIB}/buildah.sh"
