@@ -1,5 +1,6 @@
 // Package httpserver is the peering http server that runs in the pods the operator creates: it
-// answers GET /ping with "pong from <hostname>" and pings every peer listed in its peer file
+// answers GET /ping with "pong from <hostname>", GET /config/<key> with the mounted ConfigMap's
+// value of key, and pings every peer listed in its peer file
 // (a ConfigMap key mounted as a file, one "host,port" a line) every interval and as soon as
 // the file changes, logging each answer and exporting counters and round-trip times as
 // Prometheus metrics. It replaces the original image measutosh/http-server, keeping its /ping
@@ -11,11 +12,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -201,6 +206,33 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
+// configKey is what a ConfigMap key may be (k8s.io/apimachinery validation.IsConfigMapKey:
+// letters, digits, '-', '_' and '.'); the kubelet mounts each key as a file of that name.
+var configKey = regexp.MustCompile(`^[-._a-zA-Z0-9]+$`)
+
+// serveConfigKey answers GET /config/<key> with the content of the file <key> in the
+// directory of Options.ConfigPath: the mounted ConfigMap's value for that key, as the pod sees
+// it now (a ConfigMap change reaches it when the kubelet updates the volume). 404 when there
+// is no such key; keys that are no ConfigMap key, and the volume's own "..data" entries, are
+// refused the same way, so nothing outside the ConfigMap's keys can be read.
+func (s *Server) serveConfigKey(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	if !configKey.MatchString(key) || key == "." || strings.HasPrefix(key, "..") {
+		http.NotFound(w, r)
+		return
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(s.opts.ConfigPath), key))
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("read config key", "key", key, "err", err)
+		}
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write(b)
+}
+
 // LastResults returns a copy of the latest ping result of each configured peer. Peers not yet
 // pinged are absent; peers removed from the file are dropped.
 func (s *Server) LastResults() map[Peer]Result {
@@ -215,10 +247,11 @@ func (s *Server) Rounds() uint64 {
 	return s.rounds.Load()
 }
 
-// routes: /ping as the original (any method), probes, metrics; the mux answers 404 for
-// anything else, including /ping/ and /.
+// routes: /ping as the original (any method), /config/<key>, probes, metrics; the mux answers
+// 404 for anything else, including /ping/ and /.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /config/{key}", s.serveConfigKey)
 	mux.HandleFunc("/ping", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "pong from "+s.opts.Hostname)
