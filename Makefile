@@ -5,7 +5,8 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 BIN := $(CURDIR)/bin
 LOCAL := $(CURDIR)/.local
-KUBECTL ?= kubectl
+# kubectl for `make deploy`: the pinned one `make tools` builds (bin/kubectl), or KUBECTL=...
+KUBECTL ?= $(if $(wildcard $(BIN)/kubectl),$(BIN)/kubectl,kubectl)
 PULUMI_VERSION := v3.255.0
 # Where `make run` keeps its state (workspaces and the default file backend) and its
 # generated development passphrase.
@@ -123,6 +124,30 @@ docker-build:
 ## docker-push: push IMG
 docker-push:
 	$(CONTAINER_TOOL) push $(IMG)
+
+# ---- A real node (issue 17): the images users get, run as real containers.
+.PHONY: image realnode-up realnode-down e2e-real
+
+## image: the operator and http-server images from Dockerfile (.local/images/pulumi-operator.tar and
+## http-server.tar, docker archives): with buildah when there is no Docker engine, from local base
+## images and the plugin file, downloading nothing; loaded into the real node when it runs
+image:
+	hack/image-build.sh
+
+## realnode-up: one real node beside the control plane (containerd, runc, CNI bridge, kubelet,
+## kube-proxy, CoreDNS; root only), kubeconfig .local/realnode/kubeconfig; realnode-down stops it
+## and removes every trace
+realnode-up: tools image
+	hack/realnode-up.sh
+
+realnode-down:
+	hack/realnode-down.sh
+
+## e2e-real: e2e/realnode on a real node: Helm and `make deploy` installs of the built image in
+## restricted namespaces, the sample served through its Service, a rollout with no failed request,
+## an up interrupted by deleting the operator pod, delete. SKIP (exit 0) where no node can run
+e2e-real: tools build image
+	hack/e2e-real.sh
 
 ## helm: the pinned helm CLI, bin/helm (for charts/pulumi-operator and its tests)
 helm:

@@ -5,6 +5,7 @@
 #   kwok                                                 (hack/tools/kwok, sigs.k8s.io/kwok)
 #   kubelet, kube-proxy                                  (hack/tools/kubernetes: the real node of
 #                                                         hack/realnode-up.sh, same version)
+#   kubectl                                              (hack/tools/kubernetes: `make deploy`)
 #   coredns                                              (hack/tools/coredns, the real node's DNS)
 # and controller-gen (hack/tools/controller-gen, sigs.k8s.io/controller-tools) for `make manifests`.
 #
@@ -54,6 +55,8 @@ build kwok "${TOOLS}/kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w"
 # ~15 minutes on 2 cores, once).
 build kubelet "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kubelet "${KUBE_LDFLAGS}"
 build kube-proxy "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kube-proxy "${KUBE_LDFLAGS}"
+# kubectl, for `make deploy`/`undeploy` (kustomize built in) on a machine that has none.
+build kubectl "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kubectl "${KUBE_LDFLAGS}"
 # Static: it runs inside the CoreDNS image, which has no C library.
 CGO_ENABLED=0 build coredns "${TOOLS}/coredns" github.com/coredns/coredns "-s -w"
 # controller-gen stamps its version into every CRD it writes (annotation
