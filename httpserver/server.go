@@ -54,6 +54,14 @@ type Options struct {
 	WatchInterval time.Duration
 	// ShutdownTimeout bounds how long Run waits for open requests when ctx ends.
 	ShutdownTimeout time.Duration
+	// DrainDelay is how long Run keeps serving after ctx ends, with /readyz answering 503,
+	// before it stops accepting connections. Kubernetes takes a terminating pod out of its
+	// Service's endpoints while the pod already has SIGTERM (the EndpointSlice update, then
+	// kube-proxy's rules, both asynchronous), so new connections keep arriving for a moment;
+	// closing the listener at once refuses them (e2e/realnode's rollout check saw it). Zero
+	// means no delay; the http-server command's --drain-delay defaults to 5 s, well inside the
+	// pod's default 30 s grace period.
+	DrainDelay time.Duration
 	// Hostname is named in the /ping answer; empty means os.Hostname().
 	Hostname string
 	// Logger receives the structured logs; nil means slog.Default().
@@ -74,6 +82,7 @@ type Server struct {
 
 	started    atomic.Bool
 	ready      atomic.Bool   // the peer file has been checked at least once
+	draining   atomic.Bool   // ctx ended: serving out DrainDelay, /readyz 503
 	rounds     atomic.Uint64 // ping rounds started
 	fileChecks atomic.Uint64 // reads of the peer file, for tests
 
@@ -141,6 +150,9 @@ func (o *Options) setDefaults() error {
 			*d.v = d.def
 		}
 	}
+	if o.DrainDelay < 0 {
+		return fmt.Errorf("drain delay %s: must not be negative", o.DrainDelay)
+	}
 	if o.Listen == "" {
 		o.Listen = DefaultListen
 	}
@@ -191,6 +203,15 @@ func (s *Server) Run(ctx context.Context) error {
 	var err error
 	select {
 	case <-ctx.Done():
+		if s.opts.DrainDelay > 0 {
+			s.draining.Store(true)
+			s.log.Info("draining: serving on, not ready, before shutting down", "delay", s.opts.DrainDelay.String())
+			select {
+			case <-time.After(s.opts.DrainDelay):
+			case err = <-serveErr:
+				err = fmt.Errorf("serve http: %w", err)
+			}
+		}
 	case err = <-serveErr:
 		err = fmt.Errorf("serve http: %w", err)
 		cancel()
@@ -262,6 +283,10 @@ func (s *Server) routes() http.Handler {
 	})
 	// Readiness: the peer file has been looked at (read, or found missing) at least once.
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.draining.Load() {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
 		if !s.ready.Load() {
 			http.Error(w, "peer file not checked yet", http.StatusServiceUnavailable)
 			return

@@ -171,6 +171,42 @@ func TestRunStopsAndFreesPort(t *testing.T) {
 	}
 }
 
+// After ctx ends, Run serves on for DrainDelay with /readyz 503 (the pod is leaving its
+// Service's endpoints; connections still arrive), then closes the port; a negative delay is an
+// error.
+func TestDrainDelay(t *testing.T) {
+	if _, err := New(Options{DrainDelay: -time.Second}); err == nil || !strings.Contains(err.Error(), "drain delay -1s: must not be negative") {
+		t.Errorf("New with a negative drain delay: %v", err)
+	}
+	s, _ := newServer(t, Options{DrainDelay: 2 * time.Second})
+	base := baseURL(s)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	waitFor(t, "/readyz 200", func() bool { code, _ := get(t, base+"/readyz"); return code == http.StatusOK })
+	cancel()
+	waitFor(t, "/readyz 503 while draining", func() bool { code, _ := get(t, base+"/readyz"); return code == http.StatusServiceUnavailable })
+	fresh := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := fresh.Get(base + "/ping")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("/ping on a new connection while draining = %v, %v; want 200", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Run did not return after the drain delay")
+	}
+	if c, err := net.Dial("tcp", s.Addr().String()); err == nil {
+		c.Close()
+		t.Error("the port still accepts connections after Run returned")
+	}
+}
+
 // GET /config/<key> serves the mounted ConfigMap's value of key as the pod sees it now, through
 // the kubelet's layout (each key a symlink into "..data"), and nothing else: no other file, no
 // "..data" entry, no directory, no other method.

@@ -19,6 +19,10 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/httpserver"
 )
 
+// DefaultDrainDelay is --drain-delay's default (httpserver.Options.DrainDelay): long enough for
+// kube-proxy to drop a terminating pod's endpoint, well inside the default 30 s grace period.
+const DefaultDrainDelay = 5 * time.Second
+
 func main() {
 	if err := newApp().Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "http-server:", err)
@@ -50,6 +54,8 @@ func newApp() *cli.App {
 				Usage: "how often the peer file is read to notice changes (`PERIOD`)"},
 			&cli.DurationFlag{Name: "shutdown-timeout", EnvVars: []string{"HTTP_SERVER_SHUTDOWN_TIMEOUT"}, Value: httpserver.DefaultShutdownTimeout, Destination: &opts.ShutdownTimeout,
 				Usage: "`DURATION` to wait for open requests on SIGINT/SIGTERM"},
+			&cli.DurationFlag{Name: "drain-delay", EnvVars: []string{"HTTP_SERVER_DRAIN_DELAY"}, Value: DefaultDrainDelay, Destination: &opts.DrainDelay,
+				Usage: "`DURATION` to keep serving on SIGINT/SIGTERM, /readyz answering 503, before closing the port, while the pod leaves its Service's endpoints; 0: none"},
 			&cli.StringFlag{Name: "hostname", EnvVars: []string{"HTTP_SERVER_HOSTNAME"}, Destination: &opts.Hostname,
 				Usage: "`NAME` in the /ping answer; default: the machine's hostname (the pod name)"},
 			&cli.StringFlag{Name: "log-format", EnvVars: []string{"HTTP_SERVER_LOG_FORMAT"}, Value: "text", Destination: &logFormat,
@@ -69,6 +75,9 @@ func newApp() *cli.App {
 				if d.v <= 0 {
 					return fmt.Errorf("%s %v: must be positive", d.flag, d.v)
 				}
+			}
+			if opts.DrainDelay < 0 {
+				return fmt.Errorf("--drain-delay %v: must not be negative", opts.DrainDelay)
 			}
 			logger, err := newLogger(logFormat)
 			if err != nil {

@@ -29,6 +29,7 @@ func TestFlagErrors(t *testing.T) {
 		"zero timeout":          {args: []string{"--timeout=0s"}, want: "--timeout 0s: must be positive"},
 		"zero watch from env":   {env: map[string]string{"HTTP_SERVER_WATCH_INTERVAL": "0s"}, want: "--watch-interval 0s: must be positive"},
 		"unknown log format":    {args: []string{"--log-format=xml"}, want: `--log-format "xml"`},
+		"negative drain delay":  {args: []string{"--drain-delay=-1s"}, want: "--drain-delay -1s: must not be negative"},
 		"unexpected argument":   {args: []string{"extra"}, want: "unexpected arguments"},
 		"unknown flag":          {args: []string{"--nope"}, want: "nope"},
 		"listen address in env": {env: map[string]string{"HTTP_SERVER_LISTEN": "127.0.0.1:notaport"}, want: "listen on 127.0.0.1:notaport"},
@@ -64,7 +65,7 @@ func TestServesUntilCanceled(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runApp(ctx, "--listen", addr, "--interval", "1h", "--log-format", "json") }()
+	go func() { done <- runApp(ctx, "--listen", addr, "--interval", "1h", "--log-format", "json", "--drain-delay", "1s") }()
 
 	var body string
 	deadline := time.Now().Add(30 * time.Second)
