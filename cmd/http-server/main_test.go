@@ -65,7 +65,9 @@ func TestServesUntilCanceled(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runApp(ctx, "--listen", addr, "--interval", "1h", "--log-format", "json", "--drain-delay", "1s") }()
+	go func() {
+		done <- runApp(ctx, "--listen", addr, "--interval", "1h", "--log-format", "json", "--drain-delay", "1s")
+	}()
 
 	var body string
 	deadline := time.Now().Add(30 * time.Second)
