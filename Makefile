@@ -187,9 +187,11 @@ test: controller-gen
 ## to Ready, bursts of 100 CRs, idle over 1000, drift repair, a change (also on PostgreSQL), each
 ## against the floor of its `pulumi up` engine run; writes .local/bench/results.json and
 ## docs/benchmarks.md (~45 min on 2 cores). BENCH_FLAGS passes flags to hack/bench (e.g.
-## --phases latency,drift,change).
-bench: tools build
+## --phases latency,drift,change). Then, on a real node, a new CR to its first GET through its
+## Service (hack/bench/realnode.sh; SKIP where no node can run).
+bench: tools build image
 	hack/bench/run.sh $(BENCH_FLAGS)
+	hack/bench/realnode.sh
 
 # ---- Crash safety (issue 5). `make test` runs a short TestCrashSafety (3 kills, file backend);
 # this is the long run.

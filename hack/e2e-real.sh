@@ -42,7 +42,7 @@ log="${REPO_ROOT}/.local/e2e-real.log"
 status=0
 go test -count=1 -timeout 40m -v "${@:-./e2e/realnode/}" >"${log}" 2>&1 || status=$?
 # What was checked: every test's log lines, and the results.
-grep -E '^(=== RUN|--- |ok|FAIL|panic:)|^\s+\S+_test\.go:[0-9]+:' "${log}" || true
+grep -E '^(=== RUN|--- |ok|FAIL|panic:|Benchmark)|^\s+\S+_test\.go:[0-9]+:' "${log}" || true
 passed=$(grep -cE '^\s*--- PASS' "${log}" || true)
 failed=$(grep -cE '^\s*--- FAIL' "${log}" || true)
 skipped=$(grep -cE '^\s*--- SKIP' "${log}" || true)

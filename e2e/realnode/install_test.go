@@ -23,18 +23,18 @@ const (
 	reconcile     = 4 * time.Minute
 )
 
-// TestHelmInstall installs the chart with the built image, then walks the sample's life:
-// created (pods Ready through their probes, the ConfigMap's content served through the
-// Service, /ping between two KindCustomHttps by Service name), changed (a rollout with no
-// failed request), an up interrupted by deleting the operator pod (finished by the next
-// pod, no lock, no duplicate), deleted (objects and stack gone).
-func TestHelmInstall(t *testing.T) {
-	n := connect(t)
-	ctx := context.Background()
-	const opNS, release = "pulumi-operator-e2e", "e2e"
-	sel := "app.kubernetes.io/instance=" + release
+// installChart installs the chart (release "e2e") with the built image into namespace
+// pulumi-operator-e2e, enforcing Pod Security restricted, with its state on a volume of the
+// node, and waits for the operator pod to be Ready; the release is uninstalled when the test
+// ends. It returns the namespace, the operator pods' label selector, the state volume's
+// directory on the host and the pod's name.
+func installChart(t testing.TB, n *node) (opNS, sel, stateDir, pod string) {
+	t.Helper()
+	const release = "e2e"
+	opNS = "pulumi-operator-e2e"
+	sel = "app.kubernetes.io/instance=" + release
 	n.restrictedNamespace(t, opNS)
-	stateDir := n.stateVolume(t, opNS, "e2e-state", true)
+	stateDir = n.stateVolume(t, opNS, "e2e-state", true)
 	helm := filepath.Join(testenv.RepoRoot(), "bin", "helm")
 	t.Logf("helm install:\n%s", run(t, nil, helm, "install", release, "charts/pulumi-operator", "--kubeconfig", n.kubeconfig,
 		"--namespace", opNS, "--set", "passphrase=e2e-real", "--set", "persistence.existingClaim=e2e-state",
@@ -44,14 +44,24 @@ func TestHelmInstall(t *testing.T) {
 			n.dumpOperator(t, opNS, sel)
 		}
 		// The CRD stays (crds/), as with any chart; the namespaces of the test go.
-		cmd := []string{"uninstall", release, "--kubeconfig", n.kubeconfig, "--namespace", opNS, "--wait"}
-		if out, err := execOut(helm, cmd...); err != nil {
+		if out, err := execOut(helm, "uninstall", release, "--kubeconfig", n.kubeconfig, "--namespace", opNS, "--wait"); err != nil {
 			t.Logf("helm uninstall: %v\n%s", err, out)
 		}
 	})
-	pod := n.operatorPod(t, opNS, sel, "", operatorStart)
+	pod = n.operatorPod(t, opNS, sel, "", operatorStart)
 	t.Logf("operator pod %s Ready (its /readyz through the kubelet's probe)", pod)
+	return opNS, sel, stateDir, pod
+}
 
+// TestHelmInstall installs the chart with the built image, then walks the sample's life:
+// created (pods Ready through their probes, the ConfigMap's content served through the
+// Service, /ping between two KindCustomHttps by Service name), changed (a rollout with no
+// failed request), an up interrupted by deleting the operator pod (finished by the next
+// pod, no lock, no duplicate), deleted (objects and stack gone).
+func TestHelmInstall(t *testing.T) {
+	n := connect(t)
+	ctx := context.Background()
+	opNS, sel, stateDir, pod := installChart(t, n)
 	ns := "peerns-e2e"
 	n.restrictedNamespace(t, ns)
 

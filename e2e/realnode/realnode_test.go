@@ -57,7 +57,7 @@ type node struct {
 
 // connect returns the real node of PULUMI_OPERATOR_REALNODE_KUBECONFIG, or skips (fails under
 // PULUMI_OPERATOR_REALNODE_REQUIRED=1).
-func connect(t *testing.T) *node {
+func connect(t testing.TB) *node {
 	t.Helper()
 	kc := os.Getenv("PULUMI_OPERATOR_REALNODE_KUBECONFIG")
 	if kc == "" {
@@ -78,7 +78,7 @@ func connect(t *testing.T) *node {
 }
 
 // within polls cond every interval until it holds or timeout passes, then fails naming what.
-func within(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
+func within(t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, timeout, true, cond)
 	if err != nil {
@@ -88,7 +88,7 @@ func within(t *testing.T, timeout time.Duration, what string, cond func(ctx cont
 
 // restrictedNamespace creates namespace name enforcing Pod Security "restricted", deleted (and
 // waited for) when the test ends unless keep.
-func (n *node) restrictedNamespace(t *testing.T, name string) {
+func (n *node) restrictedNamespace(t testing.TB, name string) {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 		"pod-security.kubernetes.io/enforce": "restricted"}}}
@@ -98,7 +98,7 @@ func (n *node) restrictedNamespace(t *testing.T, name string) {
 	t.Cleanup(func() { n.deleteNamespace(t, name) })
 }
 
-func (n *node) deleteNamespace(t *testing.T, name string) {
+func (n *node) deleteNamespace(t testing.TB, name string) {
 	ctx := context.Background()
 	_ = n.kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
 	_ = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -111,7 +111,7 @@ func (n *node) deleteNamespace(t *testing.T, name string) {
 // by the operator's user 65532: hostPath volumes ignore fsGroup) bound to claim ns/claim, which
 // it creates too unless createClaim is false (the manifests bring their own). The real node has
 // no volume provisioner. It returns the directory on the host.
-func (n *node) stateVolume(t *testing.T, ns, claim string, createClaim bool) string {
+func (n *node) stateVolume(t testing.TB, ns, claim string, createClaim bool) string {
 	t.Helper()
 	ctx := context.Background()
 	name := "e2e-" + ns + "-" + claim
@@ -161,7 +161,7 @@ func (n *node) stateVolume(t *testing.T, ns, claim string, createClaim bool) str
 
 // operatorPod waits until the operator's Deployment in ns (label selector sel) has exactly one
 // pod, Ready, other than not (a pod name, or ""), and returns its name.
-func (n *node) operatorPod(t *testing.T, ns, sel, not string, timeout time.Duration) string {
+func (n *node) operatorPod(t testing.TB, ns, sel, not string, timeout time.Duration) string {
 	t.Helper()
 	var name string
 	within(t, timeout, "operator pod Ready in "+ns, func(ctx context.Context) (bool, error) {
@@ -190,7 +190,7 @@ func podReady(p *corev1.Pod) bool {
 }
 
 // dumpOperator logs the operator pods' status and logs (on failure).
-func (n *node) dumpOperator(t *testing.T, ns, sel string) {
+func (n *node) dumpOperator(t testing.TB, ns, sel string) {
 	ctx := context.Background()
 	pods, err := n.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
@@ -213,7 +213,7 @@ func ptr[T any](v T) *T { return &v }
 
 // sample is the original operator's sample (config/samples), renamed to name in namespace ns
 // with configMapData hostports.
-func sample(t *testing.T, ns, name, hostports string) *unstructured.Unstructured {
+func sample(t testing.TB, ns, name, hostports string) *unstructured.Unstructured {
 	t.Helper()
 	u, _ := testenv.Sample(t, ns)
 	u.SetName(name)
@@ -239,7 +239,7 @@ func condition(cr *unstructured.Unstructured, typ string) (status, reason, msg s
 }
 
 // waitReady waits until KindCustomHttp ns/name is Ready=True for its current generation.
-func (n *node) waitReady(t *testing.T, ns, name string, timeout time.Duration) *unstructured.Unstructured {
+func (n *node) waitReady(t testing.TB, ns, name string, timeout time.Duration) *unstructured.Unstructured {
 	t.Helper()
 	var cr *unstructured.Unstructured
 	within(t, timeout, "KindCustomHttp "+ns+"/"+name+" Ready", func(ctx context.Context) (bool, error) {
@@ -257,7 +257,7 @@ func (n *node) waitReady(t *testing.T, ns, name string, timeout time.Duration) *
 
 // available waits until Deployment ns/name has every replica of its current template updated,
 // Ready and no old pod left, and returns its pods' names.
-func (n *node) available(t *testing.T, ns, name string, replicas int32, timeout time.Duration) []string {
+func (n *node) available(t testing.TB, ns, name string, replicas int32, timeout time.Duration) []string {
 	t.Helper()
 	var names []string
 	within(t, timeout, "Deployment "+ns+"/"+name+" rolled out and Available", func(ctx context.Context) (bool, error) {
@@ -303,7 +303,7 @@ func get(url string) (int, string, error) {
 
 // serviceURL is http://<ClusterIP>:<port> of Service ns/name: the node routes the Service range
 // from the host through kube-proxy's rules, as it does from pods.
-func (n *node) serviceURL(t *testing.T, ns, name string) string {
+func (n *node) serviceURL(t testing.TB, ns, name string) string {
 	t.Helper()
 	svc, err := n.kube.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -462,7 +462,7 @@ func (n *node) objectsOf(t *testing.T, ns string) []string {
 }
 
 // run runs a command from the repository root, failing the test with its output.
-func run(t *testing.T, env []string, name string, args ...string) string {
+func run(t testing.TB, env []string, name string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir = testenv.RepoRoot()
