@@ -11,12 +11,18 @@
 # BUILDAH_ISOLATION=chroot: RUN steps need no OCI runtime, TMPDIR). Needs root.
 buildah::init() {
 	BUILDAH_DIR="${1:-${REPO_ROOT}/.local/buildah}"
-	if ! command -v buildah >/dev/null 2>&1; then
-		log::info "installing buildah (Debian package)"
+	# netavark is checked on its own: a buildah installed without it fails every build with
+	# "could not find netavark" under the containers.conf below.
+	if ! command -v buildah >/dev/null 2>&1 || [[ ! -x /usr/lib/podman/netavark ]]; then
+		log::info "installing buildah and netavark (Debian packages)"
 		apt-get install -y -qq --no-install-recommends buildah netavark >/dev/null ||
 			{ apt-get update -qq && apt-get install -y -qq --no-install-recommends buildah netavark >/dev/null; } ||
-			log::die "could not install buildah: install the Debian package buildah"
+			log::die "could not install buildah: install the Debian packages buildah and netavark"
 	fi
+	# buildah's network library creates /run/containers/networks on every build whatever
+	# containers.conf says; buildah::cleanup removes it again when it was not there before.
+	BUILDAH_RUN_DIR_EXISTED=0
+	[[ ! -e /run/containers ]] || BUILDAH_RUN_DIR_EXISTED=1
 	mkdir -p "${BUILDAH_DIR}/containers/networks" "${BUILDAH_DIR}/tmp"
 	BUILDAH_DIR="$(cd "${BUILDAH_DIR}" && pwd)"
 	cat >"${BUILDAH_DIR}/containers/storage.conf" <<CONF
@@ -43,4 +49,12 @@ CONF
 	export CONTAINERS_CONF="${BUILDAH_DIR}/containers/containers.conf"
 	export BUILDAH_ISOLATION=chroot
 	export TMPDIR="${BUILDAH_DIR}/tmp"
+}
+
+# buildah::cleanup: removes the empty /run/containers tree a build made, when buildah::init found
+# none (call it when the builds are done, e.g. from an EXIT trap).
+buildah::cleanup() {
+	if [[ "${BUILDAH_RUN_DIR_EXISTED:-1}" == "0" && -d /run/containers ]]; then
+		find /run/containers -depth -type d -empty -delete 2>/dev/null || true
+	fi
 }
