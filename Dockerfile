@@ -29,7 +29,9 @@ ARG KUBERNETES_PLUGIN_VERSION=v4.33.0
 ENV GOOS=${TARGETOS} GOARCH=${TARGETARCH}
 WORKDIR /src
 COPY hack/tools/pulumi/ hack/tools/pulumi/
-RUN cd hack/tools/pulumi && CGO_ENABLED=0 go build \
+# -trimpath, CGO_ENABLED=0: the flags of the host's builds (Makefile), so that a build sharing the
+# host's Go build cache (`make image` mounts it) compiles nothing the host already did.
+RUN cd hack/tools/pulumi && CGO_ENABLED=0 go build -trimpath \
       -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=${PULUMI_VERSION}" \
       -o /out/bin/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 # The provider plugin, installed by the pinned CLI into the image's plugin directory: from the
@@ -43,9 +45,12 @@ RUN --mount=type=bind,target=/ctx PULUMI_HOME=/out/pulumi-home /out/bin/pulumi p
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -o /out/bin/pulumi-operator .
+RUN CGO_ENABLED=0 go build -trimpath -o /out/bin/pulumi-operator .
 
-RUN CGO_ENABLED=0 go build -o /out/http-server ./cmd/http-server
+RUN CGO_ENABLED=0 go build -trimpath -o /out/http-server ./cmd/http-server
+# The state directory, owned by the operator's user: `docker run` without a volume works too
+# (/var/lib is root's); in Kubernetes the state volume is mounted over it.
+RUN mkdir -p /out/state
 
 # The http server the operator deploys by default (`docker build --target http-server`):
 # listens on 8080, runs as 65532 on a read-only root file system.
@@ -59,6 +64,7 @@ ENTRYPOINT ["/usr/local/bin/http-server"]
 FROM ${RUNTIME_IMAGE} AS operator
 COPY --from=build /out/bin/ /usr/local/bin/
 COPY --from=build --chown=65532:65532 /out/pulumi-home/ /home/nonroot/.pulumi/
+COPY --from=build --chown=65532:65532 /out/state/ /var/lib/pulumi-operator/
 COPY Pulumi.yaml /etc/pulumi-operator/Pulumi.yaml
 ENV PULUMI_HOME=/home/nonroot/.pulumi \
     PULUMI_OPERATOR_PROJECT_FILE=/etc/pulumi-operator/Pulumi.yaml \

@@ -20,8 +20,9 @@ WORKERS ?= 2
 all: build
 
 ## build: the operator binary, bin/pulumi-operator
+# CGO_ENABLED=0 -trimpath as in the Dockerfile: `make image` shares this build cache.
 build:
-	go build -o $(BIN)/pulumi-operator .
+	CGO_ENABLED=0 go build -trimpath -o $(BIN)/pulumi-operator .
 
 ## tools: the pinned pulumi CLI and its plugins, the local cluster's binaries, controller-gen and MinIO
 ## (S3 backend tests).
@@ -41,7 +42,7 @@ plugins: $(BIN)/pulumi
 
 # The Automation API refuses a CLI that reports no version, hence the -X.
 $(BIN)/pulumi: hack/tools/pulumi/go.mod hack/tools/pulumi/go.sum
-	cd hack/tools/pulumi && go build -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$(PULUMI_VERSION)" \
+	cd hack/tools/pulumi && CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$(PULUMI_VERSION)" \
 		-o $(BIN)/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 	@touch $(BIN)/pulumi
 
