@@ -5,7 +5,8 @@
 # it (the Helm chart and `make deploy` installs, the sample's life on real pods), and always
 # stops the node again (hack/realnode-down.sh, which checks that nothing is left).
 #
-# Usage: hack/e2e-real.sh [go test args...]      (`make e2e-real` builds tools and images first)
+# Usage: hack/e2e-real.sh [go test flags...]     (`make e2e-real` builds tools and images first;
+#        e.g. -run TestHelmInstall, or -run '^$' -bench BenchmarkFirstGET -benchtime 1x)
 #
 # A host that cannot run a node (not root, no cgroups, packages not installable) prints one line
 # "SKIP: <reason>" and exits 0; with REALNODE_REQUIRED=1 it fails instead.
@@ -40,7 +41,7 @@ export PULUMI_OPERATOR_REALNODE_DIR="${REALNODE_DIR}"
 export PULUMI_OPERATOR_REALNODE_REQUIRED=1
 log="${REPO_ROOT}/.local/e2e-real.log"
 status=0
-go test -count=1 -timeout 40m -v "${@:-./e2e/realnode/}" >"${log}" 2>&1 || status=$?
+go test -count=1 -timeout 40m -v ./e2e/realnode/ "$@" >"${log}" 2>&1 || status=$?
 # What was checked: every test's log lines, and the results.
 grep -E '^(=== RUN|--- |ok|FAIL|panic:|Benchmark)|^\s+\S+_test\.go:[0-9]+:' "${log}" || true
 passed=$(grep -cE '^\s*--- PASS' "${log}" || true)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,8 +99,17 @@ func BenchmarkFirstGET(b *testing.B) {
 	b.ReportMetric(mo, "s-operator-median")
 	b.ReportMetric(mr, "s-baseline-median")
 	b.ReportMetric(mo/mr, "ratio")
-	b.Logf("FIRST GET: operator median %.2f s %v, baseline (direct create) median %.2f s %v, ratio %.2fx (%d samples each)",
-		mo, op, mr, raw, mo/mr, samples)
+	b.Logf("FIRST GET: operator median %.2f s (%s), baseline (direct create) median %.2f s (%s), ratio %.2fx (%d samples each)",
+		mo, secs(op), mr, secs(raw), mo/mr, samples)
+}
+
+// secs formats samples as "1.23, 4.56".
+func secs(xs []float64) string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return strings.Join(out, ", ")
 }
 
 func median(xs []float64) float64 {

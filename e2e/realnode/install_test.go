@@ -49,7 +49,8 @@ func installChart(t testing.TB, n *node) (opNS, sel, stateDir, pod string) {
 		}
 	})
 	pod = n.operatorPod(t, opNS, sel, "", operatorStart)
-	t.Logf("operator pod %s Ready (its /readyz through the kubelet's probe)", pod)
+	n.checkRestricted(t, opNS, pod)
+	t.Logf("operator pod %s Ready (its /readyz through the kubelet's probe), non-root 65532, read-only root file system", pod)
 	return opNS, sel, stateDir, pod
 }
 
@@ -199,7 +200,8 @@ func TestKustomizeInstall(t *testing.T) {
 		}
 	})
 	pod := n.operatorPod(t, opNS, sel, "", operatorStart)
-	t.Logf("operator pod %s Ready", pod)
+	n.checkRestricted(t, opNS, pod)
+	t.Logf("operator pod %s Ready, non-root 65532, read-only root file system", pod)
 
 	ns := "kustomize-e2e"
 	n.restrictedNamespace(t, ns)

@@ -492,3 +492,33 @@ func execOutEnv(env []string, name string, args ...string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// checkRestricted checks that pod ns/name runs as the image's user 65532 with a read-only root
+// file system, and that its namespace enforces Pod Security "restricted" (the API server
+// admitted it, so it meets that profile).
+func (n *node) checkRestricted(t testing.TB, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	nsObj, err := n.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nsObj.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
+		t.Fatalf("namespace %s enforces Pod Security %q, want restricted", ns, got)
+	}
+	p, err := n.kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	psc := p.Spec.SecurityContext
+	for _, c := range p.Spec.Containers {
+		sc := c.SecurityContext
+		uid := sc.RunAsUser
+		if uid == nil && psc != nil {
+			uid = psc.RunAsUser
+		}
+		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || uid == nil || *uid != 65532 {
+			t.Fatalf("container %s of %s/%s: securityContext %+v (pod %+v), want read-only root and user 65532", c.Name, ns, name, sc, psc)
+		}
+	}
+}
