@@ -513,11 +513,14 @@ func (n *node) checkRestricted(t testing.TB, ns, name string) {
 	psc := p.Spec.SecurityContext
 	for _, c := range p.Spec.Containers {
 		sc := c.SecurityContext
+		if sc == nil {
+			t.Fatalf("container %s of %s/%s has no securityContext", c.Name, ns, name)
+		}
 		uid := sc.RunAsUser
 		if uid == nil && psc != nil {
 			uid = psc.RunAsUser
 		}
-		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || uid == nil || *uid != 65532 {
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || uid == nil || *uid != 65532 {
 			t.Fatalf("container %s of %s/%s: securityContext %+v (pod %+v), want read-only root and user 65532", c.Name, ns, name, sc, psc)
 		}
 	}
