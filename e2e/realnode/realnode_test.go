@@ -464,14 +464,11 @@ func (n *node) objectsOf(t *testing.T, ns string) []string {
 // run runs a command from the repository root, failing the test with its output.
 func run(t testing.TB, env []string, name string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = testenv.RepoRoot()
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
+	out, err := execOutEnv(env, name, args...)
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
-	return string(out)
+	return out
 }
 
 func patchData(t *testing.T, n *node, ns, name, hostports string) {
@@ -485,6 +482,7 @@ func patchData(t *testing.T, n *node, ns, name, hostports string) {
 // execOut runs a command from the repository root and returns its combined output.
 func execOut(name string, args ...string) (string, error) { return execOutEnv(nil, name, args...) }
 
+// execOutEnv is execOut with env added to the environment.
 func execOutEnv(env []string, name string, args ...string) (string, error) {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = testenv.RepoRoot()
