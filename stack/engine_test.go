@@ -83,7 +83,9 @@ func countingManager(t *testing.T) (m *Manager, backend string, runs func() []st
 	if err := os.MkdirAll(filepath.Dir(wrapper), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %q\nexec %q \"$@\"\n", log, real)
+	// Each run's GOGC goes to gogc.log: what the CLI (and so its provider plugins) really got.
+	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %q\nprintf '%%s\\n' \"${GOGC-unset}\" >> %q\nexec %q \"$@\"\n",
+		log, filepath.Join(dir, "gogc.log"), real)
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -131,6 +133,10 @@ func countingManager(t *testing.T) (m *Manager, backend string, runs func() []st
 		return got
 	}
 	runs()
+	// New's `pulumi version` runs with this process's environment alone; not an operation.
+	if err := os.Remove(filepath.Join(dir, "gogc.log")); err != nil {
+		t.Fatal(err)
+	}
 	return m, backend, runs
 }
 
@@ -139,7 +145,7 @@ func countingManager(t *testing.T) (m *Manager, backend string, runs func() []st
 // its event log; a new stack costs one `stack init` more; a process that has not seen an
 // existing stack (a restart) looks for pending operations once (`stack export`).
 func TestOneCLIRunPerOperation(t *testing.T) {
-	m, _, runs := countingManager(t)
+	m, backendDir, runs := countingManager(t)
 	ctx := context.Background()
 	name, err := m.StackName("peerns", "web")
 	if err != nil {
@@ -164,6 +170,20 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 		t.Fatalf("up: %v", err)
 	}
 	expect("up of a new stack", "stack init", "up")
+	// The CLI runs with ChildGOGC (when the test's own environment sets no GOGC).
+	wantGOGC := ChildGOGC
+	if v, ok := os.LookupEnv("GOGC"); ok {
+		wantGOGC = v
+	}
+	gogc, err := os.ReadFile(filepath.Join(filepath.Dir(backendDir), "gogc.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, got := range strings.Fields(string(gogc)) {
+		if got != wantGOGC {
+			t.Fatalf("a CLI run had GOGC=%s, want %s (all runs: %q)", got, wantGOGC, gogc)
+		}
+	}
 	if up.Outputs["greeting"] != "hello" || up.Outputs["token"] != "[secret]" || up.Changes["create"] != 1 {
 		t.Fatalf("up = %+v, want greeting hello, token [secret], 1 create", up)
 	}

@@ -183,3 +183,40 @@ func TestPrepareBackend(t *testing.T) {
 		t.Errorf("file backend directory not created: %v", err)
 	}
 }
+
+// TestChildGOGC: the CLI gets ChildGOGC unless the operator's environment sets GOGC (which the
+// CLI then inherits as it is) or Config.Env does (which wins over both).
+func TestChildGOGC(t *testing.T) {
+	tests := map[string]struct {
+		processEnv string // "" leaves GOGC unset
+		configEnv  string
+		want       string // "" means not in the Manager's env: the process's own is inherited
+	}{
+		"default":                 {want: ChildGOGC},
+		"operator's own":          {processEnv: "50", want: ""},
+		"Config.Env":              {configEnv: "off", want: "off"},
+		"Config.Env over process": {processEnv: "50", configEnv: "200", want: "200"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if tc.processEnv != "" {
+				t.Setenv("GOGC", tc.processEnv)
+			} else if old, ok := os.LookupEnv("GOGC"); ok {
+				t.Setenv("GOGC", old) // restored after the test
+				os.Unsetenv("GOGC")
+			}
+			env := map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"}
+			if tc.configEnv != "" {
+				env["GOGC"] = tc.configEnv
+			}
+			m, err := New(Config{Project: "p", BackendURL: "file://" + t.TempDir(), WorkRoot: t.TempDir(),
+				PulumiPath: testenv.PulumiCLI(t), ClusterName: "c", Env: env})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := m.env["GOGC"]; got != tc.want {
+				t.Fatalf("GOGC in the CLI's added environment = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
