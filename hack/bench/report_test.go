@@ -32,3 +32,20 @@ func TestTwoRuns(t *testing.T) {
 		t.Fatalf("a missing file: err = %v", err)
 	}
 }
+
+// TestWhereTheRestGoes: the profile section names the measured key derivation and the CLI's
+// GOGC when the results have them, and falls back to the older sentence when they do not.
+func TestWhereTheRestGoes(t *testing.T) {
+	profile := []ProfileRun{{Label: "operator: new CR to Ready", TotalSeconds: 2, CLI: []CLIStep{{Command: "up", Wall: 1.5, CPU: 1.2}}, CLIWall: 1.5, CLICPU: 1.2}}
+	r := &Results{Profile: profile, CLIStart: &CLIStart{Wall: 0.3, CPU: 0.2, Samples: 5, KeyDerivation: 0.19, GOGC: "400"}}
+	md := r.markdown()
+	for _, want := range []string{"1,000,000 iterations: 0.19 s of one core", "GOGC=400", "hack/experiments/inprocess-engine"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the doc lacks %q", want)
+		}
+	}
+	old := (&Results{Profile: profile, CLIStart: &CLIStart{Wall: 0.3, CPU: 0.2, Samples: 5}}).markdown()
+	if !strings.Contains(old, "(PBKDF2, every run)") || strings.Contains(old, "GOGC=") {
+		t.Error("results without the key derivation or GOGC should render the older sentence, without GOGC")
+	}
+}
