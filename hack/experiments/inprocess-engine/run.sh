@@ -21,8 +21,8 @@ mkdir -p "${OUT}"
 OUT="$(cd "${OUT}" && pwd)"
 
 export CLUSTER_DIR="${OUT}/cluster"
-export CLUSTER_ETCD_PORT=33790 CLUSTER_ETCD_PEER_PORT=33800 CLUSTER_APISERVER_PORT=36443
-export CLUSTER_CONTROLLER_MANAGER_PORT=36257 CLUSTER_SCHEDULER_PORT=36259 CLUSTER_KWOK_PORT=36250
+export CLUSTER_ETCD_PORT=43790 CLUSTER_ETCD_PEER_PORT=43800 CLUSTER_APISERVER_PORT=46443
+export CLUSTER_CONTROLLER_MANAGER_PORT=46257 CLUSTER_SCHEDULER_PORT=46259 CLUSTER_KWOK_PORT=46250
 
 if [[ ! -x "${REPO_ROOT}/bin/pulumi" ]] || ! compgen -G "${REPO_ROOT}/bin/pulumi-home/plugins/resource-kubernetes-v*" >/dev/null; then
 	echo "run.sh: needs bin/pulumi and the Kubernetes provider plugin in bin/pulumi-home: run make tools plugins" >&2
