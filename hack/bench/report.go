@@ -541,7 +541,11 @@ func (r *Results) markdown() string {
 	}
 	if pr := r.Previous; pr != nil {
 		p("\n### Two runs\n\n")
-		p("The same figures from an earlier run (commit %s, %s), to show how far apart two runs are on this machine:\n\n", pr.Commit, pr.Date.UTC().Format("2006-01-02 15:04 MST"))
+		if pr.Commit == r.Versions.Operator {
+			p("The same figures from an earlier run of the same commit (%s, %s), to show how far apart two runs are on this machine:\n\n", pr.Commit, pr.Date.UTC().Format("2006-01-02 15:04 MST"))
+		} else {
+			p("The same figures from an earlier run (commit %s, %s). The commits differ, so a difference is the changes between them as well as how far apart two runs are on this machine:\n\n", pr.Commit, pr.Date.UTC().Format("2006-01-02 15:04 MST"))
+		}
 		p("| figure | this run | earlier run | difference |\n| --- | --- | --- | --- |\n")
 		before := map[string]Figure{}
 		for _, f := range pr.Figures {

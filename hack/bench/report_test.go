@@ -22,11 +22,15 @@ func TestTwoRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	md := r.markdown()
-	if !strings.Contains(md, "commit abc1234") || !strings.Contains(md, "| 5. change | 2.20 s | 2.00 s | +10% |") {
+	if !strings.Contains(md, "commit abc1234") || !strings.Contains(md, "The commits differ") || !strings.Contains(md, "| 5. change | 2.20 s | 2.00 s | +10% |") {
 		t.Fatalf("the doc lacks the two runs' table:\n%s", md[strings.Index(md, "Two runs"):])
 	}
 	if strings.Contains(md[strings.Index(md, "Two runs"):], "4. drift |") {
 		t.Fatal("a figure the earlier run lacks is in the two runs' table")
+	}
+	r.Versions.Operator = "abc1234"
+	if md := r.markdown(); !strings.Contains(md, "an earlier run of the same commit (abc1234") {
+		t.Fatalf("two runs of one commit are not called so:\n%s", md[strings.Index(md, "Two runs"):])
 	}
 	if err := r.loadPrevious(filepath.Join(t.TempDir(), "none.json")); !os.IsNotExist(err) {
 		t.Fatalf("a missing file: err = %v", err)
