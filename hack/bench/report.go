@@ -541,12 +541,14 @@ func (r *Results) markdown() string {
 	}
 	if pr := r.Previous; pr != nil {
 		p("\n### Two runs\n\n")
-		if pr.Commit == r.Versions.Operator {
-			p("The same figures from an earlier run of the same commit (%s, %s), to show how far apart two runs are on this machine:\n\n", pr.Commit, pr.Date.UTC().Format("2006-01-02 15:04 MST"))
+		// A "-dirty" tree (git describe's mark) is the same code when only this doc differed;
+		// the mark stays in the text, so a reader can tell.
+		if strings.TrimSuffix(pr.Commit, "-dirty") == strings.TrimSuffix(r.Versions.Operator, "-dirty") {
+			p("The same figures from another run of the same commit (%s, %s), to show how far apart two runs are on this machine:\n\n", pr.Commit, pr.Date.UTC().Format("2006-01-02 15:04 MST"))
 		} else {
-			p("The same figures from an earlier run (commit %s, %s). The commits differ, so a difference is the changes between them as well as how far apart two runs are on this machine:\n\n", pr.Commit, pr.Date.UTC().Format("2006-01-02 15:04 MST"))
+			p("The same figures from another run (commit %s, %s). The commits differ, so a difference is the changes between them as well as how far apart two runs are on this machine:\n\n", pr.Commit, pr.Date.UTC().Format("2006-01-02 15:04 MST"))
 		}
-		p("| figure | this run | earlier run | difference |\n| --- | --- | --- | --- |\n")
+		p("| figure | this run | other run | difference |\n| --- | --- | --- | --- |\n")
 		before := map[string]Figure{}
 		for _, f := range pr.Figures {
 			before[f.ID] = f

@@ -28,8 +28,8 @@ func TestTwoRuns(t *testing.T) {
 	if strings.Contains(md[strings.Index(md, "Two runs"):], "4. drift |") {
 		t.Fatal("a figure the earlier run lacks is in the two runs' table")
 	}
-	r.Versions.Operator = "abc1234"
-	if md := r.markdown(); !strings.Contains(md, "an earlier run of the same commit (abc1234") {
+	r.Versions.Operator = "abc1234-dirty"
+	if md := r.markdown(); !strings.Contains(md, "another run of the same commit (abc1234") {
 		t.Fatalf("two runs of one commit are not called so:\n%s", md[strings.Index(md, "Two runs"):])
 	}
 	if err := r.loadPrevious(filepath.Join(t.TempDir(), "none.json")); !os.IsNotExist(err) {
