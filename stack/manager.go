@@ -29,10 +29,13 @@ const PinnedCLIVersion = "3.255.0"
 // starts, unless GOGC is set in the operator's environment or in Config.Env. Both are Go
 // processes that live for one operation, allocate a lot while starting (the CLI's package
 // initialisation) and keep little, so at Go's default of 100 the collector takes a good part
-// of their CPU. Measured side by side on `pulumi-operator up` of the sample on the local
-// cluster (medians of 5, alternating with the default): a new object 1.68 against 1.97 CPU s
-// (-15%) and 1.95 against 2.09 s, for 8 MB more peak RSS per process; GOGC=off saved no more
-// CPU and took 29 MB more (docs/benchmarks.md, "Where an up's time goes").
+// of their CPU. Measured on the local cluster against GOGC=100 (Go's default), medians: 5
+// alternating `pulumi-operator up`s of a new object, 1.68 against 1.97 CPU s (-15%) for 8 MB
+// more peak RSS per process (GOGC=off saved no more CPU and took 29 MB more); and two
+// `hack/bench/run.sh --phases latency,change,burst --burst-workers 2,4` runs back to back,
+// one with GOGC=100 in the environment: a new object to Ready 1.51 against 1.73 s, a change
+// 1.14 against 1.31 s, a burst of 100 at --workers 2 94 against 113 s (130 against 162 CPU s;
+// peak RSS 579 against 556 MiB).
 const ChildGOGC = "400"
 
 // Config says how to reach the pulumi CLI and the backend. The zero value is not usable: set
