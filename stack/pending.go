@@ -123,9 +123,11 @@ func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName st
 // one line per entry saying what became of it; unread says whether the result holds a
 // resource adopted and not yet read (marked), which a refresh must read before an up. dep
 // is a stack export (version 3); everything else in it is kept as it is (decoded with
-// json.Number, so no number changes). A pending create of another type than a
-// Kubernetes object or a provider is an error: the operator's program declares no such
-// resource, and adopting it would need that provider's ID rules.
+// json.Number, so no number changes). A pending create of a provider or of a component
+// (custom: false, such as the stack resource) is cleared: both exist only in the state. A
+// pending create of another type than these and a Kubernetes object is an error: the
+// operator's program declares no such resource, and adopting it would need that provider's
+// ID rules.
 func adoptPending(dep apitype.UntypedDeployment) (_ apitype.UntypedDeployment, _ []string, unread bool, _ error) {
 	var doc map[string]any
 	dec := json.NewDecoder(bytes.NewReader(dep.Deployment))
@@ -192,6 +194,12 @@ func adoptPending(dep apitype.UntypedDeployment) (_ apitype.UntypedDeployment, _
 			resources = append(resources, adopted)
 			known[urn] = true
 			done = append(done, fmt.Sprintf("adopted %s %s (interrupted while creating; kept if it exists)", typ, id))
+		case res["custom"] == false:
+			// A component (the stack resource pulumi:pulumi:Stack, the first thing an up of a
+			// new stack creates) has no provider and nothing outside the state; the next up
+			// creates it again. Only an entry that says custom: false counts (apitype's
+			// ResourceV3 always writes the field): one without it is left to the default.
+			done = append(done, fmt.Sprintf("cleared creating of component %s (it exists only in the state)", urn))
 		default:
 			return dep, nil, false, fmt.Errorf("pending create of %s: cannot adopt a resource of type %s; export the stack, remove the entry from pending_operations and import it (`pulumi stack export|import`)", urn, typ)
 		}

@@ -63,6 +63,17 @@ func TestAdoptPending(t *testing.T) {
 			deployment: deployment(`{"type":"creating","resource":{"urn":"urn:pulumi:s::p::pulumi:providers:kubernetes::other","type":"pulumi:providers:kubernetes"}}`),
 			wantDone:   []string{"cleared creating of provider"},
 		},
+		// Found by TestCrashSafety in CI: a SIGKILL at the very start of a new stack's first
+		// up left this entry, and the object stayed UpdateFailed for good.
+		"create of the stack resource": {
+			deployment: deployment(`{"type":"creating","resource":{"urn":"urn:pulumi:s::p::pulumi:pulumi:Stack::p-t","custom":false,"type":"pulumi:pulumi:Stack"}}`),
+			wantDone:   []string{"cleared creating of component urn:pulumi:s::p::pulumi:pulumi:Stack::p-t"},
+			wantIDs:    map[string]string{cmURN: "ns/a-configmap"},
+		},
+		"create of a component that does not say custom false": {
+			deployment: deployment(`{"type":"creating","resource":{"urn":"urn:pulumi:s::p::my:index:Component::c","type":"my:index:Component"}}`),
+			wantErr:    "cannot adopt a resource of type my:index:Component",
+		},
 		"update and delete": {
 			deployment: deployment(op("updating", cmURN, "kubernetes:core/v1:ConfigMap", `{}`) + "," + op("deleting", cmURN, "kubernetes:core/v1:ConfigMap", `{}`)),
 			wantDone:   []string{"cleared updating of " + cmURN, "cleared deleting of " + cmURN},
