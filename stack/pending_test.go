@@ -1,7 +1,10 @@
 package stack
 
 import (
+	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -156,5 +159,70 @@ func TestAdoptPending(t *testing.T) {
 				t.Error("a large number in another resource's outputs changed")
 			}
 		})
+	}
+}
+
+// TestPendingStackResourceCleared: a stack whose state holds a pending create of its own stack
+// resource (what a SIGKILL at the very start of a new stack's first up leaves; found by
+// TestCrashSafety in CI) is cleared before the next up, through the real CLI, and the up then
+// succeeds and leaves no pending operation.
+func TestPendingStackResourceCleared(t *testing.T) {
+	m, backend := newManager(t)
+	ctx := context.Background()
+	name, err := m.StackName("ns", "killed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := m.open(ctx, name, true)
+	if err != nil {
+		t.Fatalf("create stack: %v", err)
+	}
+	// `pulumi stack import` drops pending operations, and no real kill hits the microseconds
+	// between the engine's two checkpoint writes for the stack resource on purpose, so the
+	// entry is written into the file backend's checkpoint the way the killed run left it.
+	file := filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json")
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cp map[string]any
+	if err := json.Unmarshal(raw, &cp); err != nil {
+		t.Fatal(err)
+	}
+	latest, _ := cp["checkpoint"].(map[string]any)["latest"].(map[string]any)
+	if latest == nil {
+		t.Fatalf("no checkpoint.latest in %s: %s", file, raw)
+	}
+	urn := "urn:pulumi:" + name + "::kindcustomhttp::pulumi:pulumi:Stack::kindcustomhttp-" + name
+	latest["pending_operations"] = []any{map[string]any{"type": "creating",
+		"resource": map[string]any{"urn": urn, "custom": false, "type": "pulumi:pulumi:Stack"}}}
+	if raw, err = json.Marshal(cp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m.recordPending(name) // as after a restart: the Manager has not looked yet
+
+	res, err := m.Up(ctx, name, program("hi", 0), RunOptions{})
+	if err != nil {
+		t.Fatalf("up over a pending create of the stack resource: %v", err)
+	}
+	if len(res.Recovered) != 1 || !strings.Contains(res.Recovered[0], "cleared creating of component "+urn) {
+		t.Fatalf("Recovered = %q, want the stack resource's entry cleared", res.Recovered)
+	}
+	if res.Outputs["greeting"] != "hi" {
+		t.Fatalf("outputs = %v, want greeting hi", res.Outputs)
+	}
+	after, err := st.Export(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d apitype.DeploymentV3
+	if err := json.Unmarshal(after.Deployment, &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.PendingOperations) != 0 || len(d.Resources) == 0 {
+		t.Fatalf("after the up: %d pending operations, %d resources; want none and the stack resource", len(d.PendingOperations), len(d.Resources))
 	}
 }
