@@ -230,7 +230,8 @@ type CLIStart struct {
 	CPU           float64 `json:"cpuSeconds"`
 	Samples       int     `json:"samples"`
 	KeyDerivation float64 `json:"keyDerivationSeconds,omitempty"`
-	// GOGC is the GOGC the CLI ran with (stack.ChildGOGC); empty in older results.
+	// GOGC is the GOGC the CLI ran with (stack.ChildGOGC unless the bench's environment set
+	// one); empty in older results.
 	GOGC string `json:"gogc,omitempty"`
 }
 
@@ -603,7 +604,7 @@ func (r *Results) markdown() string {
 			p("which reads the cluster's API discovery before its first resource. A new object pays the start and the key twice (`stack init`, then `up`): ")
 			p("the CLI cannot create a stack and update it in one run (non-interactive `up` on a missing stack fails), so figure 1's ratio carries one CLI start more than its floor. ")
 			if c.GOGC != "" {
-				p("The CLI and its provider plugins run with GOGC=%s (`stack.ChildGOGC`). ", c.GOGC)
+				p("The CLI and its provider plugins ran with GOGC=%s (the default is `stack.ChildGOGC`). ", c.GOGC)
 			}
 			p("What an engine run in the operator's own process would cost instead (no CLI start, one key derivation per stack and process) is measured by the experiment in `hack/experiments/inprocess-engine`.\n")
 		}
