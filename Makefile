@@ -19,10 +19,12 @@ WORKERS ?= 2
 
 all: build
 
-## build: the operator binary, bin/pulumi-operator
+## build: the operator binary, bin/pulumi-operator, and its stack-init helper,
+## bin/pulumi-operator-stack-init (built in the pinned CLI's module: stack.StackInitHelper)
 # CGO_ENABLED=0 -trimpath as in the Dockerfile: `make image` shares this build cache.
 build:
 	CGO_ENABLED=0 go build -trimpath -o $(BIN)/pulumi-operator .
+	cd hack/tools/pulumi && CGO_ENABLED=0 go build -trimpath -o $(BIN)/pulumi-operator-stack-init ./stackinit
 
 ## tools: the pinned pulumi CLI and its plugins, the local cluster's binaries, controller-gen and MinIO
 ## (S3 backend tests).

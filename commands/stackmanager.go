@@ -117,6 +117,7 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 		BackendURL:  backend,
 		WorkRoot:    filepath.Join(cfg.stateDir, "workspaces"),
 		PulumiPath:  pulumiPath,
+		StackInit:   stackInitPath(cfg),
 		ClusterName: cluster,
 		Env:         env,
 		// Pulumi records a stack's secrets provider in its state at `stack init`; later
@@ -157,4 +158,22 @@ func absList(list string) string {
 		}
 	}
 	return strings.Join(parts, string(os.PathListSeparator))
+}
+
+// stackInitPath is stack.Config.StackInit for cfg: --stack-init when given, else the helper
+// next to this binary when it is there (the image and bin/ hold both), else "" (stack.New
+// then looks next to the pulumi CLI).
+func stackInitPath(cfg *config) string {
+	if cfg.stackInit != "" {
+		return cfg.stackInit
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(exe), stack.StackInitHelper)
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
 }

@@ -74,7 +74,10 @@ func TestParseEventLog(t *testing.T) {
 // countingManager is newManager with the real pulumi CLI behind a wrapper that appends each
 // run's arguments to a file, for counting CLI runs; runs returns the runs since the last call
 // (without `pulumi version`, which New runs once).
-func countingManager(t *testing.T) (m *Manager, backend string, runs func() []string) {
+//
+// stackInit is Config.StackInit, except "beside": then a wrapper of the real stack-init helper
+// sits beside the CLI's wrapper, where New finds it, and logs each run as "stack-init-helper".
+func countingManager(t *testing.T, stackInit string) (m *Manager, backend string, runs func() []string) {
 	t.Helper()
 	real := testenv.PulumiCLI(t)
 	dir := t.TempDir()
@@ -89,6 +92,13 @@ func countingManager(t *testing.T) (m *Manager, backend string, runs func() []st
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if stackInit == "beside" {
+		helper := fmt.Sprintf("#!/bin/sh\nprintf 'stack-init-helper\\n' >> %q\nexec %q \"$@\"\n", log, testenv.StackInitHelper(t))
+		if err := os.WriteFile(filepath.Join(filepath.Dir(wrapper), StackInitHelper), []byte(helper), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		stackInit = ""
+	}
 	backend = filepath.Join(dir, "backend")
 	m, err := New(Config{
 		Project:     "kindcustomhttp",
@@ -98,6 +108,7 @@ func countingManager(t *testing.T) (m *Manager, backend string, runs func() []st
 		PulumiHome:  DefaultPulumiHome(real),
 		ClusterName: "test",
 		Env:         map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test-passphrase"},
+		StackInit:   stackInit,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -142,10 +153,11 @@ func countingManager(t *testing.T) (m *Manager, backend string, runs func() []st
 
 // TestOneCLIRunPerOperation (issue 14): on a stack this process knows, up, preview, refresh
 // and destroy are each one CLI run, the engine's, and an up's outputs and summary come from
-// its event log; a new stack costs one `stack init` more; a process that has not seen an
-// existing stack (a restart) looks for pending operations once (`stack export`).
+// its event log; a new stack costs one run of the stack-init helper (found beside the CLI)
+// more, no `stack init`; a process that has not seen an existing stack (a restart) looks for
+// pending operations once (`stack export`) after the helper found the stack.
 func TestOneCLIRunPerOperation(t *testing.T) {
-	m, backendDir, runs := countingManager(t)
+	m, backendDir, runs := countingManager(t, "beside")
 	ctx := context.Background()
 	name, err := m.StackName("peerns", "web")
 	if err != nil {
@@ -169,7 +181,7 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	expect("up of a new stack", "stack init", "up")
+	expect("up of a new stack", "stack-init-helper", "up")
 	// The CLI runs with ChildGOGC (when the test's own environment sets no GOGC).
 	wantGOGC := ChildGOGC
 	if v, ok := os.LookupEnv("GOGC"); ok {
@@ -212,12 +224,12 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 	expect("refresh", "refresh")
 
 	// A second Manager is a restarted operator: it has not looked at the stack yet.
-	restarted, _, restartedRuns := countingManager(t)
+	restarted, _, restartedRuns := countingManager(t, "beside")
 	restarted.cfg.BackendURL, restarted.cfg.WorkRoot = m.cfg.BackendURL, m.cfg.WorkRoot
 	if _, err := restarted.Up(ctx, name, secret("bye"), RunOptions{}); err != nil {
 		t.Fatalf("up after a restart: %v", err)
 	}
-	if got, want := restartedRuns(), []string{"stack init", "stack select", "stack export", "up"}; !slices.Equal(got, want) {
+	if got, want := restartedRuns(), []string{"stack-init-helper", "stack select", "stack export", "up"}; !slices.Equal(got, want) {
 		t.Fatalf("up after a restart ran %q, want %q", got, want)
 	}
 	runs()
@@ -228,6 +240,91 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 	expect("destroy", "destroy")
 	if exists, err := m.Exists(ctx, name); err != nil || exists {
 		t.Fatalf("after destroy Exists = %v, %v", exists, err)
+	}
+}
+
+// TestStackInitFallback: without the stack-init helper ("none"), and when it fails, a new
+// stack is made by `pulumi stack init` and the up works; an explicit helper path that does
+// not exist fails New. The failing helper is a script: the real one cannot be made to fail
+// on a backend the CLI can write.
+func TestStackInitFallback(t *testing.T) {
+	ctx := context.Background()
+	failing := filepath.Join(t.TempDir(), StackInitHelper)
+	if err := os.WriteFile(failing, []byte("#!/bin/sh\necho 'error: backend on fire' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for what, stackInit := range map[string]string{"no helper": NoStackInitHelper, "a failing helper": failing} {
+		t.Run(what, func(t *testing.T) {
+			m, _, runs := countingManager(t, stackInit)
+			name, err := m.StackName("peerns", "fallback")
+			if err != nil {
+				t.Fatal(err)
+			}
+			up, err := m.Up(ctx, name, program("hello", 0), RunOptions{})
+			if err != nil {
+				t.Fatalf("up: %v", err)
+			}
+			if got, want := runs(), []string{"stack init", "up"}; !slices.Equal(got, want) {
+				t.Fatalf("up of a new stack ran %q, want %q", got, want)
+			}
+			if up.Outputs["greeting"] != "hello" || up.Changes["create"] != 1 {
+				t.Fatalf("up = %+v, want greeting hello, 1 create", up)
+			}
+		})
+	}
+	_, err := New(Config{Project: "kindcustomhttp", BackendURL: "file://" + t.TempDir(), WorkRoot: t.TempDir(),
+		PulumiPath: testenv.PulumiCLI(t), ClusterName: "test", Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
+		StackInit: filepath.Join(t.TempDir(), "no-such-helper")})
+	if err == nil || !strings.Contains(err.Error(), "stack-init helper") || !strings.Contains(err.Error(), "no-such-helper") {
+		t.Fatalf("New with a missing stack-init helper: err = %v, want one naming the helper's path", err)
+	}
+}
+
+// TestStackInitHelperStack: a stack the helper made holds its secrets like one of `pulumi
+// stack init`: the first up makes the passphrase salt, and another workspace (a laptop, a
+// restarted pod without its workspace directory) reads the stack's secret output back and
+// updates it; a wrong passphrase is refused there.
+func TestStackInitHelperStack(t *testing.T) {
+	m, backend, runs := countingManager(t, "beside")
+	ctx := context.Background()
+	name, err := m.StackName("peerns", "secrets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := func(greeting string) pulumi.RunFunc {
+		return func(ctx *pulumi.Context) error {
+			ctx.Export("greeting", pulumi.String(greeting))
+			ctx.Export("token", pulumi.ToSecret(pulumi.String("s3cr3t")))
+			return nil
+		}
+	}
+	if _, err := m.Up(ctx, name, prog("hello"), RunOptions{}); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	if got, want := runs(), []string{"stack-init-helper", "up"}; !slices.Equal(got, want) {
+		t.Fatalf("up of a new stack ran %q, want %q", got, want)
+	}
+	state, err := os.ReadFile(filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(state), `"secrets_providers":{"type":"passphrase"`) || strings.Contains(string(state), "s3cr3t") {
+		t.Fatalf("state after the first up: want the passphrase provider recorded and the secret encrypted:\n%s", state)
+	}
+	laptop, _ := newManager(t)
+	laptop.cfg.BackendURL = m.cfg.BackendURL
+	up, err := laptop.Up(ctx, name, prog("bye"), RunOptions{})
+	if err != nil {
+		t.Fatalf("up from another workspace: %v", err)
+	}
+	if up.Outputs["greeting"] != "bye" || up.Outputs["token"] != "[secret]" {
+		t.Fatalf("up from another workspace = %+v, want greeting bye, token [secret]", up)
+	}
+	wrong, _ := newManager(t)
+	wrong.cfg.BackendURL = m.cfg.BackendURL
+	wrong.env["PULUMI_CONFIG_PASSPHRASE"] = "not-the-passphrase"
+	if _, err := wrong.Up(ctx, name, prog("bye"), RunOptions{}); err == nil || !strings.Contains(err.Error(), "passphrase") {
+		t.Fatalf("up with a wrong passphrase: err = %v, want one about the passphrase", err)
 	}
 }
 

@@ -66,6 +66,12 @@ type Config struct {
 	// ClusterName identifies the Kubernetes cluster in stack names (see Name): a DNS label,
 	// by default derived from the kube-system namespace's UID by the caller.
 	ClusterName string
+	// StackInit is the stack-init helper (StackInitHelper) that creates new stacks instead of
+	// `pulumi stack init`: a path, which must exist; empty takes the one beside PulumiPath when
+	// there is one; NoStackInitHelper ("none") turns it off. It is used only on a DIY backend
+	// with the passphrase secrets provider; anywhere else, or when it fails, new stacks are
+	// made by `pulumi stack init`.
+	StackInit string
 }
 
 // Manager runs Pulumi operations on the stacks of one project and backend. It is safe for
@@ -75,6 +81,8 @@ type Manager struct {
 	cfg Config
 	cmd auto.PulumiCommand
 	env map[string]string
+	// stackInit is the stack-init helper's path; "" for `pulumi stack init`.
+	stackInit string
 
 	mu sync.Mutex
 	// settled holds the stacks known to hold no pending operation of a dead update (see
@@ -126,6 +134,10 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.PulumiHome == "" {
 		cfg.PulumiHome = DefaultPulumiHome(cfg.PulumiPath)
 	}
+	stackInit, err := stackInitHelper(cfg)
+	if err != nil {
+		return nil, err
+	}
 	env := map[string]string{
 		// No network here and none wanted: never look for CLI updates, never download a
 		// plugin behind the user's back (a missing one is reported as ErrPluginMissing).
@@ -144,7 +156,7 @@ func New(cfg Config) (*Manager, error) {
 	for k, v := range cfg.Env {
 		env[k] = v
 	}
-	return &Manager{cfg: cfg, cmd: cmd, env: env, settled: map[string]bool{}}, nil
+	return &Manager{cfg: cfg, cmd: cmd, env: env, stackInit: stackInit, settled: map[string]bool{}}, nil
 }
 
 // CLIVersion is the version of the pulumi CLI the Manager runs.

@@ -77,13 +77,25 @@ func colorOf(opts RunOptions) string {
 // no pending operation of a killed update (settlePending), returning settlePending's report.
 // It runs no CLI when this process already knows all that (isSettled: it created the stack,
 // looked, or its last operation succeeded); otherwise it selects the stack, creating it when
-// create is set, and looks. found is false, with a nil error, when create is not set and the
-// stack does not exist. Errors are classified (*OperationError).
+// create is set, and looks. With the stack-init helper, creating runs the helper, no CLI
+// (initStack), and a stack the helper finds is selected without a `stack init` first.
+// found is false, with a nil error, when create is not set and the stack does not exist.
+// Errors are classified (*OperationError).
 func (m *Manager) ready(ctx context.Context, stackName string, create bool) (recovered []string, found bool, err error) {
 	if m.isSettled(stackName) {
 		return nil, true, m.writeWorkspace(stackName)
 	}
-	st, err := m.open(ctx, stackName, create)
+	initCLI := create
+	if create {
+		created, exists := m.initStack(ctx, stackName)
+		if created {
+			// A new stack holds no pending operation.
+			m.recordSettled(stackName)
+			return nil, true, m.writeWorkspace(stackName)
+		}
+		initCLI = !exists
+	}
+	st, err := m.open(ctx, stackName, initCLI)
 	if err != nil {
 		if !create && auto.IsSelectStack404Error(err) {
 			return nil, false, nil

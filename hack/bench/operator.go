@@ -25,6 +25,7 @@ type operatorSpec struct {
 	binary        string            // the operator binary; default the bench's --operator
 	env           map[string]string // added to the environment
 	backendURL    string            // --backend-url; "" for the default file backend in --state-dir
+	stackInit     string            // --stack-init; "" to leave the flag out (a baseline build may not know it)
 }
 
 // operator is a running `pulumi-operator watch`.
@@ -64,6 +65,9 @@ func (b *bench) startOperator(ctx context.Context, s operatorSpec) (*operator, e
 	}
 	if s.backendURL != "" {
 		args = append([]string{"--backend-url", s.backendURL}, args...)
+	}
+	if s.stackInit != "" {
+		args = append([]string{"--stack-init", s.stackInit}, args...)
 	}
 	logPath := filepath.Join(b.out, "logs", "operator-"+s.name+".log")
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {

@@ -54,6 +54,18 @@ func PulumiCLI(t testing.TB) string {
 	return p
 }
 
+// StackInitHelper returns the stack-init helper built by `make build` beside the pinned CLI
+// (bin/pulumi-operator-stack-init, stack.StackInitHelper), the one stack.New finds beside
+// PulumiCLI's path.
+func StackInitHelper(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(filepath.Dir(PulumiCLI(t)), "pulumi-operator-stack-init")
+	if _, err := os.Stat(p); err != nil {
+		missing(t, "no stack-init helper at "+p+": run `make build`")
+	}
+	return p
+}
+
 // Kubeconfig returns the local cluster's kubeconfig: $PULUMI_OPERATOR_TEST_KUBECONFIG, else
 // .local/cluster/kubeconfig (written by `make cluster`).
 func Kubeconfig(t testing.TB) string {

@@ -1,0 +1,109 @@
+// Command pulumi-operator-stack-init creates one stack in a DIY backend (file://, postgres://,
+// s3://, ... : any URL pkg/v3's backend/diy opens) the way `pulumi stack init` does there, for
+// the operator's stack.Manager, which runs it instead of `pulumi stack init` for a new object's
+// stack. Usage:
+//
+//	pulumi-operator-stack-init <backend URL> <project> <stack>
+//
+// It prints "created" (it made the stack) or "exists" (the stack was there already) and exits
+// 0. It exits 2 with a usage error for wrong arguments or a URL that is not a DIY backend's
+// (Pulumi Cloud's stacks are made by its own API: use `pulumi stack init`), and 1 with the
+// backend's error on standard error otherwise (a lock another process holds, a backend that
+// cannot be reached or written, an invalid stack name).
+//
+// Why not `pulumi stack init`: that is a CLI process, which pays the CLI's start (0.21 s,
+// mostly package initialisation) and a passphrase key derivation (PBKDF2, 0.18 s) before it
+// writes one file; a new object's up paid both twice (docs/benchmarks.md). This command calls
+// the same pkg/v3 code the CLI does (backend/diy CreateStack, which takes and releases the
+// stack's lock as the CLI does) and derives no key: the stack is created without the initial
+// state that names its secrets provider, as Pulumi itself does when there is no secrets
+// manager to record (cmd/pulumi/stack/io.go CreateStack), and the first `pulumi up` creates the
+// passphrase salt, saves it to the workspace's Pulumi.<stack>.yaml and records it in the state
+// (cmd/pulumi/stack/secrets.go GetSecretsManager: no salt, no provider, so the backend's
+// default secrets manager, a new passphrase one). The environment is the CLI's: the Manager
+// runs this with the same variables (PULUMI_DIY_BACKEND_*, AWS_*, ...).
+//
+// It is built in the pinned CLI's own module (hack/tools/pulumi), so that it links exactly the
+// pkg/v3 version of the CLI that reads the stacks it writes.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/pulumi/pulumi/pkg/v3/backend/diy"
+	"github.com/pulumi/pulumi/pkg/v3/backend/backenderr"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/diag"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/diag/colors"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
+)
+
+const usage = "usage: pulumi-operator-stack-init <backend URL> <project> <stack>"
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the command on args (without the program name); it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) != 3 {
+		fmt.Fprintln(stderr, usage)
+		return 2
+	}
+	url, project, stackName := args[0], args[1], args[2]
+	if !diy.IsDIYBackendURL(url) {
+		fmt.Fprintf(stderr, "error: %q is not a DIY backend URL (file://, postgres://, s3://, ...); create stacks in other backends with `pulumi stack init`\n%s\n", url, usage)
+		return 2
+	}
+	if err := tokens.ValidateProjectName(project); err != nil {
+		fmt.Fprintf(stderr, "error: project name %q: %v\n%s\n", project, err, usage)
+		return 2
+	}
+	created, err := create(ctx, url, project, stackName, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return 1
+	}
+	if created {
+		fmt.Fprintln(stdout, "created")
+	} else {
+		fmt.Fprintln(stdout, "exists")
+	}
+	return 0
+}
+
+// create makes stack stackName of project in the DIY backend at url; false (and no error) when
+// it exists. The backend's warnings go to stderr.
+func create(ctx context.Context, url, project, stackName string, stderr io.Writer) (bool, error) {
+	sink := diag.DefaultSink(io.Discard, stderr, diag.FormatOptions{Color: colors.Never})
+	proj := &workspace.Project{Name: tokens.PackageName(project), Runtime: workspace.NewProjectRuntimeInfo("go", nil)}
+	b, err := diy.New(ctx, sink, url, proj)
+	if err != nil {
+		return false, fmt.Errorf("open backend: %w", err)
+	}
+	ref, err := b.ParseStackReference(stackName)
+	if err != nil {
+		return false, fmt.Errorf("stack name %q: %w", stackName, err)
+	}
+	// Looked up first, without the lock CreateStack takes: an existing stack may be locked by
+	// its own update, and must not fail for that.
+	st, err := b.GetStack(ctx, ref)
+	if err != nil {
+		return false, fmt.Errorf("look up stack %s: %w", stackName, err)
+	}
+	if st != nil {
+		return false, nil
+	}
+	if _, err := b.CreateStack(ctx, ref, "", nil, nil); err != nil {
+		var exists *backenderr.StackAlreadyExistsError
+		if errors.As(err, &exists) {
+			return false, nil
+		}
+		return false, fmt.Errorf("create stack %s: %w", stackName, err)
+	}
+	return true, nil
+}
