@@ -73,11 +73,14 @@ func (m *Manager) initStack(ctx context.Context, stackName string) (created, exi
 		return false, false
 	}
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, m.stackInit, m.cfg.BackendURL, m.cfg.Project, stackName)
+	cmd := exec.CommandContext(ctx, m.stackInit, m.cfg.Project, stackName)
 	cmd.Env = os.Environ()
 	for k, v := range m.env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
+	// In the environment, not on the command line, which anyone on the host can read: a
+	// PostgreSQL URL holds the database password.
+	cmd.Env = append(cmd.Env, "PULUMI_BACKEND_URL="+m.cfg.BackendURL)
 	if m.cfg.PulumiHome != "" {
 		cmd.Env = append(cmd.Env, "PULUMI_HOME="+m.cfg.PulumiHome)
 	}

@@ -1,30 +1,40 @@
 package stack
 
 import (
+	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
 // TestHelperCanCreate: the stack-init helper makes stacks only where `pulumi stack init`
 // would make the same: a DIY backend and the passphrase secrets provider.
 func TestHelperCanCreate(t *testing.T) {
-	for _, tc := range []struct {
+	for name, tc := range map[string]struct {
 		backend, secrets string
 		want             bool
 	}{
-		{"file:///var/lib/state", "passphrase", true},
-		{"postgres://u:p@127.0.0.1:5432/db", "passphrase", true},
-		{"s3://bucket?endpoint=http://127.0.0.1:9000", "passphrase", true},
-		{"https://api.pulumi.com", "passphrase", false},
-		{"http://127.0.0.1:8080", "passphrase", false},
-		{"file:///var/lib/state", "awskms://alias/pulumi", false},
-		{"file:///var/lib/state", "default", false},
+		"file":                       {"file:///var/lib/state", "passphrase", true},
+		"PostgreSQL":                 {"postgres://u:p@127.0.0.1:5432/db", "passphrase", true},
+		"S3":                         {"s3://bucket?endpoint=http://127.0.0.1:9000", "passphrase", true},
+		"Pulumi Cloud":               {"https://api.pulumi.com", "passphrase", false},
+		"a self-hosted Pulumi Cloud": {"http://127.0.0.1:8080", "passphrase", false},
+		"a KMS secrets provider":     {"file:///var/lib/state", "awskms://alias/pulumi", false},
+		"the backend's default":      {"file:///var/lib/state", "default", false},
 	} {
-		if got := helperCanCreate(Config{BackendURL: tc.backend, SecretsProvider: tc.secrets}); got != tc.want {
-			t.Errorf("helperCanCreate(%s, %s) = %v, want %v", tc.backend, tc.secrets, got, tc.want)
-		}
+		t.Run(name, func(t *testing.T) {
+			if got := helperCanCreate(Config{BackendURL: tc.backend, SecretsProvider: tc.secrets}); got != tc.want {
+				t.Errorf("helperCanCreate(%s, %s) = %v, want %v", tc.backend, tc.secrets, got, tc.want)
+			}
+		})
 	}
 }
 
@@ -35,5 +45,90 @@ func TestAdoptPendingEmptyStack(t *testing.T) {
 	_, done, unread, err := adoptPending(dep)
 	if err != nil || len(done) != 0 || unread {
 		t.Fatalf("adoptPending(null) = %v, %v, %v; want nothing to do", done, unread, err)
+	}
+}
+
+// TestStackInitFallback: without the stack-init helper ("none"), and when it fails, a new
+// stack is made by `pulumi stack init` and the up works; an explicit helper path that does
+// not exist fails New. The failing helper is a script: the real one cannot be made to fail
+// on a backend the CLI can write.
+func TestStackInitFallback(t *testing.T) {
+	ctx := context.Background()
+	failing := filepath.Join(t.TempDir(), StackInitHelper)
+	if err := os.WriteFile(failing, []byte("#!/bin/sh\necho 'error: backend on fire' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for what, stackInit := range map[string]string{"no helper": NoStackInitHelper, "a failing helper": failing} {
+		t.Run(what, func(t *testing.T) {
+			m, _, runs := countingManager(t, stackInit)
+			name, err := m.StackName("peerns", "fallback")
+			if err != nil {
+				t.Fatal(err)
+			}
+			up, err := m.Up(ctx, name, program("hello", 0), RunOptions{})
+			if err != nil {
+				t.Fatalf("up: %v", err)
+			}
+			if got, want := runs(), []string{"stack init", "up"}; !slices.Equal(got, want) {
+				t.Fatalf("up of a new stack ran %q, want %q", got, want)
+			}
+			if up.Outputs["greeting"] != "hello" || up.Changes["create"] != 1 {
+				t.Fatalf("up = %+v, want greeting hello, 1 create", up)
+			}
+		})
+	}
+	_, err := New(Config{Project: "kindcustomhttp", BackendURL: "file://" + t.TempDir(), WorkRoot: t.TempDir(),
+		PulumiPath: testenv.PulumiCLI(t), ClusterName: "test", Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
+		StackInit: filepath.Join(t.TempDir(), "no-such-helper")})
+	if err == nil || !strings.Contains(err.Error(), "stack-init helper") || !strings.Contains(err.Error(), "no-such-helper") {
+		t.Fatalf("New with a missing stack-init helper: err = %v, want one naming the helper's path", err)
+	}
+}
+
+// TestStackInitHelperStack: a stack the helper made holds its secrets like one of `pulumi
+// stack init`: the first up makes the passphrase salt, and another workspace (a laptop, a
+// restarted pod without its workspace directory) reads the stack's secret output back and
+// updates it; a wrong passphrase is refused there.
+func TestStackInitHelperStack(t *testing.T) {
+	m, backend, runs := countingManager(t, "beside")
+	ctx := context.Background()
+	name, err := m.StackName("peerns", "secrets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := func(greeting string) pulumi.RunFunc {
+		return func(ctx *pulumi.Context) error {
+			ctx.Export("greeting", pulumi.String(greeting))
+			ctx.Export("token", pulumi.ToSecret(pulumi.String("s3cr3t")))
+			return nil
+		}
+	}
+	if _, err := m.Up(ctx, name, prog("hello"), RunOptions{}); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	if got, want := runs(), []string{"stack-init-helper", "up"}; !slices.Equal(got, want) {
+		t.Fatalf("up of a new stack ran %q, want %q", got, want)
+	}
+	state, err := os.ReadFile(filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(state), `"secrets_providers":{"type":"passphrase"`) || strings.Contains(string(state), "s3cr3t") {
+		t.Fatalf("state after the first up: want the passphrase provider recorded and the secret encrypted:\n%s", state)
+	}
+	laptop, _ := newManager(t)
+	laptop.cfg.BackendURL = m.cfg.BackendURL
+	up, err := laptop.Up(ctx, name, prog("bye"), RunOptions{})
+	if err != nil {
+		t.Fatalf("up from another workspace: %v", err)
+	}
+	if up.Outputs["greeting"] != "bye" || up.Outputs["token"] != "[secret]" {
+		t.Fatalf("up from another workspace = %+v, want greeting bye, token [secret]", up)
+	}
+	wrong, _ := newManager(t)
+	wrong.cfg.BackendURL = m.cfg.BackendURL
+	wrong.env["PULUMI_CONFIG_PASSPHRASE"] = "not-the-passphrase"
+	if _, err := wrong.Up(ctx, name, prog("bye"), RunOptions{}); err == nil || !strings.Contains(err.Error(), "passphrase") {
+		t.Fatalf("up with a wrong passphrase: err = %v, want one about the passphrase", err)
 	}
 }

@@ -53,3 +53,22 @@ func TestWhereTheRestGoes(t *testing.T) {
 		t.Error("results without the key derivation or GOGC should render the older sentence, without GOGC")
 	}
 }
+
+// TestNewStackByHelper: a profile in which the stack-init helper made the new stack says so
+// (with its median time) instead of the sentence about a second CLI start; one without it
+// keeps that sentence.
+func TestNewStackByHelper(t *testing.T) {
+	start := &CLIStart{Wall: 0.3, CPU: 0.2, Samples: 5, KeyDerivation: 0.19, GOGC: "400"}
+	helper := []ProfileRun{{Label: "operator: new CR to Ready", TotalSeconds: 1.5,
+		CLI: []CLIStep{{Command: stackInitLabel, Wall: 0.12, CPU: 0.1}, {Command: "up", Wall: 1.2, CPU: 0.8}}}}
+	md := (&Results{Profile: helper, CLIStart: start}).markdown()
+	if !strings.Contains(md, "made by the stack-init helper (0.12 s in the profile above)") || strings.Contains(md, "pays the start and the key twice") {
+		t.Error("a profile with the helper's run should name it and its time, not a second CLI start")
+	}
+	cli := []ProfileRun{{Label: "operator: new CR to Ready", TotalSeconds: 2,
+		CLI: []CLIStep{{Command: "stack init", Wall: 0.5, CPU: 0.5}, {Command: "up", Wall: 1.2, CPU: 0.8}}}}
+	md = (&Results{Profile: cli, CLIStart: start}).markdown()
+	if !strings.Contains(md, "pays the start and the key twice") || strings.Contains(md, "stack-init helper (") {
+		t.Error("a profile with `stack init` should keep the sentence about a second CLI start")
+	}
+}

@@ -3,11 +3,13 @@
 // the operator's stack.Manager, which runs it instead of `pulumi stack init` for a new object's
 // stack. Usage:
 //
-//	pulumi-operator-stack-init <backend URL> <project> <stack>
+//	PULUMI_BACKEND_URL=<backend URL> pulumi-operator-stack-init <project> <stack>
 //
-// It prints "created" (it made the stack) or "exists" (the stack was there already) and exits
+// The backend URL comes from the environment, as the pulumi CLI takes it too, because a
+// PostgreSQL URL holds the database password, and a command line is world-readable
+// (/proc/<pid>/cmdline; the crash tests' TestPassphraseNeverLeaks looks there). It prints "created" (it made the stack) or "exists" (the stack was there already) and exits
 // 0. It exits 2 with a usage error for wrong arguments or a URL that is not a DIY backend's
-// (Pulumi Cloud's stacks are made by its own API: use `pulumi stack init`), and 1 with the
+// (Pulumi Cloud's stacks are made by its own API: use `pulumi stack init`) or none, and 1 with the
 // backend's error on standard error otherwise (a lock another process holds, a backend that
 // cannot be reached or written, an invalid stack name).
 //
@@ -33,30 +35,38 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
-	"github.com/pulumi/pulumi/pkg/v3/backend/diy"
 	"github.com/pulumi/pulumi/pkg/v3/backend/backenderr"
+	"github.com/pulumi/pulumi/pkg/v3/backend/diy"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/diag"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/diag/colors"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
 )
 
-const usage = "usage: pulumi-operator-stack-init <backend URL> <project> <stack>"
+const usage = "usage: PULUMI_BACKEND_URL=<backend URL> pulumi-operator-stack-init <project> <stack>"
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(context.Background(), os.Getenv("PULUMI_BACKEND_URL"), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run is the command on args (without the program name); it returns the exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) != 3 {
+// run is the command on backend URL url and args (without the program name); it returns the
+// exit code.
+func run(ctx context.Context, url string, args []string, stdout, stderr io.Writer) int {
+	if len(args) != 2 {
 		fmt.Fprintln(stderr, usage)
 		return 2
 	}
-	url, project, stackName := args[0], args[1], args[2]
+	project, stackName := args[0], args[1]
+	if url == "" {
+		fmt.Fprintf(stderr, "error: no backend URL: set PULUMI_BACKEND_URL\n%s\n", usage)
+		return 2
+	}
 	if !diy.IsDIYBackendURL(url) {
-		fmt.Fprintf(stderr, "error: %q is not a DIY backend URL (file://, postgres://, s3://, ...); create stacks in other backends with `pulumi stack init`\n%s\n", url, usage)
+		// The scheme alone: the rest of a URL may hold a password.
+		scheme, _, _ := strings.Cut(url, ":")
+		fmt.Fprintf(stderr, "error: a %s: backend URL is not a DIY backend's (file://, postgres://, s3://, ...); create stacks in other backends with `pulumi stack init`\n%s\n", scheme, usage)
 		return 2
 	}
 	if err := tokens.ValidateProjectName(project); err != nil {

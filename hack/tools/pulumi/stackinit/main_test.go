@@ -9,11 +9,12 @@ import (
 	"testing"
 )
 
-// runIt runs the command on args and returns its exit code and both streams.
-func runIt(t *testing.T, args ...string) (int, string, string) {
+// runIt runs the command on backend URL url and args and returns its exit code and both
+// streams.
+func runIt(t *testing.T, url string, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), args, &stdout, &stderr)
+	code := run(context.Background(), url, args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 
@@ -75,20 +76,22 @@ func TestErrors(t *testing.T) {
 	url := "file://" + dir
 	for _, tc := range []struct {
 		name string
+		url  string
 		args []string
 		code int
 		want string
 	}{
-		{"no arguments", nil, 2, "usage: pulumi-operator-stack-init"},
-		{"too many arguments", []string{url, "proj", "dev", "extra"}, 2, "usage: pulumi-operator-stack-init"},
-		{"Pulumi Cloud", []string{"https://api.pulumi.com", "proj", "dev"}, 2, "is not a DIY backend URL"},
-		{"bad project name", []string{url, "bad project", "dev"}, 2, `project name "bad project"`},
-		{"bad stack name", []string{url, "proj", "a/b/c/d"}, 1, `stack name "a/b/c/d"`},
-		{"missing backend directory", []string{"file://" + filepath.Join(dir, "missing"), "proj", "dev"}, 1, "open backend"},
+		{"no arguments", url, nil, 2, "usage: PULUMI_BACKEND_URL=<backend URL> pulumi-operator-stack-init"},
+		{"too many arguments", url, []string{"proj", "dev", "extra"}, 2, "usage: PULUMI_BACKEND_URL"},
+		{"no backend URL", "", []string{"proj", "dev"}, 2, "no backend URL: set PULUMI_BACKEND_URL"},
+		{"Pulumi Cloud", "https://user:pw@api.pulumi.com", []string{"proj", "dev"}, 2, "a https: backend URL is not a DIY backend's"},
+		{"bad project name", url, []string{"bad project", "dev"}, 2, `project name "bad project"`},
+		{"bad stack name", url, []string{"proj", "a/b/c/d"}, 1, `stack name "a/b/c/d"`},
+		{"missing backend directory", "file://" + filepath.Join(dir, "missing"), []string{"proj", "dev"}, 1, "open backend"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, out, errOut := runIt(t, tc.args...)
-			if code != tc.code || out != "" || !strings.Contains(errOut, tc.want) {
+			code, out, errOut := runIt(t, tc.url, tc.args...)
+			if code != tc.code || out != "" || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "pw@") {
 				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d, no stdout, stderr with %q", code, out, errOut, tc.code, tc.want)
 			}
 		})
