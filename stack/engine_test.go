@@ -163,13 +163,6 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret := func(greeting string) pulumi.RunFunc {
-		return func(ctx *pulumi.Context) error {
-			ctx.Export("greeting", pulumi.String(greeting))
-			ctx.Export("token", pulumi.ToSecret(pulumi.String("s3cr3t")))
-			return nil
-		}
-	}
 	expect := func(step string, want ...string) {
 		t.Helper()
 		if got := runs(); !slices.Equal(got, want) {
@@ -177,7 +170,7 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 		}
 	}
 
-	up, err := m.Up(ctx, name, secret("hello"), RunOptions{})
+	up, err := m.Up(ctx, name, secretProgram("hello"), RunOptions{})
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
@@ -200,7 +193,7 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 		t.Fatalf("up = %+v, want greeting hello, token [secret], 1 create", up)
 	}
 
-	up, err = m.Up(ctx, name, secret("bye"), RunOptions{})
+	up, err = m.Up(ctx, name, secretProgram("bye"), RunOptions{})
 	if err != nil {
 		t.Fatalf("second up: %v", err)
 	}
@@ -209,7 +202,7 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 		t.Fatalf("second up = %+v, want greeting bye, 1 same", up)
 	}
 
-	pre, err := m.Preview(ctx, name, secret("again"), RunOptions{})
+	pre, err := m.Preview(ctx, name, secretProgram("again"), RunOptions{})
 	if err != nil {
 		t.Fatalf("preview: %v", err)
 	}
@@ -226,7 +219,7 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 	// A second Manager is a restarted operator: it has not looked at the stack yet.
 	restarted, _, restartedRuns := countingManager(t, "beside")
 	restarted.cfg.BackendURL, restarted.cfg.WorkRoot = m.cfg.BackendURL, m.cfg.WorkRoot
-	if _, err := restarted.Up(ctx, name, secret("bye"), RunOptions{}); err != nil {
+	if _, err := restarted.Up(ctx, name, secretProgram("bye"), RunOptions{}); err != nil {
 		t.Fatalf("up after a restart: %v", err)
 	}
 	if got, want := restartedRuns(), []string{"stack-init-helper", "stack select", "stack export", "up"}; !slices.Equal(got, want) {

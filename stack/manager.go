@@ -83,6 +83,8 @@ type Manager struct {
 	env map[string]string
 	// stackInit is the stack-init helper's path; "" for `pulumi stack init`.
 	stackInit string
+	// salt is the passphrase salt of the stacks the helper makes (salt.go).
+	salt stackSalt
 
 	mu sync.Mutex
 	// settled holds the stacks known to hold no pending operation of a dead update (see

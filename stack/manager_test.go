@@ -43,6 +43,15 @@ func program(greeting string, sleep time.Duration) pulumi.RunFunc {
 	}
 }
 
+// secretProgram needs no provider plugin: it exports greeting and a secret output "token".
+func secretProgram(greeting string) pulumi.RunFunc {
+	return func(ctx *pulumi.Context) error {
+		ctx.Export("greeting", pulumi.String(greeting))
+		ctx.Export("token", pulumi.ToSecret(pulumi.String("s3cr3t")))
+		return nil
+	}
+}
+
 func stackFiles(t *testing.T, backend string) []string {
 	t.Helper()
 	matches, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", "*.json"))

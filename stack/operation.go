@@ -78,7 +78,8 @@ func colorOf(opts RunOptions) string {
 // It runs no CLI when this process already knows all that (isSettled: it created the stack,
 // looked, or its last operation succeeded); otherwise it selects the stack, creating it when
 // create is set, and looks. With the stack-init helper, creating runs the helper, no CLI
-// (initStack), and a stack the helper finds is selected without a `stack init` first.
+// (initStack) and writes the stack's passphrase salt (writeSalt), and a stack the helper finds
+// is selected without a `stack init` first.
 // found is false, with a nil error, when create is not set and the stack does not exist.
 // Errors are classified (*OperationError).
 func (m *Manager) ready(ctx context.Context, stackName string, create bool) (recovered []string, found bool, err error) {
@@ -91,7 +92,11 @@ func (m *Manager) ready(ctx context.Context, stackName string, create bool) (rec
 		if created {
 			// A new stack holds no pending operation.
 			m.recordSettled(stackName)
-			return nil, true, m.writeWorkspace(stackName)
+			if err := m.writeWorkspace(stackName); err != nil {
+				return nil, true, err
+			}
+			m.writeSalt(stackName)
+			return nil, true, nil
 		}
 		initCLI = !exists
 	}

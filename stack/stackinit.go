@@ -17,8 +17,9 @@ import (
 // (hack/tools/pulumi/stackinit, built by `make build` into bin/ and shipped in the image
 // beside the pulumi CLI). It creates a stack in a DIY backend as `pulumi stack init` does,
 // through the same pkg/v3 code, in about 0.13 s instead of the CLI's 0.4–0.5 s: no CLI start
-// and no passphrase key derivation (see its package comment). A new object's up is then one
-// CLI run, the engine's.
+// and no passphrase key derivation (see its package comment); the Manager writes the stack's
+// salt (salt.go). A new object's up is then one CLI run, the engine's, which derives the key
+// once, like any later up.
 const StackInitHelper = "pulumi-operator-stack-init"
 
 // NoStackInitHelper as Config.StackInit turns the helper off: new stacks are made by

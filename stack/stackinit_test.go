@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
@@ -86,9 +85,11 @@ func TestStackInitFallback(t *testing.T) {
 }
 
 // TestStackInitHelperStack: a stack the helper made holds its secrets like one of `pulumi
-// stack init`: the first up makes the passphrase salt, and another workspace (a laptop, a
-// restarted pod without its workspace directory) reads the stack's secret output back and
-// updates it; a wrong passphrase is refused there.
+// stack init`: its first up takes the salt the Manager wrote (salt.go) and records it in the
+// state, and another workspace (a laptop, a restarted pod without its workspace directory)
+// reads the stack's secret output back and updates it; a wrong passphrase is refused there.
+// A second new stack gets the same salt; after a passphrase change a new stack gets a new one,
+// and its up works with the new passphrase.
 func TestStackInitHelperStack(t *testing.T) {
 	m, backend, runs := countingManager(t, "beside")
 	ctx := context.Background()
@@ -96,14 +97,7 @@ func TestStackInitHelperStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog := func(greeting string) pulumi.RunFunc {
-		return func(ctx *pulumi.Context) error {
-			ctx.Export("greeting", pulumi.String(greeting))
-			ctx.Export("token", pulumi.ToSecret(pulumi.String("s3cr3t")))
-			return nil
-		}
-	}
-	if _, err := m.Up(ctx, name, prog("hello"), RunOptions{}); err != nil {
+	if _, err := m.Up(ctx, name, secretProgram("hello"), RunOptions{}); err != nil {
 		t.Fatalf("up: %v", err)
 	}
 	if got, want := runs(), []string{"stack-init-helper", "up"}; !slices.Equal(got, want) {
@@ -113,12 +107,47 @@ func TestStackInitHelperStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(state), `"secrets_providers":{"type":"passphrase"`) || strings.Contains(string(state), "s3cr3t") {
-		t.Fatalf("state after the first up: want the passphrase provider recorded and the secret encrypted:\n%s", state)
+	salt := m.salt.state
+	if salt == "" || !strings.Contains(string(state), `"secrets_providers":{"type":"passphrase","state":{"salt":"`+salt+`"}}`) || strings.Contains(string(state), "s3cr3t") {
+		t.Fatalf("state after the first up: want the Manager's salt %q recorded and the secret encrypted:\n%s", salt, state)
 	}
+	stackSalt := func(m *Manager, name string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(m.cfg.WorkRoot, name, "Pulumi."+name+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(strings.TrimPrefix(string(b), "encryptionsalt:"))
+	}
+	if got := stackSalt(m, name); got != salt {
+		t.Fatalf("Pulumi.%s.yaml holds salt %q, want the Manager's %q", name, got, salt)
+	}
+	second, err := m.StackName("peerns", "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx, second, secretProgram("hello"), RunOptions{}); err != nil {
+		t.Fatalf("up of a second new stack: %v", err)
+	}
+	if got := stackSalt(m, second); got != salt {
+		t.Fatalf("a second new stack got salt %q, want the first's %q", got, salt)
+	}
+	m.env["PULUMI_CONFIG_PASSPHRASE"] = "rotated-passphrase"
+	third, err := m.StackName("peerns", "third")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx, third, secretProgram("hello"), RunOptions{}); err != nil {
+		t.Fatalf("up of a new stack after a passphrase change: %v", err)
+	}
+	if got := stackSalt(m, third); got == salt || got != m.salt.state {
+		t.Fatalf("after a passphrase change a new stack got salt %q (old %q, Manager's %q), want a new one", got, salt, m.salt.state)
+	}
+	m.env["PULUMI_CONFIG_PASSPHRASE"] = "test-passphrase"
+	runs()
 	laptop, _ := newManager(t)
 	laptop.cfg.BackendURL = m.cfg.BackendURL
-	up, err := laptop.Up(ctx, name, prog("bye"), RunOptions{})
+	up, err := laptop.Up(ctx, name, secretProgram("bye"), RunOptions{})
 	if err != nil {
 		t.Fatalf("up from another workspace: %v", err)
 	}
@@ -128,7 +157,7 @@ func TestStackInitHelperStack(t *testing.T) {
 	wrong, _ := newManager(t)
 	wrong.cfg.BackendURL = m.cfg.BackendURL
 	wrong.env["PULUMI_CONFIG_PASSPHRASE"] = "not-the-passphrase"
-	if _, err := wrong.Up(ctx, name, prog("bye"), RunOptions{}); err == nil || !strings.Contains(err.Error(), "passphrase") {
+	if _, err := wrong.Up(ctx, name, secretProgram("bye"), RunOptions{}); err == nil || !strings.Contains(err.Error(), "passphrase") {
 		t.Fatalf("up with a wrong passphrase: err = %v, want one about the passphrase", err)
 	}
 }

@@ -19,8 +19,9 @@
 // the same pkg/v3 code the CLI does (backend/diy CreateStack, which takes and releases the
 // stack's lock as the CLI does) and derives no key: the stack is created without the initial
 // state that names its secrets provider, as Pulumi itself does when there is no secrets
-// manager to record (cmd/pulumi/stack/io.go CreateStack), and the first `pulumi up` creates the
-// passphrase salt, saves it to the workspace's Pulumi.<stack>.yaml and records it in the state
+// manager to record (cmd/pulumi/stack/io.go CreateStack). The operator then writes the
+// passphrase salt into the stack's Pulumi.<stack>.yaml (stack/salt.go), and the first `pulumi
+// up` records it in the state; without one, that up makes a salt itself
 // (cmd/pulumi/stack/secrets.go GetSecretsManager: no salt, no provider, so the backend's
 // default secrets manager, a new passphrase one). The environment is the CLI's: the Manager
 // runs this with the same variables (PULUMI_DIY_BACKEND_*, AWS_*, ...).
