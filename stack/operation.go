@@ -90,12 +90,12 @@ func (m *Manager) ready(ctx context.Context, stackName string, create bool) (rec
 	if create {
 		created, exists := m.initStack(ctx, stackName)
 		if created {
-			// A new stack holds no pending operation.
-			m.recordSettled(stackName)
 			if err := m.writeWorkspace(stackName); err != nil {
 				return nil, true, err
 			}
 			m.writeSalt(stackName)
+			// A new stack holds no pending operation.
+			m.recordSettled(stackName)
 			return nil, true, nil
 		}
 		initCLI = !exists

@@ -57,7 +57,9 @@ func stackInitHelper(cfg Config) (string, error) {
 // helperCanCreate reports whether the helper can make cfg's stacks as `pulumi stack init`
 // would: a DIY backend (not Pulumi Cloud, whose API makes stacks) and the passphrase secrets
 // provider, whose salt the first up makes. A KMS provider's key is made at `stack init`
-// (cloud.NewCloudSecretsManager), which the helper does not do.
+// (cloud.NewCloudSecretsManager), which the helper does not do. Pulumi Cloud is told apart by
+// its http(s) scheme, the rule of pkg/v3 backend/diy IsDIYBackendURL (every other scheme is a
+// bucket's), which the operator does not link; the helper applies that function itself.
 func helperCanCreate(cfg Config) bool {
 	u, err := url.Parse(cfg.BackendURL)
 	return err == nil && u.Scheme != "http" && u.Scheme != "https" && cfg.SecretsProvider == "passphrase"

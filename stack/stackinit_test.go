@@ -161,3 +161,33 @@ func TestStackInitHelperStack(t *testing.T) {
 		t.Fatalf("up with a wrong passphrase: err = %v, want one about the passphrase", err)
 	}
 }
+
+// TestNewStackPassphraseFileMissing: a passphrase file that is not there (a Secret not
+// mounted) fails a new stack's up with the CLI's message naming the variable and the file, and
+// no salt is written for a passphrase nobody could read; once the file is there, the next up
+// of the same object works.
+func TestNewStackPassphraseFileMissing(t *testing.T) {
+	m, _, _ := countingManager(t, "beside")
+	unsetPassphraseEnv(t)
+	phraseFile := filepath.Join(t.TempDir(), "passphrase")
+	delete(m.env, "PULUMI_CONFIG_PASSPHRASE")
+	m.env["PULUMI_CONFIG_PASSPHRASE_FILE"] = phraseFile
+	ctx := context.Background()
+	name, err := m.StackName("peerns", "nosecret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Up(ctx, name, secretProgram("hello"), RunOptions{})
+	if err == nil || !strings.Contains(err.Error(), "PULUMI_CONFIG_PASSPHRASE_FILE") || !strings.Contains(err.Error(), phraseFile) {
+		t.Fatalf("up without the passphrase file: err = %v, want one naming PULUMI_CONFIG_PASSPHRASE_FILE and %s", err, phraseFile)
+	}
+	if _, err := os.Stat(filepath.Join(m.cfg.WorkRoot, name, "Pulumi."+name+".yaml")); err == nil {
+		t.Fatal("a salt was written without a readable passphrase")
+	}
+	if err := os.WriteFile(phraseFile, []byte("mounted-later\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if up, err := m.Up(ctx, name, secretProgram("hello"), RunOptions{}); err != nil || up.Outputs["greeting"] != "hello" {
+		t.Fatalf("up once the file is there = %+v, %v; want greeting hello", up, err)
+	}
+}
