@@ -34,7 +34,8 @@ COPY hack/tools/pulumi/ hack/tools/pulumi/
 RUN cd hack/tools/pulumi && CGO_ENABLED=0 go build -trimpath \
       -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=${PULUMI_VERSION}" \
       -o /out/bin/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi && \
-    CGO_ENABLED=0 go build -trimpath -o /out/bin/pulumi-operator-stack-init ./stackinit
+    CGO_ENABLED=0 go build -trimpath -o /out/bin/pulumi-operator-stack-init ./stackinit && \
+    CGO_ENABLED=0 go build -trimpath -o /out/bin/pulumi-operator-engine ./engine
 # The provider plugin, installed by the pinned CLI into the image's plugin directory: from the
 # file when one is given, else the official release. The ARG comes after the CLI build so that
 # setting it keeps the CLI's layer. The install log is not part of the image.

@@ -19,12 +19,14 @@ WORKERS ?= 2
 
 all: build
 
-## build: the operator binary, bin/pulumi-operator, and its stack-init helper,
-## bin/pulumi-operator-stack-init (built in the pinned CLI's module: stack.StackInitHelper)
+## build: the operator binary, bin/pulumi-operator, its stack-init helper,
+## bin/pulumi-operator-stack-init, and its engine host, bin/pulumi-operator-engine (both built in
+## the pinned CLI's module: stack.StackInitHelper, stack.EngineHost)
 # CGO_ENABLED=0 -trimpath as in the Dockerfile: `make image` shares this build cache.
 build:
 	CGO_ENABLED=0 go build -trimpath -o $(BIN)/pulumi-operator .
 	cd hack/tools/pulumi && CGO_ENABLED=0 go build -trimpath -o $(BIN)/pulumi-operator-stack-init ./stackinit
+	cd hack/tools/pulumi && CGO_ENABLED=0 go build -trimpath -o $(BIN)/pulumi-operator-engine ./engine
 
 ## tools: the pinned pulumi CLI and its plugins, the local cluster's binaries, controller-gen and MinIO
 ## (S3 backend tests).

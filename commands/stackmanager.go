@@ -118,6 +118,7 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 		WorkRoot:    filepath.Join(cfg.stateDir, "workspaces"),
 		PulumiPath:  pulumiPath,
 		StackInit:   stackInitPath(cfg),
+		EngineHost:  cfg.engineHost,
 		ClusterName: cluster,
 		Env:         env,
 		// Pulumi records a stack's secrets provider in its state at `stack init`; later

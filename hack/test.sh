@@ -49,10 +49,10 @@ if [[ $# -eq 0 || "$*" == "./..." ]]; then
 fi
 status=0
 go test -count=1 -timeout 30m -v "$@" >"${log}" 2>&1 || status=$?
-# The stack-init helper is in the pinned CLI's module (Makefile build), which ./... does not
+# The stack-init helper and the engine host are in the pinned CLI's module (Makefile build), which ./... does not
 # reach; built with the CLI's flags (-trimpath, no cgo) so that it reuses the CLI's packages.
 if [[ -n "${all:-}" ]]; then
-	(cd hack/tools/pulumi && CGO_ENABLED=0 go test -trimpath -count=1 -v ./stackinit/) >>"${log}" 2>&1 || status=$?
+	(cd hack/tools/pulumi && CGO_ENABLED=0 go test -trimpath -count=1 -v ./stackinit/ ./engine/) >>"${log}" 2>&1 || status=$?
 fi
 # Package results and failures in full; passing test lines only as a count.
 grep -E '^(ok|FAIL|---|panic:|\s+\S+_test\.go:[0-9]+:)|^\s+--- ' "${log}" | grep -v -- '--- PASS' || true

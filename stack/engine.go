@@ -81,7 +81,9 @@ func lockedByAnother(err error) bool {
 // inline program: refresh and destroy get emptyProgram, which the CLI asks only for its
 // plugins (it never runs it without --run-program); without --client it would start the Go
 // language host that the workspace's `runtime: go` names, which the operator does not need.
-// Progress goes where opts says. Errors: the run's *cliError; a log that cannot be read.
+// Progress goes where opts says. An up that wants no progress goes to the engine host when the
+// Manager has one (useEngineHost): the same run without a CLI process. Errors: the run's
+// *cliError (the engine host's reply has the same shape); a log that cannot be read.
 func (m *Manager) engine(ctx context.Context, stackName, op string, program pulumi.RunFunc, args []string, opts RunOptions) (engineOutcome, error) {
 	dir := filepath.Join(m.cfg.WorkRoot, stackName)
 	logFile := filepath.Join(dir, scratchName(".events-")+".jsonl")
@@ -91,6 +93,9 @@ func (m *Manager) engine(ctx context.Context, stackName, op string, program pulu
 		return engineOutcome{}, fmt.Errorf("serve the program to the engine: %w", err)
 	}
 	defer srv.close()
+	if op == "up" && m.useEngineHost(opts) {
+		return m.engineHostUp(ctx, stackName, srv.address, opts)
+	}
 	args = append([]string{op}, args...)
 	args = append(args, "--client="+srv.address, "--exec-kind=auto.inline")
 	args = append(args, "--color="+colorOf(opts), "--event-log", logFile, "--stack", stackName)

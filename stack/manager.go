@@ -72,6 +72,11 @@ type Config struct {
 	// with the passphrase secrets provider; anywhere else, or when it fails, new stacks are
 	// made by `pulumi stack init`.
 	StackInit string
+	// EngineHost is the engine host (EngineHost, pulumi-operator-engine) that runs ups without
+	// a CLI process each: a path, which must exist; empty runs every up as a `pulumi up` CLI
+	// process. It is used only on a DIY backend with the passphrase secrets provider, and only
+	// for ups that want no progress output (the watcher's; see useEngineHost).
+	EngineHost string
 }
 
 // Manager runs Pulumi operations on the stacks of one project and backend. It is safe for
@@ -85,6 +90,8 @@ type Manager struct {
 	stackInit string
 	// salt is the passphrase salt of the stacks the helper makes (salt.go).
 	salt stackSalt
+	// engineHost runs ups without a CLI process each (enginehost.go); nil for the CLI.
+	engineHost *engineHost
 
 	mu sync.Mutex
 	// settled holds the stacks known to hold no pending operation of a dead update (see
@@ -140,6 +147,10 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	host, err := engineHostFor(cfg)
+	if err != nil {
+		return nil, err
+	}
 	env := map[string]string{
 		// No network here and none wanted: never look for CLI updates, never download a
 		// plugin behind the user's back (a missing one is reported as ErrPluginMissing).
@@ -158,7 +169,16 @@ func New(cfg Config) (*Manager, error) {
 	for k, v := range cfg.Env {
 		env[k] = v
 	}
-	return &Manager{cfg: cfg, cmd: cmd, env: env, stackInit: stackInit, settled: map[string]bool{}}, nil
+	return &Manager{cfg: cfg, cmd: cmd, env: env, stackInit: stackInit, engineHost: host, settled: map[string]bool{}}, nil
+}
+
+// Close stops the Manager's engine host process, if one runs, once its runs have finished. The
+// Manager stays usable: a later up starts another. Without Close the host exits with this
+// process.
+func (m *Manager) Close() {
+	if m.engineHost != nil {
+		m.engineHost.close()
+	}
 }
 
 // CLIVersion is the version of the pulumi CLI the Manager runs.

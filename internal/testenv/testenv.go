@@ -66,6 +66,17 @@ func StackInitHelper(t testing.TB) string {
 	return p
 }
 
+// EngineHost returns the engine host built by `make build` beside the pinned CLI
+// (bin/pulumi-operator-engine, stack.EngineHost).
+func EngineHost(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(filepath.Dir(PulumiCLI(t)), "pulumi-operator-engine")
+	if _, err := os.Stat(p); err != nil {
+		missing(t, "no engine host at "+p+": run `make build`")
+	}
+	return p
+}
+
 // Kubeconfig returns the local cluster's kubeconfig: $PULUMI_OPERATOR_TEST_KUBECONFIG, else
 // .local/cluster/kubeconfig (written by `make cluster`).
 func Kubeconfig(t testing.TB) string {

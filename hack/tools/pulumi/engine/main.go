@@ -1,0 +1,375 @@
+// Command pulumi-operator-engine is the operator's engine host: one long-lived process that
+// runs `pulumi up` engine runs for the operator's stack.Manager, the way the pulumi CLI's `up`
+// command runs them (the same pkg/v3 calls: the DIY backend, the stack's configuration and
+// secrets manager, backend.UpdateStack), without starting a CLI process for each one. The
+// Manager starts it once (stack.EngineHost) and sends it requests; it is not meant to be run
+// by hand.
+//
+// Why: every CLI run pays the CLI's start (0.21 s of CPU, mostly package initialisation) and,
+// for every stack it opens, a passphrase key derivation (PBKDF2, 1,000,000 iterations, ~0.19 s
+// of one core), before the engine does anything; together about half of an up's CPU
+// (hack/experiments/inprocess-engine; docs/benchmarks.md). This process pays the start once,
+// and each stack's key once (pkg/v3's passphrase secrets managers are cached per process, by
+// the state they were made from). It is a process of its own, not a part of the operator,
+// because linking pkg/v3 adds ~40 MB of resident memory to whatever links it
+// (hack/experiments/inprocess-engine), which the operator's 1000-idle-objects budget has no
+// room for; a process of its own can also be replaced (the Manager recycles it) without
+// restarting the operator.
+//
+// Protocol: newline-delimited JSON. Requests on standard input, one per line:
+//
+//	{"id": 1, "op": "up", "stack": "<stack>", "dir": "<workspace dir>", "client": "127.0.0.1:<port>", "refresh": false}
+//	{"id": 1, "cancel": true}
+//
+// dir is the stack's workspace directory, holding Pulumi.yaml and Pulumi.<stack>.yaml, as the
+// CLI's working directory would; client is the address of the LanguageRuntime server that serves
+// the program (the CLI's --client). A cancel asks the engine to stop request id gracefully,
+// as SIGINT does to the CLI: no new steps, the running ones end, the state is written and the
+// lock released. Replies go to file descriptor 3, one per request, in the order they finish:
+//
+//	{"id": 1, "code": 0, "stdout": "...", "stderr": "...", "changes": {"create": 4}, "outputs": {"url": "..."}}
+//
+// code is the exit code `pulumi up` would have had (0 on success); stdout and stderr are what it
+// would have printed with --suppress-progress --color=never (the display, and "error: ..."), so
+// the Manager reads a failure exactly as it reads a CLI run's. Requests run concurrently, each in
+// a goroutine; two requests for one stack at once get the DIY backend's lock error for the
+// second, as two CLI processes would. Standard output is not the protocol's because pkg/v3
+// prints a banner there (backend/diy apply).
+//
+// Configuration comes from the environment only, as the CLI's does: PULUMI_BACKEND_URL (a DIY
+// backend's URL; a PostgreSQL URL holds a password, and a command line is world-readable),
+// PULUMI_HOME, PULUMI_CONFIG_PASSPHRASE(_FILE), and whatever the provider plugins need
+// (KUBECONFIG, ...), which they inherit. It exits 0 when standard input closes, once the requests
+// under way have finished, and 2 at start for a missing or non-DIY backend URL.
+//
+// It is built in the pinned CLI's own module (hack/tools/pulumi), so that it links exactly the
+// pkg/v3 version of the CLI that the operator runs for everything else.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/pulumi/pulumi/pkg/v3/backend"
+	"github.com/pulumi/pulumi/pkg/v3/backend/display"
+	"github.com/pulumi/pulumi/pkg/v3/backend/diy"
+	cmdPulumi "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi/cmd"
+	cmdConfig "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi/config"
+	"github.com/pulumi/pulumi/pkg/v3/cmd/pulumi/metadata"
+	cmdStack "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi/stack"
+	"github.com/pulumi/pulumi/pkg/v3/engine"
+	secrets "github.com/pulumi/pulumi/pkg/v3/backend/secrets"
+	"github.com/pulumi/pulumi/pkg/v3/util/cancel"
+	pkgWorkspace "github.com/pulumi/pulumi/pkg/v3/workspace"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/diag"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/diag/colors"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/env"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/util/result"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
+	"github.com/spf13/pflag"
+)
+
+const usage = "usage: PULUMI_BACKEND_URL=<DIY backend URL> pulumi-operator-engine <project> 3>replies (requests on standard input)"
+
+func main() {
+	replies := os.NewFile(3, "replies")
+	if len(os.Args) != 2 || replies == nil {
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+	os.Exit(serve(context.Background(), os.Getenv("PULUMI_BACKEND_URL"), os.Args[1], os.Stdin, replies, os.Stderr))
+}
+
+// request is one line of standard input.
+type request struct {
+	ID      int64  `json:"id"`
+	Cancel  bool   `json:"cancel,omitempty"`
+	Op      string `json:"op,omitempty"`
+	Stack   string `json:"stack,omitempty"`
+	Dir     string `json:"dir,omitempty"`
+	Client  string `json:"client,omitempty"`
+	Refresh bool   `json:"refresh,omitempty"`
+}
+
+// reply is one line of the replies.
+type reply struct {
+	ID      int64             `json:"id"`
+	Code    int               `json:"code"`
+	Stdout  string            `json:"stdout,omitempty"`
+	Stderr  string            `json:"stderr,omitempty"`
+	Changes map[string]int    `json:"changes,omitempty"`
+	Outputs map[string]string `json:"outputs,omitempty"`
+}
+
+// host is the state of one serve: its backend and the requests under way.
+type host struct {
+	project string
+	b       backend.Backend
+
+	mu      sync.Mutex
+	cancels map[int64]*cancel.Source // by request id, while it runs
+	out     *json.Encoder
+}
+
+// serve runs the engine host on backend URL url for project until in closes; it returns the exit
+// code. Errors at start (bad URL, backend that cannot be opened) go to stderr.
+func serve(ctx context.Context, url, project string, in io.Reader, out io.Writer, stderr io.Writer) int {
+	if url == "" || !diy.IsDIYBackendURL(url) {
+		scheme, _, _ := strings.Cut(url, ":") // the scheme alone: the rest may hold a password
+		fmt.Fprintf(stderr, "error: PULUMI_BACKEND_URL %q: want a DIY backend's URL (file://, postgres://, s3://, ...)\n%s\n", scheme, usage)
+		return 2
+	}
+	if err := tokens.ValidateProjectName(project); err != nil {
+		fmt.Fprintf(stderr, "error: project name %q: %v\n%s\n", project, err, usage)
+		return 2
+	}
+	sink := diag.DefaultSink(io.Discard, stderr, diag.FormatOptions{Color: colors.Never})
+	proj := &workspace.Project{Name: tokens.PackageName(project), Runtime: workspace.NewProjectRuntimeInfo("go", nil)}
+	b, err := diy.New(ctx, sink, url, proj)
+	if err != nil {
+		// The CLI's words for it, so that the Manager classifies it alike (it is also each reply's).
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return 1
+	}
+	h := &host{project: project, b: b, cancels: map[int64]*cancel.Source{}, out: json.NewEncoder(out)}
+	var wg sync.WaitGroup
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		var req request
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			fmt.Fprintf(stderr, "error: bad request %q: %v\n", sc.Text(), err)
+			continue
+		}
+		if req.Cancel {
+			h.cancel(req.ID)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.send(h.run(ctx, req))
+		}()
+	}
+	wg.Wait()
+	return 0
+}
+
+// send writes one reply; replies of concurrent requests never interleave.
+func (h *host) send(r reply) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_ = h.out.Encode(r) // a reader gone is the operator gone: nothing to tell
+}
+
+// cancel asks request id's engine run to stop gracefully (no-op when it is not running).
+func (h *host) cancel(id int64) {
+	h.mu.Lock()
+	src := h.cancels[id]
+	h.mu.Unlock()
+	if src != nil {
+		src.Cancel()
+	}
+}
+
+// run serves one request: an up, or an error reply for anything else.
+func (h *host) run(ctx context.Context, req request) reply {
+	var stdout, stderr strings.Builder
+	r := reply{ID: req.ID}
+	var err error
+	switch req.Op {
+	case "up":
+		r.Changes, r.Outputs, err = h.up(ctx, req, &stdout, &stderr)
+	default:
+		err = fmt.Errorf("unknown operation %q: this engine host runs up", req.Op)
+	}
+	if err != nil {
+		// As the CLI's main does (cmd.DisplayErrorMessage, cmd.ExitCodeFor): a bail has been
+		// reported by the display already.
+		if !result.IsBail(err) {
+			fmt.Fprintf(&stderr, "error: %v\n", err)
+		}
+		r.Code = cmdPulumi.ExitCodeFor(err)
+		if r.Code == 0 {
+			r.Code = 1
+		}
+	}
+	r.Stdout, r.Stderr = stdout.String(), stderr.String()
+	return r
+}
+
+// up is `pulumi up --yes --skip-preview --suppress-progress --color=never --client=<req.Client>
+// --stack <req.Stack> [--refresh]` in req.Dir (pkg/v3 cmd/pulumi/operations/up.go,
+// upWorkingDirectory), with the options the operator never sets left at the CLI's defaults.
+// It returns the engine's change summary and the stack's outputs (secrets as "[secret]").
+func (h *host) up(ctx context.Context, req request, stdout, stderr io.Writer) (map[string]int, map[string]string, error) {
+	if req.Stack == "" || !filepath.IsAbs(req.Dir) || req.Client == "" {
+		return nil, nil, fmt.Errorf("bad up request: want a stack, an absolute dir and a client address (got %q, %q, %q)", req.Stack, req.Dir, req.Client)
+	}
+	sink := diag.DefaultSink(stdout, stderr, diag.FormatOptions{Color: colors.Never})
+	proj, err := workspace.LoadProject(filepath.Join(req.Dir, "Pulumi.yaml"))
+	if err != nil {
+		return nil, nil, err
+	}
+	if string(proj.Name) != h.project {
+		return nil, nil, fmt.Errorf("project %q in %s: this engine host serves project %q", proj.Name, req.Dir, h.project)
+	}
+	// What the CLI's --client does (cmd/pulumi/operations/io.go readProjectForUpdate).
+	proj.Runtime = workspace.NewProjectRuntimeInfo("client", map[string]any{"address": req.Client})
+	ref, err := h.b.ParseStackReference(req.Stack)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := h.b.GetStack(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s == nil {
+		// cmdStack.RequireStack's words when it may not offer to create one.
+		return nil, nil, fmt.Errorf("no stack named '%s' found", req.Stack)
+	}
+	// The stack's configuration file by its path, not found from the working directory as the
+	// CLI does: requests of several stacks run at once here.
+	configFile := filepath.Join(req.Dir, "Pulumi."+req.Stack+".yaml")
+	cfg, sm, err := cmdConfig.GetStackConfiguration(ctx, sink, cmdStack.NewStackSecretsManagerLoaderFromEnv(), s, proj, configFile, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("getting stack configuration: %w", err)
+	}
+	if err := pkgWorkspace.ValidateStackConfigAndApplyProjectConfig(ctx, req.Stack, proj, cfg.Environment, cfg.Config,
+		sm.Encrypter(), sm.Decrypter()); err != nil {
+		return nil, nil, fmt.Errorf("validating stack config: %w", err)
+	}
+	m, err := metadata.GetUpdateMetadata("", req.Dir, "auto.inline", "", false, cfg, pflag.NewFlagSet("up", pflag.ContinueOnError))
+	if err != nil {
+		return nil, nil, fmt.Errorf("gathering environment metadata: %w", err)
+	}
+	opts := backend.UpdateOptions{
+		AutoApprove: true,
+		SkipPreview: true,
+		Display: display.Options{
+			Color:             colors.Never,
+			SuppressProgress:  true,
+			SuppressPermalink: true,
+			IsInteractive:     false,
+			Type:              display.DisplayProgress,
+			Stdout:            stdout,
+			Stderr:            stderr,
+		},
+		Engine: engine.UpdateOptions{
+			ParallelDiff:              env.ParallelDiff.Value(),
+			Parallel:                  defaultParallel(),
+			Refresh:                   req.Refresh,
+			UseLegacyDiff:             env.EnableLegacyDiff.Value(),
+			UseLegacyRefreshDiff:      env.EnableLegacyRefreshDiff.Value(),
+			DisableProviderPreview:    env.DisableProviderPreview.Value(),
+			DisableResourceReferences: env.DisableResourceReferences.Value(),
+			DisableOutputValues:       env.DisableOutputValues.Value(),
+			Experimental:              env.Experimental.Value(),
+			GeneratePlan:              env.Experimental.Value(),
+		},
+	}
+	events := make(chan engine.Event)
+	var changes map[string]int
+	var outputs map[string]string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range events {
+			switch p := e.Payload().(type) {
+			case engine.SummaryEventPayload:
+				changes = make(map[string]int, len(p.ResourceChanges))
+				for op, n := range p.ResourceChanges {
+					changes[string(op)] = n
+				}
+			case engine.ResourceOutputsEventPayload:
+				if p.Metadata.Type == "pulumi:pulumi:Stack" && !p.Planning && p.Metadata.New != nil {
+					outputs = make(map[string]string, len(p.Metadata.New.Outputs))
+					for k, v := range p.Metadata.New.Outputs {
+						if v.IsSecret() {
+							outputs[string(k)] = "[secret]"
+						} else {
+							outputs[string(k)] = fmt.Sprint(v.Mappable())
+						}
+					}
+				}
+			}
+		}
+	}()
+	// The backend gets a context that is never cancelled: it writes the last checkpoint and
+	// releases the lock with it, which a cancelled one would lose (gocloud's writers fail their
+	// Close; the experiment's cancel test left a pending create that way). Cancellation reaches
+	// the engine through the scope instead, as SIGINT reaches the CLI's.
+	_, err = backend.UpdateStack(context.WithoutCancel(ctx), s, backend.UpdateOperation{
+		Proj:               proj,
+		Root:               req.Dir,
+		M:                  m,
+		Opts:               opts,
+		StackConfiguration: cfg,
+		SecretsManager:     sm,
+		SecretsProvider:    secrets.DefaultProvider,
+		Scopes:             scopes{h: h, id: req.ID},
+	}, events)
+	close(events) // UpdateStack has delivered every event when it returns (diy apply waits for them)
+	<-done
+	if errors.Is(err, context.Canceled) {
+		return changes, outputs, fmt.Errorf("update cancelled")
+	}
+	return changes, outputs, err
+}
+
+// defaultParallel is the CLI's --parallel default (cmd/pulumi/operations/up.go defaultParallel):
+// PULUMI_PARALLEL when set, else four per CPU.
+func defaultParallel() int32 {
+	if p := env.Parallel.Value(); p > 0 && p < 1<<31 {
+		return int32(p)
+	}
+	return int32(runtime.GOMAXPROCS(0)) * 4 //nolint:gosec // GOMAXPROCS is small
+}
+
+// scopes is the request's backend.CancellationScopeSource: the CLI's own
+// (backend.CancellationScopes) is driven by SIGINT and SIGTERM to the process, which here would
+// stop every request at once; this one is driven by the request's cancel line.
+type scopes struct {
+	h  *host
+	id int64
+}
+
+// scope is one engine run's cancellation scope.
+type scope struct {
+	h   *host
+	id  int64
+	ctx *cancel.Context
+	src *cancel.Source
+}
+
+// NewScope registers the run's cancel.Source under the request id, for cancel.
+func (s scopes) NewScope(ctx context.Context, _ chan<- engine.Event, _ bool) backend.CancellationScope {
+	c, src := cancel.NewContext(context.WithoutCancel(ctx))
+	s.h.mu.Lock()
+	s.h.cancels[s.id] = src
+	s.h.mu.Unlock()
+	return &scope{h: s.h, id: s.id, ctx: c, src: src}
+}
+
+// Context is the engine's cancellation context.
+func (s *scope) Context() *cancel.Context { return s.ctx }
+
+// Close unregisters the run and terminates its source: the engine holds the update's plugin
+// host and context until its source is terminated (pkg/v3 engine/deployment.go), so without
+// it every update would leave them behind in this long-lived process.
+func (s *scope) Close() {
+	s.h.mu.Lock()
+	delete(s.h.cancels, s.id)
+	s.h.mu.Unlock()
+	s.src.Terminate()
+}

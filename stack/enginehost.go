@@ -1,0 +1,373 @@
+package stack
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// EngineHost is the file name of the engine host, pulumi-operator-engine
+// (hack/tools/pulumi/engine, built by `make build` into bin/ and shipped in the image beside the
+// pulumi CLI): one long-lived process that runs the Manager's `pulumi up` engine runs with the
+// same pkg/v3 code as the CLI's `up`, without a CLI process per run. An up then skips the CLI's
+// start (~0.2 CPU s) and, after a stack's first, its passphrase key derivation (~0.19 CPU s);
+// see its package comment and docs/benchmarks.md for what that buys.
+const EngineHost = "pulumi-operator-engine"
+
+// engineHostRuns is how many requests one engine host process serves before the Manager
+// replaces it (the next request starts a new one; the old one exits once its requests have
+// finished). pkg/v3 leaves ~6 goroutines and ~0.2 MB behind per update in a long-lived process
+// (a language-runtime connection it never closes: hack/experiments/inprocess-engine), so a
+// process is not kept forever; 200 runs bound that to ~40 MB, and a new process costs one
+// start (~0.1 s) and one key derivation per stack it then opens.
+const engineHostRuns = 200
+
+// engineHostFor resolves Config.EngineHost for cfg (BackendURL already checked): nil when
+// unset or when the engine host cannot serve cfg's stacks (helperCanCreate's rule: a DIY backend
+// and the passphrase secrets provider, which are what it is tested with). An explicit path
+// that does not exist is an error, so that a typo fails at start.
+func engineHostFor(cfg Config) (*engineHost, error) {
+	if cfg.EngineHost == "" || !helperCanCreate(cfg) {
+		return nil, nil
+	}
+	abs, err := filepath.Abs(cfg.EngineHost)
+	if err == nil {
+		_, err = os.Stat(abs)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("configure stack manager: engine host: %w (build it with `make build`, or leave it unset)", err)
+	}
+	return &engineHost{path: abs, project: cfg.Project, maxRuns: engineHostRuns}, nil
+}
+
+// engineHost starts and talks to the engine host process (one at a time; see engineHostRuns).
+type engineHost struct {
+	path, project string
+	// maxRuns is engineHostRuns (tests lower it).
+	maxRuns int
+
+	mu     sync.Mutex
+	proc   *engineProc
+	nextID int64
+}
+
+// engineProc is one engine host process.
+type engineProc struct {
+	cmd    *exec.Cmd
+	phrase string // the passphrase it was started with
+
+	wmu   sync.Mutex // one request line at a time
+	stdin io.WriteCloser
+
+	mu      sync.Mutex
+	waiting map[int64]chan engineReply // by request id
+	runs    int                        // requests sent
+	retired bool                       // takes no more requests; exits once waiting is empty
+	exited  bool
+	stderr  *tailWriter
+}
+
+// engineRequest and engineReply are the engine host's protocol (its package comment).
+type engineRequest struct {
+	ID      int64  `json:"id"`
+	Cancel  bool   `json:"cancel,omitempty"`
+	Op      string `json:"op,omitempty"`
+	Stack   string `json:"stack,omitempty"`
+	Dir     string `json:"dir,omitempty"`
+	Client  string `json:"client,omitempty"`
+	Refresh bool   `json:"refresh,omitempty"`
+}
+
+type engineReply struct {
+	ID      int64             `json:"id"`
+	Code    int               `json:"code"`
+	Stdout  string            `json:"stdout,omitempty"`
+	Stderr  string            `json:"stderr,omitempty"`
+	Changes map[string]int    `json:"changes,omitempty"`
+	Outputs map[string]string `json:"outputs,omitempty"`
+}
+
+// useEngineHost reports whether an up of stackName with opts goes to the engine host: there is
+// one, no progress output is wanted (the host reports at the end, the CLI as it goes: laptop
+// commands keep the CLI), and the CLI's passphrase is one the host reads alike from any
+// directory (PULUMI_CONFIG_PASSPHRASE, or an absolute PULUMI_CONFIG_PASSPHRASE_FILE; a relative
+// one is the CLI's relative to each stack's workspace).
+func (m *Manager) useEngineHost(opts RunOptions) bool {
+	if m.engineHost == nil || m.streams(opts) != nil {
+		return false
+	}
+	if _, ok := m.lookupEnv("PULUMI_CONFIG_PASSPHRASE"); ok {
+		return true
+	}
+	f, _ := m.lookupEnv("PULUMI_CONFIG_PASSPHRASE_FILE")
+	return filepath.IsAbs(f)
+}
+
+// lookupEnv is k in the CLI's environment: Config.Env (and New's settings) over this process's.
+func (m *Manager) lookupEnv(k string) (string, bool) {
+	if v, ok := m.env[k]; ok {
+		return v, true
+	}
+	return os.LookupEnv(k)
+}
+
+// engineHostUp is engine's up through the engine host: the same run, reported the same way (a
+// failure is a *cliError holding what the CLI would have printed).
+func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, opts RunOptions) (engineOutcome, error) {
+	dir := filepath.Join(m.cfg.WorkRoot, stackName)
+	// A passphrase changed since the host started (a rotated Secret) must be seen as the CLI
+	// would see it: pkg/v3 caches a stack's key by its salt alone, so an old host would go on
+	// with the old key. A new host reads the new one.
+	phrase, err := m.passphrase(dir)
+	if err != nil {
+		return engineOutcome{}, &cliError{op: "up", code: 255, stderr: "error: " + err.Error(), err: err}
+	}
+	r, err := m.engineHost.do(ctx, engineRequest{Op: "up", Stack: stackName, Dir: dir, Client: client, Refresh: opts.Refresh},
+		phrase, m.engineHostEnv)
+	if err != nil {
+		return engineOutcome{}, &cliError{op: "up", code: -1, stderr: "error: " + err.Error(), err: err}
+	}
+	if r.Code != 0 {
+		return engineOutcome{}, &cliError{op: "up", code: r.Code, stdout: r.Stdout, stderr: r.Stderr, err: fmt.Errorf("exit status %d", r.Code)}
+	}
+	return engineOutcome{changes: r.Changes, outputs: r.Outputs}, nil
+}
+
+// engineHostEnv is the engine host's environment: the CLI's (this process's, New's settings and
+// Config.Env over it, PULUMI_HOME) and the backend URL, which the host reads from there.
+func (m *Manager) engineHostEnv() []string {
+	env := os.Environ()
+	for k, v := range m.env {
+		env = append(env, k+"="+v)
+	}
+	if m.cfg.PulumiHome != "" {
+		env = append(env, "PULUMI_HOME="+m.cfg.PulumiHome)
+	}
+	return append(env, "PULUMI_BACKEND_URL="+m.cfg.BackendURL)
+}
+
+// do sends req to a running engine host process (starting one when there is none, the current
+// one has served engineHostRuns requests, has exited, or was started with another passphrase)
+// and waits for its reply. When ctx ends first it asks the host to cancel the run gracefully
+// and still waits for the reply, as the CLI path waits for a CLI it interrupted: the run then
+// writes its state and releases its lock. Errors: the host could not be started, or it exited
+// before replying (killed, crashed): the run's outcome is then unknown, as a killed CLI's.
+func (h *engineHost) do(ctx context.Context, req engineRequest, phrase string, env func() []string) (engineReply, error) {
+	p, id, ch, err := h.send(req, phrase, env)
+	if err != nil {
+		return engineReply{}, err
+	}
+	defer h.finished(p, id)
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return engineReply{}, p.exitError()
+		}
+		return r, nil
+	case <-ctx.Done():
+	}
+	p.write(engineRequest{ID: id, Cancel: true})
+	r, ok := <-ch
+	if !ok {
+		return engineReply{}, p.exitError()
+	}
+	return r, nil
+}
+
+// send picks or starts the process and writes req under a new id; ch receives the reply (closed
+// when the process exits without one).
+func (h *engineHost) send(req engineRequest, phrase string, env func() []string) (*engineProc, int64, chan engineReply, error) {
+	h.mu.Lock()
+	p := h.proc
+	if p != nil && !p.takes(phrase, h.maxRuns) {
+		p.retire()
+		p = nil
+	}
+	if p == nil {
+		var err error
+		if p, err = startEngineProc(h.path, h.project, phrase, env()); err != nil {
+			h.mu.Unlock()
+			return nil, 0, nil, err
+		}
+		h.proc = p
+	}
+	h.nextID++
+	id := h.nextID
+	ch := make(chan engineReply, 1)
+	p.mu.Lock()
+	p.waiting[id] = ch
+	p.runs++
+	p.mu.Unlock()
+	h.mu.Unlock()
+	req.ID = id
+	if err := p.write(req); err != nil {
+		h.finished(p, id)
+		return nil, 0, nil, fmt.Errorf("send to the engine host: %w", err)
+	}
+	return p, id, ch, nil
+}
+
+// finished forgets request id; a retired process with nothing left waiting is told to exit.
+func (h *engineHost) finished(p *engineProc, id int64) {
+	p.mu.Lock()
+	delete(p.waiting, id)
+	idle := p.retired && len(p.waiting) == 0
+	p.mu.Unlock()
+	if idle {
+		p.close()
+	}
+}
+
+// close stops the engine host process, if any, once its requests have finished; the next
+// request starts a new one.
+func (h *engineHost) close() {
+	h.mu.Lock()
+	p := h.proc
+	h.proc = nil
+	h.mu.Unlock()
+	if p != nil {
+		p.retire()
+	}
+}
+
+// startEngineProc starts the engine host at path for project with environment env; replies
+// come through a pipe on its file descriptor 3.
+func startEngineProc(path, project, phrase string, env []string) (*engineProc, error) {
+	cmd := exec.Command(path, project)
+	cmd.Env = env
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start the engine host: %w", err)
+	}
+	replies, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("start the engine host: %w", err)
+	}
+	cmd.ExtraFiles = []*os.File{w}
+	p := &engineProc{cmd: cmd, phrase: phrase, stdin: stdin, waiting: map[int64]chan engineReply{}, stderr: &tailWriter{max: 4096}}
+	cmd.Stderr = p.stderr
+	setEngineProcAttr(cmd)
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		replies.Close()
+		w.Close()
+		return nil, fmt.Errorf("start the engine host %s: %w", path, err)
+	}
+	w.Close() // the child's copy is the only writer now: its exit ends the reader
+	slog.Debug("engine host started", "pid", cmd.Process.Pid, "seconds", time.Since(start).Seconds())
+	go p.read(replies)
+	return p, nil
+}
+
+// takes reports whether p may take another request: it runs, is not retired, has served fewer
+// than maxRuns, and has phrase.
+func (p *engineProc) takes(phrase string, maxRuns int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.exited && !p.retired && p.runs < maxRuns && p.phrase == phrase
+}
+
+// retire stops p taking requests and closes its input once none is waiting (the host exits when
+// its input closes and its runs have finished).
+func (p *engineProc) retire() {
+	p.mu.Lock()
+	p.retired = true
+	idle := len(p.waiting) == 0
+	p.mu.Unlock()
+	if idle {
+		p.close()
+	}
+}
+
+// close closes p's input: the host finishes what runs and exits.
+func (p *engineProc) close() { _ = p.stdin.Close() }
+
+// write sends one request line.
+func (p *engineProc) write(req engineRequest) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	_, err = p.stdin.Write(append(b, '\n'))
+	return err
+}
+
+// read delivers replies until the process closes its end, then reaps it and closes the channel
+// of every request still waiting (exitError tells why).
+func (p *engineProc) read(r *os.File) {
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 64*1024*1024) // a reply holds a run's whole display
+	for sc.Scan() {
+		var rep engineReply
+		if err := json.Unmarshal(sc.Bytes(), &rep); err != nil {
+			slog.Warn("unreadable reply from the engine host", "error", err)
+			continue
+		}
+		p.mu.Lock()
+		ch := p.waiting[rep.ID]
+		p.mu.Unlock()
+		if ch != nil {
+			ch <- rep
+		}
+	}
+	err := p.cmd.Wait()
+	p.mu.Lock()
+	p.exited = true
+	for id, ch := range p.waiting {
+		close(ch)
+		delete(p.waiting, id)
+	}
+	p.mu.Unlock()
+	if err != nil {
+		slog.Warn("the engine host exited", "pid", p.cmd.Process.Pid, "error", err, "stderr", RedactText(p.stderr.String()))
+	}
+}
+
+// exitError says that the engine host exited before it replied.
+func (p *engineProc) exitError() error {
+	msg := "the engine host exited before its run finished"
+	if st := p.cmd.ProcessState; st != nil {
+		msg += " (" + st.String() + ")"
+	}
+	if tail := strings.TrimSpace(p.stderr.String()); tail != "" {
+		msg += ": " + RedactText(tail)
+	}
+	return errors.New(msg)
+}
+
+// tailWriter keeps the last max bytes written to it (the engine host's standard error, for the
+// error when it dies).
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailWriter) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, b...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0:0], t.b[over:]...)
+	}
+	return len(b), nil
+}
+
+func (t *tailWriter) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}

@@ -1,0 +1,17 @@
+package stack
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setEngineProcAttr makes the kernel kill the engine host when the operator dies (SIGKILL, a
+// crashed pod), as a container's processes die together: an engine host left behind would keep
+// the locks of its runs alive, and the next operator could not tell them stale
+// (Lock.OwnerGone). (The signal is tied to the thread that started it, which Go's runtime does
+// not end while the process runs; its input closing is the second way it learns.) Its own
+// process group keeps a terminal's Ctrl-C from stopping every run at once: the operator
+// cancels each run itself, gracefully.
+func setEngineProcAttr(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+}

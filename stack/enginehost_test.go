@@ -1,0 +1,308 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+)
+
+// hostManager is countingManager's Manager with the engine host (testenv.EngineHost): every
+// pulumi CLI run and stack-init helper run goes to runs, an engine host request does not.
+func hostManager(t *testing.T) (m *Manager, backend string, runs func() []string) {
+	t.Helper()
+	m, backend, runs = countingManager(t, "beside")
+	m.engineHost = &engineHost{path: testenv.EngineHost(t), project: m.cfg.Project, maxRuns: engineHostRuns}
+	t.Cleanup(m.Close)
+	return m, backend, runs
+}
+
+// hostPid is the pid of m's engine host process, 0 when none runs.
+func hostPid(m *Manager) int {
+	m.engineHost.mu.Lock()
+	defer m.engineHost.mu.Unlock()
+	if p := m.engineHost.proc; p != nil {
+		return p.cmd.Process.Pid
+	}
+	return 0
+}
+
+// TestEngineHostUp (issue 14): with the engine host, an up is no CLI run at all (a new stack:
+// the stack-init helper only), it returns the outputs (a secret as "[secret]") and the change
+// summary as the CLI path does, and the state it writes is the CLI's: a CLI up of the same
+// program afterwards changes nothing and reads the secret back, and the host goes on from
+// the CLI's state.
+func TestEngineHostUp(t *testing.T) {
+	m, backend, runs := hostManager(t)
+	name, _ := m.StackName("ns", "host")
+	res, err := m.Up(context.Background(), name, secretProgram("one"), RunOptions{})
+	if err != nil {
+		t.Fatalf("first up: %v", err)
+	}
+	if res.Outputs["greeting"] != "one" || res.Outputs["token"] != "[secret]" || res.Changes["create"] != 1 {
+		t.Fatalf("first up: outputs %v, changes %v; want greeting one, token [secret], 1 create", res.Outputs, res.Changes)
+	}
+	if got := runs(); !slices.Equal(got, []string{"stack-init-helper"}) {
+		t.Fatalf("first up ran %v, want the stack-init helper only (the up in the engine host)", got)
+	}
+	pid := hostPid(m)
+	if pid == 0 {
+		t.Fatal("no engine host process after an up through it")
+	}
+	res, err = m.Up(context.Background(), name, secretProgram("two"), RunOptions{})
+	if err != nil {
+		t.Fatalf("second up: %v", err)
+	}
+	if res.Outputs["greeting"] != "two" || res.Changes["same"] != 1 || res.Changed() {
+		t.Fatalf("second up: outputs %v, changes %v; want greeting two, the stack same", res.Outputs, res.Changes)
+	}
+	if got := runs(); len(got) != 0 {
+		t.Fatalf("second up ran %v, want no CLI run", got)
+	}
+	if got := hostPid(m); got != pid {
+		t.Fatalf("second up ran in engine host pid %d, want the first's %d", got, pid)
+	}
+	if got := stackFiles(t, backend); len(got) != 1 {
+		t.Fatalf("backend holds %v, want one stack", got)
+	}
+
+	// The CLI path (no engine host, a new Manager: a restart without it) on the same state.
+	cli, err := New(m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = cli.Up(context.Background(), name, secretProgram("two"), RunOptions{})
+	if err != nil {
+		t.Fatalf("CLI up after the host's: %v", err)
+	}
+	if res.Changed() || res.Outputs["greeting"] != "two" || res.Outputs["token"] != "[secret]" {
+		t.Fatalf("CLI up after the host's: changes %v, outputs %v; want nothing changed, the same outputs", res.Changes, res.Outputs)
+	}
+	if got := runs(); !slices.Contains(got, "up") {
+		t.Fatalf("the Manager without the engine host ran %v, want a CLI up", got)
+	}
+	res, err = cli.Up(context.Background(), name, secretProgram("three"), RunOptions{})
+	if err != nil || res.Outputs["greeting"] != "three" {
+		t.Fatalf("CLI up of a change: %v, %v", res.Outputs, err)
+	}
+	res, err = m.Up(context.Background(), name, secretProgram("three"), RunOptions{})
+	if err != nil || res.Changed() || res.Outputs["greeting"] != "three" {
+		t.Fatalf("host up after the CLI's: changes %v, outputs %v, %v; want nothing changed", res.Changes, res.Outputs, err)
+	}
+}
+
+// TestEngineHostErrorsReadAsTheCLIs: a program's error and a lock held by another update read
+// the same through the engine host as through a CLI run: the same summary, ErrLocked with the
+// holder's lock.
+func TestEngineHostErrorsReadAsTheCLIs(t *testing.T) {
+	m, _, _ := hostManager(t)
+	cli, err := New(m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := func(ctx *pulumi.Context) error { return errors.New("spec.replicaCount: must be at least 1") }
+	summaries := map[string]string{}
+	for label, mgr := range map[string]*Manager{"host": m, "cli": cli} {
+		name, _ := mgr.StackName("ns", "fail-"+label)
+		_, err := mgr.Up(context.Background(), name, failing, RunOptions{})
+		var oe *OperationError
+		if !errors.As(err, &oe) {
+			t.Fatalf("%s: up of a failing program: %v, want an *OperationError", label, err)
+		}
+		summaries[label] = strings.ReplaceAll(oe.Summary, name, "<stack>")
+	}
+	if !strings.Contains(summaries["host"], "spec.replicaCount: must be at least 1") || summaries["host"] != summaries["cli"] {
+		t.Fatalf("a program's error through the engine host reads %q, through the CLI %q; want the same, with the program's message",
+			summaries["host"], summaries["cli"])
+	}
+
+	name, _ := m.StackName("ns", "locked")
+	if _, err := m.Up(context.Background(), name, program("x", 0), RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	release := holdLock(t, cli, name)
+	_, err = m.Up(context.Background(), name, program("y", 0), RunOptions{})
+	var oe *OperationError
+	if !errors.Is(err, ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) != 1 || oe.Locks[0].OwnerGone() {
+		t.Fatalf("host up of a stack another update holds: %v, want ErrLocked naming one live lock", err)
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(context.Background(), name, program("y", 0), RunOptions{}); err != nil {
+		t.Fatalf("host up once the lock is released: %v", err)
+	}
+}
+
+// TestEngineHostCancel: a cancelled up through the engine host stops gracefully, as a CLI run
+// on SIGINT does: it fails, leaves no lock and no pending operation, and the next up works
+// without a stale-lock step.
+func TestEngineHostCancel(t *testing.T) {
+	m, backend, _ := hostManager(t)
+	name, _ := m.StackName("ns", "cancel")
+	if _, err := m.Up(context.Background(), name, program("a", 0), RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := m.Up(ctx, name, program("b", 5*time.Second), RunOptions{})
+	if err == nil {
+		t.Fatal("an up cancelled during its program succeeded")
+	}
+	t.Logf("cancelled up returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	if locks, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "locks", "*", "*", "*", "*.json")); len(locks) != 0 {
+		t.Fatalf("a cancelled up left locks %v", locks)
+	}
+	res, err := m.Up(context.Background(), name, program("c", 0), RunOptions{})
+	if err != nil || res.Outputs["greeting"] != "c" {
+		t.Fatalf("up after the cancelled one: %v, %v", res.Outputs, err)
+	}
+}
+
+// TestEngineHostKilled: an engine host killed during an up (SIGKILL, as the OOM killer might)
+// fails that up with an error that says so; its lock is seen as stale (its process is gone),
+// CancelLock removes it, and the next up starts a new host and works.
+func TestEngineHostKilled(t *testing.T) {
+	m, _, _ := hostManager(t)
+	name, _ := m.StackName("ns", "killed")
+	if _, err := m.Up(context.Background(), name, program("a", 0), RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pid := hostPid(m)
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}()
+	_, err := m.Up(context.Background(), name, program("b", 5*time.Second), RunOptions{})
+	if err == nil || !strings.Contains(err.Error(), "engine host exited") {
+		t.Fatalf("up whose engine host was killed: %v, want an error saying the engine host exited", err)
+	}
+	_, err = m.Up(context.Background(), name, program("c", 0), RunOptions{})
+	var oe *OperationError
+	if !errors.Is(err, ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) != 1 || oe.Locks[0].Pid != pid || !oe.Locks[0].OwnerGone() {
+		t.Fatalf("up after the kill: %v, want ErrLocked by the dead host (pid %d)", err, pid)
+	}
+	if err := m.CancelLock(context.Background(), name); err != nil {
+		t.Fatalf("CancelLock: %v", err)
+	}
+	res, err := m.Up(context.Background(), name, program("c", 0), RunOptions{})
+	if err != nil || res.Outputs["greeting"] != "c" {
+		t.Fatalf("up after CancelLock: %v, %v", res.Outputs, err)
+	}
+	if got := hostPid(m); got == pid || got == 0 {
+		t.Fatalf("engine host pid %d after the kill, want a new process (old %d)", got, pid)
+	}
+}
+
+// TestEngineHostRecycled: a host that has served maxRuns requests is replaced by a new process
+// for the next, and exits.
+func TestEngineHostRecycled(t *testing.T) {
+	m, _, _ := hostManager(t)
+	m.engineHost.maxRuns = 2
+	name, _ := m.StackName("ns", "recycled")
+	var pids []int
+	for i := range 3 {
+		if _, err := m.Up(context.Background(), name, program("x", 0), RunOptions{}); err != nil {
+			t.Fatalf("up %d: %v", i, err)
+		}
+		pids = append(pids, hostPid(m))
+	}
+	if pids[0] != pids[1] || pids[2] == pids[1] {
+		t.Fatalf("engine host pids of 3 ups with 2 runs a process: %v, want the first two the same and the third new", pids)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for processAlive(pids[0]) && !zombie(pids[0]) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the retired engine host (pid %d) still runs", pids[0])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// zombie reports whether pid has exited and awaits its parent's wait (or is gone).
+func zombie(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	_, after, _ := strings.Cut(string(b), ") ")
+	return strings.HasPrefix(after, "Z")
+}
+
+// TestEngineHostPassphraseChanged: a passphrase that changes under a running engine host (a
+// rotated Secret's file) is read as the CLI would read it, by a new host: a wrong one fails the
+// up with the CLI's words, and the right one works again. A host kept on would have gone on
+// with the key it had derived before.
+func TestEngineHostPassphraseChanged(t *testing.T) {
+	m, _, _ := hostManager(t)
+	file := filepath.Join(t.TempDir(), "passphrase")
+	if err := os.WriteFile(file, []byte("right\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	delete(m.env, "PULUMI_CONFIG_PASSPHRASE")
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "")
+	os.Unsetenv("PULUMI_CONFIG_PASSPHRASE")
+	m.env["PULUMI_CONFIG_PASSPHRASE_FILE"] = file
+	name, _ := m.StackName("ns", "rotated")
+	if _, err := m.Up(context.Background(), name, secretProgram("a"), RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pid := hostPid(m)
+	if err := os.WriteFile(file, []byte("wrong\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.Up(context.Background(), name, secretProgram("b"), RunOptions{})
+	if err == nil || !strings.Contains(err.Error(), "incorrect passphrase") {
+		t.Fatalf("up with a changed, wrong passphrase: %v, want the CLI's incorrect passphrase error", err)
+	}
+	if hostPid(m) == pid {
+		t.Fatal("the engine host was not replaced after the passphrase changed")
+	}
+	if err := os.WriteFile(file, []byte("right\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := m.Up(context.Background(), name, secretProgram("c"), RunOptions{}); err != nil || res.Outputs["greeting"] != "c" {
+		t.Fatalf("up with the right passphrase again: %v, %v", res.Outputs, err)
+	}
+}
+
+// TestEngineHostNotUsed: an up that wants progress output, and a relative passphrase file, go
+// to the CLI; New rejects an engine host path that does not exist.
+func TestEngineHostNotUsed(t *testing.T) {
+	m, _, runs := hostManager(t)
+	name, _ := m.StackName("ns", "progress")
+	var progress testenv.SyncBuffer
+	if _, err := m.Up(context.Background(), name, program("x", 0), RunOptions{Progress: &progress}); err != nil {
+		t.Fatal(err)
+	}
+	if got := runs(); !slices.Contains(got, "up") || !strings.Contains(progress.String(), "Updating") {
+		t.Fatalf("an up with progress ran %v and showed %q, want a CLI up with its progress", got, progress.String())
+	}
+	delete(m.env, "PULUMI_CONFIG_PASSPHRASE")
+	m.env["PULUMI_CONFIG_PASSPHRASE_FILE"] = "relative/passphrase"
+	if m.useEngineHost(RunOptions{}) {
+		t.Error("a relative PULUMI_CONFIG_PASSPHRASE_FILE goes to the engine host, want the CLI (it is relative to each workspace)")
+	}
+
+	cfg := m.cfg
+	cfg.EngineHost = filepath.Join(t.TempDir(), "no-such-engine")
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "engine host") {
+		t.Fatalf("New with a missing engine host: %v, want an error naming it", err)
+	}
+	cfg.EngineHost = testenv.EngineHost(t)
+	cfg.BackendURL = "https://api.pulumi.com"
+	if host, err := engineHostFor(cfg); err != nil || host != nil {
+		t.Fatalf("engine host for Pulumi Cloud: %v, %v; want none (the CLI runs those ups)", host, err)
+	}
+}
