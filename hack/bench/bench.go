@@ -70,7 +70,7 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 	b.kube = k
 	b.res = &Results{Date: b.start, Machine: b.host.machine(), Versions: b.versions(), Settings: Settings{
 		Samples: b.opts.samples, Warmup: b.opts.warmup, LatencyWorkers: latencyWorkers, Burst: b.opts.burst,
-		BurstWorkers: b.opts.burstWorkers, IdleTarget: b.opts.idle, IdleWorkers: b.opts.idleWorkers,
+		BurstWorkers: b.opts.burstWorkers, HostWorkers: b.opts.hostWorkers, IdleTarget: b.opts.idle, IdleWorkers: b.opts.idleWorkers,
 		Resync: b.opts.resync.String(), Budget: b.opts.budget.String(), Phases: phases}}
 	b.load("start")
 	b.logf("bench: %d CPUs, %s; pulumi %s; provider %s; Kubernetes %s", b.res.Machine.CPUs, b.res.Machine.CPUModel,
@@ -154,12 +154,25 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 			}
 			b.logf("figure 2: burst of %d CRs at --workers %d", b.opts.burst, w)
 			b.load(fmt.Sprintf("burst --workers %d, start", w))
-			r := b.phaseBurst(ctx, w)
+			r := b.phaseBurst(ctx, w, "")
 			if r.Error != "" {
 				b.broken(fmt.Sprintf("burst --workers %d", w), errors.New(r.Error))
 			}
 			b.res.Bursts = append(b.res.Bursts, r)
 			b.load(fmt.Sprintf("burst --workers %d, end", w))
+		}
+		for _, w := range b.opts.hostWorkers {
+			if ctx.Err() != nil {
+				break
+			}
+			b.logf("figure 2: burst of %d CRs at --workers %d with --engine-host", b.opts.burst, w)
+			b.load(fmt.Sprintf("burst --workers %d --engine-host, start", w))
+			r := b.phaseBurst(ctx, w, b.opts.engineHost)
+			if r.Error != "" {
+				b.broken(fmt.Sprintf("burst --workers %d --engine-host", w), errors.New(r.Error))
+			}
+			b.res.Bursts = append(b.res.Bursts, r)
+			b.load(fmt.Sprintf("burst --workers %d --engine-host, end", w))
 		}
 	}
 	if ph["idle"] && ctx.Err() == nil {

@@ -46,6 +46,8 @@ var allPhases = []string{"latency", "drift", "change", "postgres", "profile", "b
 type options struct {
 	samples, warmup, burst, idle, idleWorkers int
 	burstWorkers                              []int
+	hostWorkers                               []int  // bursts again with --engine-host at these
+	engineHost                                string // the engine host beside --pulumi, "" if none
 	resync, budget                            time.Duration
 	phases                                    map[string]bool
 	keepState                                 bool
@@ -81,6 +83,7 @@ func run() int {
 	warmup := fs.Int("warmup", 1, "warm-up pairs before figure 1's samples")
 	burst := fs.Int("burst", 100, "CRs per burst")
 	burstWorkers := fs.String("burst-workers", "1,2,4,8", "worker counts of the bursts")
+	hostWorkers := fs.String("engine-host-workers", "2,4", "worker counts of the bursts run again with --engine-host (the pulumi-operator-engine beside --pulumi); empty for none")
 	idle := fs.Int("idle", 1000, "unchanged CRs for the idle figure (fewer if the budget cannot pay for creating them)")
 	idleWorkers := fs.Int("idle-workers", 8, "--workers of the idle operator")
 	resync := fs.Duration("resync", 10*time.Second, "--resync of the idle operator")
@@ -124,6 +127,17 @@ func run() int {
 		}
 		o.burstWorkers = append(o.burstWorkers, n)
 	}
+	for _, w := range strings.Split(*hostWorkers, ",") {
+		if strings.TrimSpace(w) == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: --engine-host-workers %q: want a list of positive integers\n", *hostWorkers)
+			return exitUsage
+		}
+		o.hostWorkers = append(o.hostWorkers, n)
+	}
 	for _, c := range strings.Split(*idleCompare, ",") {
 		if c == "" {
 			continue
@@ -163,6 +177,14 @@ func run() int {
 		}
 	}
 	b.repo, b.out, b.operatorBin, b.pulumi = *repo, *out, *operatorBin, *pulumi
+	if len(b.opts.hostWorkers) > 0 {
+		p := filepath.Join(filepath.Dir(b.pulumi), stack.EngineHost)
+		if _, err := os.Stat(p); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: no engine host beside the pulumi CLI (%v): the bursts with --engine-host are left out (`make build` builds it, or pass --engine-host-workers '')\n", err)
+			b.opts.hostWorkers = nil
+		}
+		b.opts.engineHost = p
+	}
 	b.stateDir, b.rawDir = filepath.Join(b.out, "state"), filepath.Join(b.out, "raw-state")
 	code := b.run(ctx, *kubeconfig, *phases)
 	b.stopAll()

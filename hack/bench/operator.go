@@ -26,6 +26,7 @@ type operatorSpec struct {
 	env           map[string]string // added to the environment
 	backendURL    string            // --backend-url; "" for the default file backend in --state-dir
 	stackInit     string            // --stack-init; "" to leave the flag out (a baseline build may not know it)
+	engineHost    string            // --engine-host; "" to leave the flag out (every up a pulumi CLI process)
 }
 
 // operator is a running `pulumi-operator watch`.
@@ -68,6 +69,9 @@ func (b *bench) startOperator(ctx context.Context, s operatorSpec) (*operator, e
 	}
 	if s.stackInit != "" {
 		args = append([]string{"--stack-init", s.stackInit}, args...)
+	}
+	if s.engineHost != "" {
+		args = append([]string{"--engine-host", s.engineHost}, args...)
 	}
 	logPath := filepath.Join(b.out, "logs", "operator-"+s.name+".log")
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {

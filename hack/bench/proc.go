@@ -49,6 +49,24 @@ func (h host) cpu(pid int) (procCPU, error) {
 	return procCPU{self: st.CPUTime(), children: float64(st.CUTime+st.CSTime) / clockTicks}, nil
 }
 
+// treeCPU is the CPU time of pid and every live process below it (tree), each with the children
+// it has waited for: the whole tree's CPU so far, also while a long-lived child (the engine
+// host) has not exited and been waited for by pid. A process that exits meanwhile is left out.
+func (h host) treeCPU(pid int) (float64, error) {
+	var sum float64
+	for i, p := range h.tree(pid) {
+		c, err := h.cpu(p)
+		if err != nil {
+			if i == 0 {
+				return 0, err
+			}
+			continue
+		}
+		sum += c.self + c.children
+	}
+	return sum, nil
+}
+
 // rss is the resident set of pid in bytes (VmRSS of /proc/<pid>/status), 0 if it is gone.
 func (h host) rss(pid int) int64 {
 	p, err := h.fs.Proc(pid)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -60,16 +61,18 @@ type Versions struct {
 
 // Settings of the run.
 type Settings struct {
-	Samples        int    `json:"samples"`
-	Warmup         int    `json:"warmup"`
-	LatencyWorkers int    `json:"latencyWorkers"`
-	Burst          int    `json:"burstCRs"`
-	BurstWorkers   []int  `json:"burstWorkers"`
-	IdleTarget     int    `json:"idleTarget"`
-	IdleWorkers    int    `json:"idleWorkers"`
-	Resync         string `json:"resync"`
-	Budget         string `json:"budget"`
-	Phases         string `json:"phases"`
+	Samples        int   `json:"samples"`
+	Warmup         int   `json:"warmup"`
+	LatencyWorkers int   `json:"latencyWorkers"`
+	Burst          int   `json:"burstCRs"`
+	BurstWorkers   []int `json:"burstWorkers"`
+	// HostWorkers are the worker counts of the bursts with --engine-host.
+	HostWorkers []int  `json:"engineHostWorkers,omitempty"`
+	IdleTarget  int    `json:"idleTarget"`
+	IdleWorkers int    `json:"idleWorkers"`
+	Resync      string `json:"resync"`
+	Budget      string `json:"budget"`
+	Phases      string `json:"phases"`
 }
 
 // LoadMark is /proc/loadavg at a point of the run. Other work on the machine (tests, builds)
@@ -137,7 +140,10 @@ type Breakdown struct {
 
 // BurstResult is figure 2 at one worker count.
 type BurstResult struct {
-	Workers            int     `json:"workers"`
+	Workers int `json:"workers"`
+	// EngineHost says the operator ran with --engine-host (stack.EngineHost): its ups in that
+	// one process, not a pulumi CLI process each.
+	EngineHost         bool    `json:"engineHost,omitempty"`
 	CRs                int     `json:"crs"`
 	Ready              int     `json:"ready"`
 	Seconds            float64 `json:"seconds"`
@@ -264,20 +270,24 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// judge sets f's status: MET when ok, else NOT MET.
+func judge(f Figure, ok bool) Figure {
+	if ok {
+		f.Status = "MET"
+	} else {
+		f.Status = "NOT MET"
+	}
+	return f
+}
+
+// failed is the row of a figure that could not be measured, and why.
+func failed(id, name, target, why string) Figure {
+	return Figure{ID: id, Name: name, Target: target, Status: "FAILED", Note: why}
+}
+
 // figures turns the results into table lines, each judged against its target.
 func (r *Results) figures() []Figure {
 	var out []Figure
-	judge := func(f Figure, ok bool) Figure {
-		if ok {
-			f.Status = "MET"
-		} else {
-			f.Status = "NOT MET"
-		}
-		return f
-	}
-	failed := func(id, name, target, why string) Figure {
-		return Figure{ID: id, Name: name, Target: target, Status: "FAILED", Note: why}
-	}
 	if l := r.Latency; l != nil {
 		out = append(out,
 			judge(Figure{ID: "cr_ready_ratio", Name: "1. new CR to Ready vs the engine run of the same create (median)", Value: l.OperatorMedian, Unit: "s",
@@ -287,40 +297,8 @@ func (r *Results) figures() []Figure {
 	} else if r.phaseRan("latency") {
 		out = append(out, failed("cr_ready", "1. new CR to Ready", "ratio <= 1.25, < 1.6 s", "not measured"))
 	}
-	if len(r.Bursts) > 0 {
-		best := -1
-		errs := 0.0
-		for i, b := range r.Bursts {
-			name := fmt.Sprintf("2. burst of %d CRs, --workers %d", b.CRs, b.Workers)
-			if b.Error != "" {
-				out = append(out, failed(fmt.Sprintf("burst_w%d", b.Workers), name, "", b.Error))
-				continue
-			}
-			errs += b.ReconcileErrors
-			out = append(out, Figure{ID: fmt.Sprintf("burst_w%d", b.Workers), Name: name, Value: b.Seconds, Unit: "s",
-				Floor: b.FloorSeconds, Ratio: b.Ratio, Status: "INFO",
-				Note: fmt.Sprintf("peak RSS %.0f MiB (operator %.0f MiB); CPU s: operator tree %.0f, cluster %.0f, other work %.0f",
-					b.PeakTreeRSSMiB, b.PeakOperatorRSSMiB, b.OperatorCPUSeconds, b.ClusterCPUSeconds, b.OtherCPUSeconds)})
-			if best < 0 || b.Seconds < r.Bursts[best].Seconds {
-				best = i
-			}
-		}
-		if best >= 0 {
-			b := r.Bursts[best]
-			out = append(out,
-				judge(Figure{ID: "burst_best", Name: fmt.Sprintf("2. burst, best (--workers %d) vs CPU floor", b.Workers), Value: b.Seconds, Unit: "s",
-					Floor: b.FloorSeconds, Ratio: b.Ratio, Target: "ratio <= 1.25"}, b.Ratio > 0 && b.Ratio <= 1.25),
-				judge(Figure{ID: "burst_best_seconds", Name: fmt.Sprintf("2. burst, best (--workers %d)", b.Workers), Value: b.Seconds, Unit: "s",
-					Target: "< 60 s"}, b.Seconds > 0 && b.Seconds < 60),
-				judge(Figure{ID: "burst_best_rss", Name: fmt.Sprintf("2. burst, best (--workers %d): peak RSS of the operator's process tree", b.Workers), Value: b.PeakTreeRSSMiB, Unit: "MiB",
-					Target: "< 1024 MiB"}, b.PeakTreeRSSMiB > 0 && b.PeakTreeRSSMiB < 1024),
-				Figure{ID: "burst_cpu_per_up", Name: "2. burst: operator CPU per up vs raw up CPU (all worker counts)", Value: r.burstCPUPerUp(), Unit: "CPU s",
-					Floor: r.FloorCPUSeconds, Ratio: r.burstCPUPerUp() / max(r.FloorCPUSeconds, 1e-9), Status: "INFO",
-					Note: "the wall-time ratio without contention from other work"},
-				judge(Figure{ID: "burst_errors", Name: "2. burst: failed reconciles (all worker counts)", Value: errs, Unit: "",
-					Target: "= 0"}, errs == 0))
-		}
-	}
+	out = append(out, r.burstFigures(false)...)
+	out = append(out, r.burstFigures(true)...)
 	if i := r.Idle; i != nil {
 		name := fmt.Sprintf("3. idle, %d unchanged CRs", i.CRs)
 		if i.Reduced {
@@ -386,7 +364,7 @@ func (r *Results) reading() []string {
 		var best *BurstResult
 		for i := range r.Bursts {
 			b := &r.Bursts[i]
-			if b.Error == "" && (best == nil || b.Seconds < best.Seconds) {
+			if b.Error == "" && !b.EngineHost && (best == nil || b.Seconds < best.Seconds) {
 				best = b
 			}
 		}
@@ -422,11 +400,63 @@ func (r *Results) reading() []string {
 	return out
 }
 
-// burstCPUPerUp is the operator tree's CPU per up over every burst.
-func (r *Results) burstCPUPerUp() float64 {
+// burstFigures are figure 2's rows for the bursts without the engine host (host false) or with
+// it: one per worker count, then the best (shortest) burst judged against the targets, CPU per
+// up and failed reconciles over the group. None when the group did not run.
+func (r *Results) burstFigures(host bool) []Figure {
+	var out []Figure
+	best := -1
+	errs := 0.0
+	ran := false
+	label, id := "", ""
+	if host {
+		label, id = " with the engine host", "host_"
+	}
+	for i, b := range r.Bursts {
+		if b.EngineHost != host {
+			continue
+		}
+		ran = true
+		name := fmt.Sprintf("2. burst of %d CRs%s, --workers %d", b.CRs, label, b.Workers)
+		fid := fmt.Sprintf("burst_%sw%d", id, b.Workers)
+		if b.Error != "" {
+			out = append(out, failed(fid, name, "", b.Error))
+			continue
+		}
+		errs += b.ReconcileErrors
+		out = append(out, Figure{ID: fid, Name: name, Value: b.Seconds, Unit: "s",
+			Floor: b.FloorSeconds, Ratio: b.Ratio, Status: "INFO",
+			Note: fmt.Sprintf("peak RSS %.0f MiB (operator %.0f MiB); CPU s: operator tree %.0f, cluster %.0f, other work %.0f",
+				b.PeakTreeRSSMiB, b.PeakOperatorRSSMiB, b.OperatorCPUSeconds, b.ClusterCPUSeconds, b.OtherCPUSeconds)})
+		if best < 0 || b.Seconds < r.Bursts[best].Seconds {
+			best = i
+		}
+	}
+	if !ran || best < 0 {
+		return out
+	}
+	b := r.Bursts[best]
+	perUp := r.burstCPUPerUp(host)
+	return append(out,
+		judge(Figure{ID: "burst_" + id + "best", Name: fmt.Sprintf("2. burst%s, best (--workers %d) vs CPU floor", label, b.Workers), Value: b.Seconds, Unit: "s",
+			Floor: b.FloorSeconds, Ratio: b.Ratio, Target: "ratio <= 1.25"}, b.Ratio > 0 && b.Ratio <= 1.25),
+		judge(Figure{ID: "burst_" + id + "best_seconds", Name: fmt.Sprintf("2. burst%s, best (--workers %d)", label, b.Workers), Value: b.Seconds, Unit: "s",
+			Target: "< 60 s"}, b.Seconds > 0 && b.Seconds < 60),
+		judge(Figure{ID: "burst_" + id + "best_rss", Name: fmt.Sprintf("2. burst%s, best (--workers %d): peak RSS of the operator's process tree", label, b.Workers), Value: b.PeakTreeRSSMiB, Unit: "MiB",
+			Target: "< 1024 MiB"}, b.PeakTreeRSSMiB > 0 && b.PeakTreeRSSMiB < 1024),
+		Figure{ID: "burst_" + id + "cpu_per_up", Name: fmt.Sprintf("2. burst%s: operator CPU per up vs raw up CPU (all worker counts)", label), Value: perUp, Unit: "CPU s",
+			Floor: r.FloorCPUSeconds, Ratio: perUp / max(r.FloorCPUSeconds, 1e-9), Status: "INFO",
+			Note: "the wall-time ratio without contention from other work"},
+		judge(Figure{ID: "burst_" + id + "errors", Name: fmt.Sprintf("2. burst%s: failed reconciles (all worker counts)", label), Value: errs, Unit: "",
+			Target: "= 0"}, errs == 0))
+}
+
+// burstCPUPerUp is the operator tree's CPU per up over every burst without the engine host
+// (host false) or with it.
+func (r *Results) burstCPUPerUp(host bool) float64 {
 	cpu, ups := 0.0, 0
 	for _, b := range r.Bursts {
-		if b.Error == "" {
+		if b.Error == "" && b.EngineHost == host {
 			cpu += b.OperatorCPUSeconds
 			ups += b.Ups
 		}
@@ -623,14 +653,19 @@ func (r *Results) markdown() string {
 			r.FloorCPUSeconds, r.Settings.Burst, r.Machine.CPUs)
 		p("Besides the operator's tree, the table shows the CPU the cluster's processes used and the CPU that went to other work on the machine ")
 		p("(all busy CPU time in /proc/stat less the operator, cluster and bench): whatever other work took was not available to the operator.\n\n")
+		p("Rows marked \"engine host\" ran the operator with `--engine-host` (`stack.EngineHost`, pulumi-operator-engine): its ups in that one long-lived process, with the same pkg/v3 code as `pulumi up`, instead of a pulumi CLI process each; its CPU is counted with the operator's tree.\n\n")
 		p("| --workers | all Ready | CPU floor | ratio | CPU: operator tree (per up) | CPU: cluster | CPU: other work | peak RSS (tree) | peak RSS (operator) | peak processes | ups | failed / locked reconciles |\n")
 		p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 		for _, b := range r.Bursts {
+			w := strconv.Itoa(b.Workers)
+			if b.EngineHost {
+				w += ", engine host"
+			}
 			if b.Error != "" {
-				p("| %d | FAILED: %s | | | | | | | | | | |\n", b.Workers, mdEscape(b.Error))
+				p("| %s | FAILED: %s | | | | | | | | | | |\n", w, mdEscape(b.Error))
 				continue
 			}
-			p("| %d | %.1f s | %.1f s | %.2fx | %.0f s (%.2f s) | %.0f s | %.0f s | %.0f MiB | %.0f MiB | %d | %d | %.0f / %.0f |\n", b.Workers, b.Seconds, b.FloorSeconds, b.Ratio,
+			p("| %s | %.1f s | %.1f s | %.2fx | %.0f s (%.2f s) | %.0f s | %.0f s | %.0f MiB | %.0f MiB | %d | %d | %.0f / %.0f |\n", w, b.Seconds, b.FloorSeconds, b.Ratio,
 				b.OperatorCPUSeconds, b.cpuPerUp(), b.ClusterCPUSeconds, b.OtherCPUSeconds, b.PeakTreeRSSMiB, b.PeakOperatorRSSMiB, b.PeakProcesses, b.Ups, b.ReconcileErrors, b.ReconcileLocked)
 		}
 		if cc := r.ClusterCPU; cc != nil {
