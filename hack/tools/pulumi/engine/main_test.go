@@ -104,4 +104,3 @@ func TestNoStack(t *testing.T) {
 		t.Errorf("created stacks %v", stacks)
 	}
 }
-
