@@ -33,7 +33,7 @@ type config struct {
 	stateDir     string
 	pulumiPath   string
 	stackInit    string // stack.Config.StackInit: the stack-init helper's path, "none", or "" to look for it
-	engineHost   string // stack.Config.EngineHost: the engine host's path, or "" for a CLI process per up
+	engineHost   string // --engine-host: the engine host's path, "none", or "" to look for it (engineHostPath)
 	clusterName  string
 	logFormat    string
 	logLevel     string
@@ -93,7 +93,7 @@ func App() *cli.App {
 			&cli.StringFlag{Name: "stack-init", EnvVars: []string{"PULUMI_OPERATOR_STACK_INIT"}, Destination: &cfg.stackInit,
 				Usage: "`PATH` of pulumi-operator-stack-init, which creates new stacks of a DIY backend with the passphrase secrets provider faster than `pulumi stack init`, or `none` to use `pulumi stack init`; default: the one next to this binary or else next to the pulumi CLI, if there is one"},
 			&cli.StringFlag{Name: "engine-host", EnvVars: []string{"PULUMI_OPERATOR_ENGINE_HOST"}, Destination: &cfg.engineHost,
-				Usage: "`PATH` of pulumi-operator-engine, one long-lived process that runs the watcher's ups without a pulumi CLI process each (a DIY backend with the passphrase secrets provider only); default: none, every up is a `pulumi up` process"},
+				Usage: "`PATH` of pulumi-operator-engine, one long-lived process that runs the ups of `watch` (and of any command that shows no progress) without a pulumi CLI process each, on a DIY backend with the passphrase secrets provider; `none` runs every up as a `pulumi up` process; default: the one next to this binary, if there is one"},
 			&cli.StringFlag{Name: "cluster-name", EnvVars: []string{"PULUMI_OPERATOR_CLUSTER_NAME"}, Destination: &cfg.clusterName,
 				Usage: "`NAME` of this cluster in stack names (a DNS label); default: the first 12 hex digits of the kube-system namespace's UID"},
 			&cli.StringFlag{Name: "log-format", EnvVars: []string{"PULUMI_OPERATOR_LOG_FORMAT"}, Value: "text", Destination: &cfg.logFormat,

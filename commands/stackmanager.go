@@ -118,7 +118,7 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 		WorkRoot:    filepath.Join(cfg.stateDir, "workspaces"),
 		PulumiPath:  pulumiPath,
 		StackInit:   stackInitPath(cfg),
-		EngineHost:  cfg.engineHost,
+		EngineHost:  engineHostPath(cfg),
 		ClusterName: cluster,
 		Env:         env,
 		// Pulumi records a stack's secrets provider in its state at `stack init`; later
@@ -173,6 +173,29 @@ func stackInitPath(cfg *config) string {
 		return ""
 	}
 	p := filepath.Join(filepath.Dir(exe), stack.StackInitHelper)
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
+}
+
+// engineHostPath is stack.Config.EngineHost for cfg: --engine-host when given ("" for none),
+// else the engine host next to this binary when it is there (the image and bin/ hold both),
+// else "": every up a pulumi CLI process. The operator uses it by default because it halves an
+// up's CPU (docs/benchmarks.md, figure 2); stack.Config leaves it off unless set.
+func engineHostPath(cfg *config) string {
+	switch cfg.engineHost {
+	case stack.NoEngineHost:
+		return ""
+	case "":
+	default:
+		return cfg.engineHost
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(exe), stack.EngineHost)
 	if _, err := os.Stat(p); err != nil {
 		return ""
 	}

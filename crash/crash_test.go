@@ -44,7 +44,8 @@ const crashEnv = "PULUMI_OPERATOR_CRASH_TEST"
 // The kills must have hit what they are for: at least one must have killed an up or destroy in
 // flight, and at least one must have left a lock in the backend, which the operator must have
 // cleared ("cancelled stale lock" in its log): the recovery path ran. Two runs:
-//   - the short run (always; `make test`): 3 container kills on the file backend, the first
+//   - the short run (always; `make test`): 3 container kills on the file backend (twice: see
+//     below), the first
 //     ones aimed inUpdate (0 to 0.5 s after the lock). About 1.5 minutes on a loaded 2-core
 //     machine. That any kill leaves a pending operation is not required: the last one is aimed
 //     at one, but a resource change can end before the kill comes.
@@ -53,6 +54,10 @@ const crashEnv = "PULUMI_OPERATOR_CRASH_TEST"
 //     lock) or inStep. Enough kills that it must have cleared stale locks and resolved pending
 //     operations ("resolved pending operations" in the operator's log), not only survived.
 //
+// Each run is made twice on the file backend: with every up a pulumi CLI process ("file"), and
+// with the operator's ups in its engine host ("file-engine-host", --engine-host), whose kill is
+// a kill of every up it was running at once.
+//
 // CRASH_SEED=<n> replays a run's random choices (the seed is logged; the timing of a real
 // process still differs); CRASH_KILLS=<n> sets the container kills per backend. The postgres
 // case needs PULUMI_TEST_POSTGRES_URL.
@@ -60,7 +65,9 @@ func TestCrashSafety(t *testing.T) {
 	requirePlugin(t)
 	long := os.Getenv(crashEnv) == "1"
 	plan := crashPlan{kills: 3, objects: 4, minLive: 3, maxCreated: 6, aims: []killAim{inUpdate}, aimDelay: 500 * time.Millisecond}
-	backends := []string{"file"}
+	// file-engine-host: the file backend with the operator's ups in its engine host
+	// (--engine-host) instead of a pulumi CLI process each.
+	backends := []string{"file", "file-engine-host"}
 	if long {
 		plan = crashPlan{kills: 20, objects: 6, minLive: 5, maxCreated: 12, aims: []killAim{anywhere, inUpdate, inStep},
 			aimDelay: 3 * time.Second, requireRecoveries: true}
@@ -95,7 +102,11 @@ func TestCrashSafety(t *testing.T) {
 				// remote backend.
 				p.wipeWorkspaces = true
 			}
-			crashRun(t, rand.New(rand.NewSource(seed)), p, backendURL, stateDir)
+			engineHost := ""
+			if name == "file-engine-host" {
+				engineHost = testenv.EngineHost(t)
+			}
+			crashRun(t, rand.New(rand.NewSource(seed)), p, backendURL, stateDir, engineHost)
 		})
 	}
 }
@@ -188,7 +199,7 @@ func randomSpec(rng *rand.Rand) spec {
 
 // crashRun runs plan against the backend backendURL (the file backend's directory is under
 // stateDir) and checks the outcome; see TestCrashSafety.
-func crashRun(t *testing.T, rng *rand.Rand, plan crashPlan, backendURL, stateDir string) {
+func crashRun(t *testing.T, rng *rand.Rand, plan crashPlan, backendURL, stateDir, engineHost string) {
 	c := testenv.Connect(t)
 	c.InstallCRD(t)
 	ns := c.Namespace(t)
@@ -196,7 +207,8 @@ func crashRun(t *testing.T, rng *rand.Rand, plan crashPlan, backendURL, stateDir
 	const passphrase = "crash-test-passphrase"
 	const cluster = "crash"
 	op := newOperator(t, operatorConfig{name: "operator", kubeconfig: c.Kubeconfig, backendURL: backendURL,
-		stateDir: stateDir, cluster: cluster, namespace: ns, env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": passphrase}})
+		stateDir: stateDir, cluster: cluster, namespace: ns, env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": passphrase},
+		engineHost: engineHost})
 	// Cleanups run last-registered first: objects deleted (with the operator running, so their
 	// stacks are destroyed) before the operator stops and the namespace goes.
 	t.Cleanup(func() {
@@ -239,19 +251,26 @@ func crashRun(t *testing.T, rng *rand.Rand, plan crashPlan, backendURL, stateDir
 	killedOps := map[string]int{}
 	inFlightKills := 0
 	locksLeft, pendingLeft := map[string]bool{}, map[string]bool{}
-	record := func(killed []string) {
+	// locked says whether the backend held a lock right after the kill: an engine host runs
+	// between its ups too, so killing one interrupted an up only if that left a lock.
+	record := func(killed []string, locked bool) {
 		processesKilled += len(killed)
 		hit := false
 		for _, l := range killed {
 			if o := pulumiOperation(l); o != "" {
 				killedOps[o]++
-				hit = hit || o == "up" || o == "destroy"
+				inFlight := o == "up" || o == "destroy"
+				if stackArg(l) == "" && o == "up" { // the engine host
+					inFlight = locked
+				}
+				hit = hit || inFlight
 			}
 		}
 		if hit {
 			inFlightKills++
 		}
 	}
+	lockedNow := func() bool { return len(backendLocks(t, backendURL, cluster, ns)) > 0 }
 	lastStart := 0           // log offset of the running operator's start
 	var lastPending []string // pending operations the last kill left in the state
 	for containerKills < plan.kills {
@@ -280,11 +299,12 @@ func crashRun(t *testing.T, rng *rand.Rand, plan crashPlan, backendURL, stateDir
 		if !last && rng.Intn(4) == 0 {
 			if killed := op.killPulumi(); len(killed) > 0 {
 				pulumiKills++
-				record(killed)
+				record(killed, lockedNow())
 				continue
 			}
 		}
-		record(op.kill())
+		killed := op.kill()
+		record(killed, lockedNow())
 		containerKills++
 		for _, l := range backendLocks(t, backendURL, cluster, ns) {
 			locksLeft[l] = true

@@ -24,6 +24,10 @@ import (
 // see its package comment and docs/benchmarks.md for what that buys.
 const EngineHost = "pulumi-operator-engine"
 
+// NoEngineHost is the value of pulumi-operator's --engine-host that turns the engine host off:
+// every up is a `pulumi up` CLI process. (stack.Config.EngineHost itself is off when empty.)
+const NoEngineHost = "none"
+
 // engineHostRuns is how many requests one engine host process serves before the Manager
 // replaces it (the next request starts a new one; the old one exits once its requests have
 // finished). pkg/v3 leaves ~6 goroutines and ~0.2 MB behind per update in a long-lived process
