@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
 // phaseBurst measures figure 2 at one worker count: 100 CRs created at once, time until all
 // are Ready, the peak resident memory of the operator and its pulumi processes, and the CPU
 // they used. engineHost, when not empty, is the operator's --engine-host (its ups then run in
-// that one process instead of a pulumi CLI each). The objects stay (Ready, in the shared
+// that one process instead of a pulumi CLI each); empty runs it with --engine-host none. The objects stay (Ready, in the shared
 // backend) for the idle measurement.
 func (b *bench) phaseBurst(ctx context.Context, workers int, engineHost string) BurstResult {
 	r := BurstResult{Workers: workers, CRs: b.opts.burst, EngineHost: engineHost != ""}
@@ -25,7 +27,13 @@ func (b *bench) phaseBurst(ctx context.Context, workers int, engineHost string) 
 		r.Error = err.Error()
 		return r
 	}
-	op, err := b.startOperator(ctx, operatorSpec{name: name, namespace: ns, workers: workers, resync: 10 * time.Minute, engineHost: engineHost})
+	// The CLI rows say --engine-host none: the operator would otherwise use the engine host
+	// beside it by default.
+	flag := engineHost
+	if flag == "" {
+		flag = stack.NoEngineHost
+	}
+	op, err := b.startOperator(ctx, operatorSpec{name: name, namespace: ns, workers: workers, resync: 10 * time.Minute, engineHost: flag})
 	if err != nil {
 		r.Error = err.Error()
 		return r

@@ -304,7 +304,7 @@ func (b *bench) phaseProfile(ctx context.Context) error {
 	_ = os.Remove(opLog)
 	_ = os.Remove(rawLog)
 	op, err := b.startOperator(ctx, operatorSpec{name: "profile", namespace: nsProfile, workers: latencyWorkers,
-		resync: 10 * time.Minute, pulumi: self, stackInit: b.stackInit, env: map[string]string{wrapperLog: opLog}})
+		resync: 10 * time.Minute, pulumi: self, stackInit: b.stackInit, engineHost: stack.NoEngineHost, env: map[string]string{wrapperLog: opLog}})
 	if err != nil {
 		return err
 	}

@@ -615,7 +615,7 @@ func (r *Results) markdown() string {
 	}
 	if len(r.Profile) > 0 {
 		p("\n## Where an up's time goes: pulumi CLI runs\n\n")
-		p("One create and one change through the operator and through a raw `stack.Manager.Up`, with every pulumi CLI run ")
+		p("One create and one change through the operator with `--engine-host none` (every up a `pulumi up` process; the engine host's runs are no CLI runs to time: see figure 2) and through a raw `stack.Manager.Up`, with every pulumi CLI run ")
 		p("timed by a wrapper (wall time; CPU of the CLI and the provider plugin it waits for):\n\n")
 		profileTable(&s, r.Profile)
 		if up, other := cliSplit(r.Profile); up > 0 {
@@ -643,7 +643,7 @@ func (r *Results) markdown() string {
 			if c.GOGC != "" {
 				p("The CLI and its provider plugins ran with GOGC=%s (the default is `stack.ChildGOGC`). ", c.GOGC)
 			}
-			p("What an engine run in the operator's own process would cost instead (no CLI start, one key derivation per stack and process) is measured by the experiment in `hack/experiments/inprocess-engine`.\n")
+			p("The operator's default, the engine host (`stack.EngineHost`), pays neither per run: the CLI start once per process, the key once per stack and process; figure 2's engine-host rows show what that leaves per up.\n")
 		}
 	}
 	if len(r.Bursts) > 0 {

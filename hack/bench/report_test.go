@@ -43,7 +43,7 @@ func TestWhereTheRestGoes(t *testing.T) {
 	profile := []ProfileRun{{Label: "operator: new CR to Ready", TotalSeconds: 2, CLI: []CLIStep{{Command: "up", Wall: 1.5, CPU: 1.2}}, CLIWall: 1.5, CLICPU: 1.2}}
 	r := &Results{Profile: profile, CLIStart: &CLIStart{Wall: 0.3, CPU: 0.2, Samples: 5, KeyDerivation: 0.19, GOGC: "400"}}
 	md := r.markdown()
-	for _, want := range []string{"1,000,000 iterations: 0.19 s of one core", "GOGC=400", "hack/experiments/inprocess-engine"} {
+	for _, want := range []string{"1,000,000 iterations: 0.19 s of one core", "GOGC=400", "stack.EngineHost"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the doc lacks %q", want)
 		}
@@ -70,5 +70,42 @@ func TestNewStackByHelper(t *testing.T) {
 	md = (&Results{Profile: cli, CLIStart: start}).markdown()
 	if !strings.Contains(md, "pays the start and the key twice") || strings.Contains(md, "stack-init helper (") {
 		t.Error("a profile with `stack init` should keep the sentence about a second CLI start")
+	}
+}
+
+// TestBurstGroups: the bursts with the engine host are judged as a group of their own, beside
+// the CLI's: each group's best is its shortest burst, with its own status rows and CPU per up.
+func TestBurstGroups(t *testing.T) {
+	r := &Results{FloorCPUSeconds: 0.5, Machine: Machine{CPUs: 2}, Bursts: []BurstResult{
+		{Workers: 2, CRs: 100, Seconds: 60, FloorSeconds: 25, Ratio: 2.4, PeakTreeRSSMiB: 600, OperatorCPUSeconds: 70, Ups: 100},
+		{Workers: 4, CRs: 100, Seconds: 50, FloorSeconds: 25, Ratio: 2.0, PeakTreeRSSMiB: 1100, OperatorCPUSeconds: 74, Ups: 100},
+		{Workers: 2, CRs: 100, EngineHost: true, Seconds: 38, FloorSeconds: 25, Ratio: 1.52, PeakTreeRSSMiB: 600, OperatorCPUSeconds: 36, Ups: 100},
+		{Workers: 4, CRs: 100, EngineHost: true, Seconds: 31, FloorSeconds: 25, Ratio: 1.24, PeakTreeRSSMiB: 860, OperatorCPUSeconds: 38, Ups: 100},
+	}}
+	got := map[string]Figure{}
+	for _, f := range r.figures() {
+		got[f.ID] = f
+	}
+	for id, want := range map[string]struct {
+		name, status string
+		value        float64
+	}{
+		"burst_best":              {"2. burst, best (--workers 4) vs CPU floor", "NOT MET", 50},
+		"burst_best_rss":          {"2. burst, best (--workers 4): peak RSS of the operator's process tree", "NOT MET", 1100},
+		"burst_host_best":         {"2. burst with the engine host, best (--workers 4) vs CPU floor", "MET", 31},
+		"burst_host_best_seconds": {"2. burst with the engine host, best (--workers 4)", "MET", 31},
+		"burst_host_best_rss":     {"2. burst with the engine host, best (--workers 4): peak RSS of the operator's process tree", "MET", 860},
+		"burst_host_w2":           {"2. burst of 100 CRs with the engine host, --workers 2", "INFO", 38},
+	} {
+		f, ok := got[id]
+		if !ok || f.Name != want.name || f.Status != want.status || f.Value != want.value {
+			t.Errorf("figure %s: %+v (present %v); want %q, %s, %v", id, f, ok, want.name, want.status, want.value)
+		}
+	}
+	if f := got["burst_host_cpu_per_up"]; f.Value != 0.37 {
+		t.Errorf("engine host CPU per up %v, want 0.37 (74 CPU s over 200 ups)", f.Value)
+	}
+	if f := got["burst_cpu_per_up"]; f.Value != 0.72 {
+		t.Errorf("CLI CPU per up %v, want 0.72 (144 CPU s over 200 ups)", f.Value)
 	}
 }
