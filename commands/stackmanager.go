@@ -168,15 +168,7 @@ func stackInitPath(cfg *config) string {
 	if cfg.stackInit != "" {
 		return cfg.stackInit
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return ""
-	}
-	p := filepath.Join(filepath.Dir(exe), stack.StackInitHelper)
-	if _, err := os.Stat(p); err != nil {
-		return ""
-	}
-	return p
+	return besideExecutable(stack.StackInitHelper)
 }
 
 // engineHostPath is stack.Config.EngineHost for cfg: --engine-host when given ("" for none),
@@ -188,14 +180,19 @@ func engineHostPath(cfg *config) string {
 	case stack.NoEngineHost:
 		return ""
 	case "":
+		return besideExecutable(stack.EngineHost)
 	default:
 		return cfg.engineHost
 	}
+}
+
+// besideExecutable is the file name next to this binary when it exists there, else "".
+func besideExecutable(name string) string {
 	exe, err := os.Executable()
 	if err != nil {
 		return ""
 	}
-	p := filepath.Join(filepath.Dir(exe), stack.EngineHost)
+	p := filepath.Join(filepath.Dir(exe), name)
 	if _, err := os.Stat(p); err != nil {
 		return ""
 	}

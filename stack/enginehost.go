@@ -81,7 +81,10 @@ type engineProc struct {
 	stderr  *tailWriter
 }
 
-// engineRequest and engineReply are the engine host's protocol (its package comment).
+// engineRequest and engineReply are the engine host's protocol (its package comment). They
+// mirror its request and reply types, which live in the pinned CLI's module
+// (hack/tools/pulumi/engine) and cannot be shared with this one: the operator does not link
+// pkg/v3, and the engine host does not link the operator.
 type engineRequest struct {
 	ID      int64  `json:"id"`
 	Cancel  bool   `json:"cancel,omitempty"`
