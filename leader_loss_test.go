@@ -33,8 +33,18 @@ import (
 // provider waits for available replicas). The Lease is then taken by an identity that never
 // renews it, as a replica cut off from the leader would: the leader must notice within its
 // renew deadline and exit, cancelled up and all, before the follower leads.
+//
+// Run twice: with every up a pulumi CLI process ("cli", --engine-host none), and with the ups in
+// the engine host ("engine-host", the default of a binary that has one beside it), whose run is
+// cancelled through its request, not a signal.
 func TestLeaderLossCancelsOperations(t *testing.T) {
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	t.Run("cli", func(t *testing.T) { leaderLoss(t, stack.NoEngineHost) })
+	t.Run("engine-host", func(t *testing.T) { leaderLoss(t, testenv.EngineHost(t)) })
+}
+
+// leaderLoss is TestLeaderLossCancelsOperations with --engine-host engineHost.
+func leaderLoss(t *testing.T, engineHost string) {
 	c := testenv.Connect(t)
 	c.InstallCRD(t)
 	ns := c.Namespace(t)
@@ -57,7 +67,7 @@ func TestLeaderLossCancelsOperations(t *testing.T) {
 	start := func(name string) *replica {
 		r := &replica{logs: &testenv.SyncBuffer{}, exited: make(chan error, 1)}
 		r.cmd = exec.Command(bin, "--kubeconfig", c.Kubeconfig, "--state-dir", state, "--cluster-name", "loss",
-			"--pulumi", cli, "watch", "--namespace", ns, "--leader-elect", "--leader-election-namespace", ns,
+			"--pulumi", cli, "--engine-host", engineHost, "watch", "--namespace", ns, "--leader-elect", "--leader-election-namespace", ns,
 			"--health-addr", "", "--metrics-addr", "", "--workers", "1")
 		r.cmd.Env = append(os.Environ(), "PULUMI_CONFIG_PASSPHRASE=loss")
 		r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs

@@ -218,6 +218,8 @@ func (h *engineHost) send(req engineRequest, phrase string, env func() []string)
 	h.mu.Unlock()
 	req.ID = id
 	if err := p.write(req); err != nil {
+		// The process is going (its input is closed): the next request starts another.
+		p.retire()
 		h.finished(p, id)
 		return nil, 0, nil, fmt.Errorf("send to the engine host: %w", err)
 	}

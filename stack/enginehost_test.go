@@ -170,6 +170,26 @@ func TestEngineHostCancel(t *testing.T) {
 	}
 }
 
+// TestEngineHostCancelledBeforeItRuns: an up whose context is already done when it reaches the
+// engine host (its cancel line comes before the run has a cancellation scope) is cancelled too:
+// it fails and changes nothing, where a lost cancel would have run it to the end.
+func TestEngineHostCancelledBeforeItRuns(t *testing.T) {
+	m, _, _ := hostManager(t)
+	name, _ := m.StackName("ns", "early")
+	if _, err := m.Up(context.Background(), name, program("a", 0), RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if res, err := m.Up(ctx, name, program("b", 0), RunOptions{}); err == nil {
+		t.Fatalf("an up cancelled before it ran succeeded: %v", res.Outputs)
+	}
+	res, err := m.Up(context.Background(), name, program("a", 0), RunOptions{})
+	if err != nil || res.Changed() {
+		t.Fatalf("up of the first program after the cancelled one: changes %v, %v; want nothing changed (the cancelled up applied nothing)", res.Changes, err)
+	}
+}
+
 // TestEngineHostKilled: an engine host killed during an up (SIGKILL, as the OOM killer might)
 // fails that up with an error that says so; its lock is seen as stale (its process is gone),
 // CancelLock removes it, and the next up starts a new host and works.

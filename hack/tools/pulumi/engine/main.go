@@ -117,8 +117,12 @@ type host struct {
 	b       backend.Backend
 
 	mu      sync.Mutex
-	cancels map[int64]*cancel.Source // by request id, while it runs
-	out     *json.Encoder
+	cancels map[int64]*cancel.Source // by request id, while its engine run runs
+	// running holds the requests received and not yet replied to; early those of them whose
+	// cancel came before their engine run had a scope (loading the stack and its configuration),
+	// which NewScope then cancels at once.
+	running, early map[int64]bool
+	out            *json.Encoder
 }
 
 // serve runs the engine host on backend URL url for project until in closes; it returns the exit
@@ -141,7 +145,8 @@ func serve(ctx context.Context, url, project string, in io.Reader, out io.Writer
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return 1
 	}
-	h := &host{project: project, b: b, cancels: map[int64]*cancel.Source{}, out: json.NewEncoder(out)}
+	h := &host{project: project, b: b, cancels: map[int64]*cancel.Source{}, running: map[int64]bool{}, early: map[int64]bool{},
+		out: json.NewEncoder(out)}
 	var wg sync.WaitGroup
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
@@ -155,10 +160,18 @@ func serve(ctx context.Context, url, project string, in io.Reader, out io.Writer
 			h.cancel(req.ID)
 			continue
 		}
+		h.mu.Lock()
+		h.running[req.ID] = true
+		h.mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h.send(h.run(ctx, req))
+			r := h.run(ctx, req)
+			h.mu.Lock()
+			delete(h.running, req.ID)
+			delete(h.early, req.ID)
+			h.mu.Unlock()
+			h.send(r)
 		}()
 	}
 	wg.Wait()
@@ -172,10 +185,14 @@ func (h *host) send(r reply) {
 	_ = h.out.Encode(r) // a reader gone is the operator gone: nothing to tell
 }
 
-// cancel asks request id's engine run to stop gracefully (no-op when it is not running).
+// cancel asks request id's engine run to stop gracefully: at once when it runs, as soon as it
+// starts when the request is still loading its stack; no-op for a request that has finished.
 func (h *host) cancel(id int64) {
 	h.mu.Lock()
 	src := h.cancels[id]
+	if src == nil && h.running[id] {
+		h.early[id] = true
+	}
 	h.mu.Unlock()
 	if src != nil {
 		src.Cancel()
@@ -357,7 +374,11 @@ func (s scopes) NewScope(ctx context.Context, _ chan<- engine.Event, _ bool) bac
 	c, src := cancel.NewContext(context.WithoutCancel(ctx))
 	s.h.mu.Lock()
 	s.h.cancels[s.id] = src
+	early := s.h.early[s.id]
 	s.h.mu.Unlock()
+	if early {
+		src.Cancel()
+	}
 	return &scope{h: s.h, id: s.id, ctx: c, src: src}
 }
 
