@@ -36,6 +36,12 @@ const NoEngineHost = "none"
 // start (~0.1 s) and one key derivation per stack it then opens.
 const engineHostRuns = 200
 
+// engineHostIdle is how long an engine host process lives without a request before the
+// Manager stops it: its ~100-250 MiB (pkg/v3, the engine, what four runs at once left on its
+// heap) go back once a burst is over, and an idle operator is the operator process alone. The
+// next up starts a new one (~0.1 s) and derives each stack's key again, once.
+const engineHostIdle = 30 * time.Second
+
 // engineHostFor resolves Config.EngineHost for cfg (BackendURL already checked): nil when
 // unset or when the engine host cannot serve cfg's stacks (helperCanCreate's rule: a DIY backend
 // and the passphrase secrets provider, which are what it is tested with). An explicit path
@@ -51,14 +57,15 @@ func engineHostFor(cfg Config) (*engineHost, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configure stack manager: engine host: %w (build it with `make build`, or leave it unset)", err)
 	}
-	return &engineHost{path: abs, project: cfg.Project, maxRuns: engineHostRuns}, nil
+	return &engineHost{path: abs, project: cfg.Project, maxRuns: engineHostRuns, idle: engineHostIdle}, nil
 }
 
 // engineHost starts and talks to the engine host process (one at a time; see engineHostRuns).
 type engineHost struct {
 	path, project string
-	// maxRuns is engineHostRuns (tests lower it).
+	// maxRuns is engineHostRuns and idle engineHostIdle (tests lower them).
 	maxRuns int
+	idle    time.Duration
 
 	mu     sync.Mutex
 	proc   *engineProc
@@ -78,6 +85,9 @@ type engineProc struct {
 	runs    int                        // requests sent
 	retired bool                       // takes no more requests; exits once waiting is empty
 	exited  bool
+	// idleTimer retires the process engineHost.idle after its last request finished; nil
+	// while requests run.
+	idleTimer *time.Timer
 	stderr  *tailWriter
 }
 
@@ -214,6 +224,10 @@ func (h *engineHost) send(req engineRequest, phrase string, env func() []string)
 	p.mu.Lock()
 	p.waiting[id] = ch
 	p.runs++
+	if p.idleTimer != nil {
+		p.idleTimer.Stop() // a timer that fired already finds this request waiting (retireIdle)
+		p.idleTimer = nil
+	}
 	p.mu.Unlock()
 	h.mu.Unlock()
 	req.ID = id
@@ -226,15 +240,55 @@ func (h *engineHost) send(req engineRequest, phrase string, env func() []string)
 	return p, id, ch, nil
 }
 
-// finished forgets request id; a retired process with nothing left waiting is told to exit.
+// finished forgets request id; a retired process with nothing left waiting is told to exit,
+// and one that is not is retired after h.idle unless a request comes first.
 func (h *engineHost) finished(p *engineProc, id int64) {
 	p.mu.Lock()
 	delete(p.waiting, id)
-	idle := p.retired && len(p.waiting) == 0
+	empty := len(p.waiting) == 0
+	if empty && !p.retired && h.idle > 0 {
+		if p.idleTimer != nil {
+			p.idleTimer.Stop()
+		}
+		p.idleTimer = time.AfterFunc(h.idle, func() { h.retireIdle(p) })
+	}
+	retiredAndEmpty := p.retired && empty
 	p.mu.Unlock()
-	if idle {
+	if retiredAndEmpty {
 		p.close()
 	}
+}
+
+// retireIdle retires p when it is still the current process and no request is waiting on it
+// (send registers requests under h.mu, so none can slip in between).
+func (h *engineHost) retireIdle(p *engineProc) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.proc != p {
+		return
+	}
+	p.mu.Lock()
+	busy := len(p.waiting) > 0
+	p.mu.Unlock()
+	if busy {
+		return
+	}
+	h.proc = nil
+	p.retire()
+	slog.Debug("engine host stopped after being idle", "pid", p.cmd.Process.Pid, "idle", h.idle)
+}
+
+// running reports whether an engine host process runs and takes requests.
+func (h *engineHost) running() bool {
+	h.mu.Lock()
+	p := h.proc
+	h.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.exited && !p.retired
 }
 
 // close stops the engine host process, if any, once its requests have finished; the next

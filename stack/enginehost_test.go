@@ -22,7 +22,7 @@ import (
 func hostManager(t *testing.T) (m *Manager, backend string, runs func() []string) {
 	t.Helper()
 	m, backend, runs = countingManager(t, "beside")
-	m.engineHost = &engineHost{path: testenv.EngineHost(t), project: m.cfg.Project, maxRuns: engineHostRuns}
+	m.engineHost = &engineHost{path: testenv.EngineHost(t), project: m.cfg.Project, maxRuns: engineHostRuns, idle: engineHostIdle}
 	t.Cleanup(m.Close)
 	return m, backend, runs
 }
@@ -74,6 +74,17 @@ func TestEngineHostUp(t *testing.T) {
 	}
 	if got := stackFiles(t, backend); len(got) != 1 {
 		t.Fatalf("backend holds %v, want one stack", got)
+	}
+	// With the host running, a new stack is made by it: no helper process either.
+	other, _ := m.StackName("ns", "host-2")
+	if res, err := m.Up(context.Background(), other, secretProgram("x"), RunOptions{}); err != nil || res.Changes["create"] != 1 {
+		t.Fatalf("up of a second new stack: %v, %v", res.Changes, err)
+	}
+	if got := runs(); len(got) != 0 {
+		t.Fatalf("a new stack's up with the engine host running ran %v, want nothing (the host creates the stack)", got)
+	}
+	if got := stackFiles(t, backend); len(got) != 2 {
+		t.Fatalf("backend holds %v, want two stacks", got)
 	}
 
 	// The CLI path (no engine host, a new Manager: a restart without it) on the same state.
@@ -324,5 +335,68 @@ func TestEngineHostNotUsed(t *testing.T) {
 	cfg.BackendURL = "https://api.pulumi.com"
 	if host, err := engineHostFor(cfg); err != nil || host != nil {
 		t.Fatalf("engine host for Pulumi Cloud: %v, %v; want none (the CLI runs those ups)", host, err)
+	}
+}
+
+// TestEngineHostInitFallsBack: when the running engine host cannot create a stack (here a
+// stand-in host that fails every request: a real one cannot be made to fail only that), the
+// stack-init helper creates it and the up goes on through the CLI's error path as before.
+func TestEngineHostInitFallsBack(t *testing.T) {
+	m, backend, runs := hostManager(t)
+	fake := filepath.Join(t.TempDir(), "pulumi-operator-engine")
+	script := "#!/bin/sh\nwhile read -r line; do\n  id=$(printf '%s' \"$line\" | sed 's/.*\"id\":\\([0-9]*\\).*/\\1/')\n" +
+		"  printf '{\"id\":%s,\"code\":1,\"stderr\":\"error: boom\\\\n\"}\\n' \"$id\" >&3\ndone\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m.engineHost.path = fake
+	first, _ := m.StackName("ns", "first")
+	if _, err := m.Up(context.Background(), first, program("x", 0), RunOptions{}); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("up through a failing engine host: %v, want its error", err)
+	}
+	if !m.engineHost.running() {
+		t.Fatal("the stand-in engine host is not running after its first reply")
+	}
+	runs()
+	name, _ := m.StackName("ns", "fallback")
+	_, err := m.Up(context.Background(), name, program("x", 0), RunOptions{})
+	if err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("up: %v, want the stand-in's error for the up itself", err)
+	}
+	if got := runs(); !slices.Equal(got, []string{"stack-init-helper"}) {
+		t.Fatalf("after the engine host failed to create the stack, ran %v, want the stack-init helper", got)
+	}
+	found := false
+	for _, f := range stackFiles(t, backend) {
+		found = found || strings.HasSuffix(f, name+".json")
+	}
+	if !found {
+		t.Fatalf("stack %s not created by the fallback: backend holds %v", name, stackFiles(t, backend))
+	}
+}
+
+// TestEngineHostIdleExit: an engine host without requests for its idle time exits (its memory
+// goes back after a burst), and the next up starts a new one and works.
+func TestEngineHostIdleExit(t *testing.T) {
+	m, _, _ := hostManager(t)
+	m.engineHost.idle = 500 * time.Millisecond
+	name, _ := m.StackName("ns", "idle")
+	if _, err := m.Up(context.Background(), name, program("a", 0), RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pid := hostPid(m)
+	deadline := time.Now().Add(10 * time.Second)
+	for hostPid(m) != 0 || (processAlive(pid) && !zombie(pid)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the engine host (pid %d) still runs 10 s after its last request, with an idle time of 0.5 s", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	res, err := m.Up(context.Background(), name, program("b", 0), RunOptions{})
+	if err != nil || res.Outputs["greeting"] != "b" {
+		t.Fatalf("up after the idle exit: %v, %v", res.Outputs, err)
+	}
+	if got := hostPid(m); got == 0 || got == pid {
+		t.Fatalf("engine host pid %d after the idle exit, want a new process (old %d)", got, pid)
 	}
 }

@@ -105,6 +105,15 @@ func (b *bench) phaseIdle(ctx context.Context) error {
 		res.CreateUps = op.countMsg("running up", t0.Truncate(time.Millisecond))
 		b.logf("  created %d more objects in %.0f s (%d ups)", create, res.CreateSeconds, res.CreateUps)
 	}
+	// Idle is the steady state: the engine host that ran the creates stops after its idle time
+	// (stack.engineHostIdle, 30 s), and the window, which counts the whole tree's memory, starts
+	// once the operator runs alone.
+	t0 := time.Now()
+	for len(b.host.tree(op.pid())) > 1 && time.Since(t0) < 2*time.Minute && ctx.Err() == nil {
+		time.Sleep(200 * time.Millisecond)
+	}
+	res.AloneAfterSeconds = time.Since(t0).Seconds()
+	b.logf("  the operator ran alone %.0f s after the last create (%d processes in its tree now)", res.AloneAfterSeconds, len(b.host.tree(op.pid())))
 	w, err := b.idleWindow(ctx, op, "after creating them")
 	if err != nil {
 		return err
@@ -170,13 +179,14 @@ func (b *bench) idleWindow(ctx context.Context, op *operator, label string) (Idl
 		return w, ctx.Err()
 	case <-time.After(3*b.opts.resync + 2*time.Second):
 	}
-	_, peak, mean, _ := smp.stop()
+	peakTree, peak, mean, procs := smp.stop()
 	cpu1, _ := b.host.cpu(op.pid())
 	w.Seconds = time.Since(t0).Seconds()
 	w.Ups = op.countMsg("running up", t0.Truncate(time.Millisecond))
 	w.CPUSeconds = cpu1.self - cpu0.self
 	w.CPUPercent = 100 * w.CPUSeconds / w.Seconds
 	w.PeakRSSMiB, w.MeanRSSMiB = mib(peak), mib(mean)
+	w.PeakTreeRSSMiB, w.PeakProcesses = mib(peakTree), procs
 	rec1, _ := op.metric("pulumi_operator_reconciles_total", nil)
 	w.Reconciles = rec1 - rec0
 	b.logf("  idle %s: %.0f s, %d ups, %.2f CPU s (%.1f%% of a core), %.0f reconciles, RSS peak %.0f MiB",

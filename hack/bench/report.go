@@ -177,17 +177,20 @@ func (b BurstResult) cpuPerUp() float64 {
 
 // IdleResult is figure 3.
 type IdleResult struct {
-	Target        int          `json:"target"`
-	CRs           int          `json:"crs"`
-	Reduced       bool         `json:"reduced"`
-	ReducedReason string       `json:"reducedReason,omitempty"`
-	Workers       int          `json:"workers"`
-	Existing      int          `json:"reusedFromBursts"`
-	RestartUps    int          `json:"upsAtStartOverExisting"`
-	Created       int          `json:"created"`
-	CreateSeconds float64      `json:"createSeconds"`
-	CreateUps     int          `json:"createUps"`
-	Windows       []IdleWindow `json:"windows"`
+	Target        int     `json:"target"`
+	CRs           int     `json:"crs"`
+	Reduced       bool    `json:"reduced"`
+	ReducedReason string  `json:"reducedReason,omitempty"`
+	Workers       int     `json:"workers"`
+	Existing      int     `json:"reusedFromBursts"`
+	RestartUps    int     `json:"upsAtStartOverExisting"`
+	Created       int     `json:"created"`
+	CreateSeconds float64 `json:"createSeconds"`
+	CreateUps     int     `json:"createUps"`
+	// AloneAfterSeconds is how long after the last create the operator's tree was the operator
+	// alone (its engine host stopped), when the first window began.
+	AloneAfterSeconds float64      `json:"aloneAfterSeconds,omitempty"`
+	Windows           []IdleWindow `json:"windows"`
 	// Compare are windows of other operator builds over the same objects (--idle-compare).
 	Compare []IdleWindow `json:"compare,omitempty"`
 }
@@ -203,6 +206,22 @@ type IdleWindow struct {
 	CPUPercent float64 `json:"cpuPercentOfOneCore"`
 	PeakRSSMiB float64 `json:"peakRSSMiB"`
 	MeanRSSMiB float64 `json:"meanRSSMiB"`
+	// PeakTreeRSSMiB is the operator and every process below it (an engine host that has not
+	// stopped yet); PeakProcesses how many there were at most.
+	PeakTreeRSSMiB float64 `json:"peakTreeRSSMiB,omitempty"`
+	PeakProcesses  int     `json:"peakProcesses,omitempty"`
+}
+
+// rss is the window's peak resident memory: of the operator's whole tree where it was measured
+// (results since the engine host), else of the operator process.
+func (w IdleWindow) rss() float64 { return max(w.PeakRSSMiB, w.PeakTreeRSSMiB) }
+
+// rssNote says what rss counted.
+func (w IdleWindow) rssNote() string {
+	if w.PeakTreeRSSMiB == 0 {
+		return "the operator process"
+	}
+	return fmt.Sprintf("the operator and its child processes (at most %d processes; the operator alone %.0f MiB)", w.PeakProcesses, w.PeakRSSMiB)
 }
 
 // PreviousRun is what the report keeps of an earlier run: where and when, and its figures.
@@ -317,8 +336,8 @@ func (r *Results) figures() []Figure {
 					Target: "= 0"}, w.Ups == 0),
 				judge(Figure{ID: "idle_cpu" + suffix, Name: name + ", 3 resyncs " + w.Label + ": operator CPU", Value: w.CPUSeconds, Unit: "CPU s",
 					Target: "< 5% of a core", Note: fmt.Sprintf("%.1f%% of one core over %.0f s, %.0f reconciles", w.CPUPercent, w.Seconds, w.Reconciles)}, w.CPUPercent < 5),
-				judge(Figure{ID: "idle_rss" + suffix, Name: name + ", 3 resyncs " + w.Label + ": operator RSS (peak)", Value: w.PeakRSSMiB, Unit: "MiB",
-					Target: "< 200 MiB"}, w.PeakRSSMiB < 200))
+				judge(Figure{ID: "idle_rss" + suffix, Name: name + ", 3 resyncs " + w.Label + ": operator RSS (peak)", Value: w.rss(), Unit: "MiB",
+					Target: "< 200 MiB", Note: w.rssNote()}, w.rss() < 200))
 		}
 	}
 	if d := r.Drift; d != nil {
@@ -391,7 +410,7 @@ func (r *Results) reading() []string {
 	if i := r.Idle; i != nil && len(i.Windows) > 0 {
 		w := i.Windows[0]
 		out = append(out, fmt.Sprintf("Figure 3: %d objects idle cost %d Pulumi runs over 3 resyncs, %.1f%% of one core (%.0f reconciles) and %.0f MiB resident.",
-			i.CRs, w.Ups, w.CPUPercent, w.Reconciles, w.PeakRSSMiB))
+			i.CRs, w.Ups, w.CPUPercent, w.Reconciles, w.rss()))
 	}
 	if d := r.Drift; d != nil {
 		out = append(out, fmt.Sprintf("Figure 4: drift is repaired %.2f s after the scale (raw `up --refresh`: %.2f s): the owned-object informer sees the change at once, and the provider patches spec.replicas early in the up.",
@@ -677,13 +696,17 @@ func (r *Results) markdown() string {
 		p("\n## 3. Idle\n\n")
 		p("%d unchanged objects under one operator (--workers %d, --resync %s, all namespaces, label selector `%s=idle`): ", i.CRs, i.Workers, r.Settings.Resync, PoolLabel)
 		p("the %d burst objects (Ready, same backend) and %d created for it (%d ups, %.0f s). ", i.Existing, i.Created, i.CreateUps, i.CreateSeconds)
-		p("The operator starting over the %d existing ones ran %d ups. Then 3 resyncs, a restart, 3 more:\n\n", i.Existing, i.RestartUps)
+		p("The operator starting over the %d existing ones ran %d ups. ", i.Existing, i.RestartUps)
+		if i.AloneAfterSeconds > 0 {
+			p("The engine host that ran the creates stopped %.0f s after the last one (its idle time), and the first window began then. ", i.AloneAfterSeconds)
+		}
+		p("Then 3 resyncs, a restart, 3 more. RSS is the operator's with every process below it (tree), and the operator process alone:\n\n")
 		if i.Reduced {
 			p("**%s**\n\n", i.ReducedReason)
 		}
-		p("| window | length | Pulumi runs | reconciles | operator CPU | RSS peak / mean |\n| --- | --- | --- | --- | --- | --- |\n")
+		p("| window | length | Pulumi runs | reconciles | operator CPU | RSS peak, tree | RSS peak / mean, operator alone |\n| --- | --- | --- | --- | --- | --- | --- |\n")
 		for _, w := range append(slices.Clone(i.Windows), i.Compare...) {
-			p("| 3 resyncs %s | %.0f s | %d | %.0f | %.2f CPU s (%.1f%% of a core) | %.0f / %.0f MiB |\n", w.Label, w.Seconds, w.Ups, w.Reconciles, w.CPUSeconds, w.CPUPercent, w.PeakRSSMiB, w.MeanRSSMiB)
+			p("| 3 resyncs %s | %.0f s | %d | %.0f | %.2f CPU s (%.1f%% of a core) | %.0f MiB | %.0f / %.0f MiB |\n", w.Label, w.Seconds, w.Ups, w.Reconciles, w.CPUSeconds, w.CPUPercent, w.PeakTreeRSSMiB, w.PeakRSSMiB, w.MeanRSSMiB)
 		}
 	}
 	if d := r.Drift; d != nil {

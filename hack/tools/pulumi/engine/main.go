@@ -19,8 +19,10 @@
 // Protocol: newline-delimited JSON. Requests on standard input, one per line:
 //
 //	{"id": 1, "op": "up", "stack": "<stack>", "dir": "<workspace dir>", "client": "127.0.0.1:<port>", "refresh": false}
+//	{"id": 2, "op": "init", "stack": "<stack>"}
 //	{"id": 1, "cancel": true}
 //
+// init creates the stack as pulumi-operator-stack-init does (its stdout "created" or "exists").
 // dir is the stack's workspace directory, holding Pulumi.yaml and Pulumi.<stack>.yaml, as the
 // CLI's working directory would; client is the address of the LanguageRuntime server that serves
 // the program (the CLI's --client). A cancel asks the engine to stop request id gracefully,
@@ -60,6 +62,7 @@ import (
 	"sync"
 
 	"github.com/pulumi/pulumi/pkg/v3/backend"
+	"github.com/pulumi/pulumi/pkg/v3/backend/backenderr"
 	"github.com/pulumi/pulumi/pkg/v3/backend/display"
 	"github.com/pulumi/pulumi/pkg/v3/backend/diy"
 	secrets "github.com/pulumi/pulumi/pkg/v3/backend/secrets"
@@ -207,8 +210,13 @@ func (h *host) run(ctx context.Context, req request) reply {
 	switch req.Op {
 	case "up":
 		r.Changes, r.Outputs, err = h.up(ctx, req, &stdout, &stderr)
+	case "init":
+		var created bool
+		if created, err = h.init(ctx, req.Stack); err == nil {
+			stdout.WriteString(map[bool]string{true: "created\n", false: "exists\n"}[created])
+		}
 	default:
-		err = fmt.Errorf("unknown operation %q: this engine host runs up", req.Op)
+		err = fmt.Errorf("unknown operation %q: this engine host runs up and init", req.Op)
 	}
 	if err != nil {
 		// As the CLI's main does (cmd.DisplayErrorMessage, cmd.ExitCodeFor): a bail has been
@@ -342,6 +350,34 @@ func (h *host) up(ctx context.Context, req request, stdout, stderr io.Writer) (m
 		return changes, outputs, fmt.Errorf("update cancelled")
 	}
 	return changes, outputs, err
+}
+
+// init creates stack name, as pulumi-operator-stack-init does (and with its code's calls: see
+// hack/tools/pulumi/stackinit), without a process of its own: true when it made the stack, false
+// (and no error) when the stack exists. No key derivation: the Manager writes the salt, the
+// first up records it.
+func (h *host) init(ctx context.Context, name string) (bool, error) {
+	ref, err := h.b.ParseStackReference(name)
+	if err != nil {
+		return false, fmt.Errorf("stack name %q: %w", name, err)
+	}
+	// Looked up first, without the lock CreateStack takes: an existing stack may be locked by
+	// its own update, and must not fail for that.
+	s, err := h.b.GetStack(ctx, ref)
+	if err != nil {
+		return false, fmt.Errorf("look up stack %s: %w", name, err)
+	}
+	if s != nil {
+		return false, nil
+	}
+	if _, err := h.b.CreateStack(ctx, ref, "", nil, nil); err != nil {
+		var exists *backenderr.StackAlreadyExistsError
+		if errors.As(err, &exists) {
+			return false, nil
+		}
+		return false, fmt.Errorf("create stack %s: %w", name, err)
+	}
+	return true, nil
 }
 
 // defaultParallel is the CLI's --parallel default (cmd/pulumi/operations/up.go defaultParallel):

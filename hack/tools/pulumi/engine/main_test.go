@@ -104,3 +104,27 @@ func TestNoStack(t *testing.T) {
 		t.Errorf("created stacks %v", stacks)
 	}
 }
+
+// TestInit: init creates a stack in a real file:// backend ("created"), finds it the second
+// time ("exists"), leaves no lock, and an invalid stack name gets the CLI's error shape.
+func TestInit(t *testing.T) {
+	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
+	dir := t.TempDir()
+	_, replies, _ := serveLines(t, "file://"+dir, "proj", `{"id":1,"op":"init","stack":"dev"}`)
+	if r := replies[1]; r.Code != 0 || r.Stdout != "created\n" {
+		t.Fatalf("first init: %+v, want created", r)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".pulumi", "stacks", "proj", "dev.json")); err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	_, replies, _ = serveLines(t, "file://"+dir, "proj", `{"id":2,"op":"init","stack":"dev"}`, `{"id":3,"op":"init","stack":"no/such/thing/here"}`)
+	if r := replies[2]; r.Code != 0 || r.Stdout != "exists\n" {
+		t.Fatalf("second init: %+v, want exists", r)
+	}
+	if r := replies[3]; r.Code == 0 || !strings.HasPrefix(r.Stderr, "error: ") || !strings.Contains(r.Stderr, "no/such/thing/here") {
+		t.Fatalf("init of an invalid stack name: %+v, want an error naming it", r)
+	}
+	if locks, _ := filepath.Glob(filepath.Join(dir, ".pulumi", "locks", "*", "proj", "dev", "*.json")); len(locks) != 0 {
+		t.Errorf("locks left behind: %v", locks)
+	}
+}
