@@ -88,7 +88,7 @@ type engineProc struct {
 	// idleTimer retires the process engineHost.idle after its last request finished; nil
 	// while requests run.
 	idleTimer *time.Timer
-	stderr  *tailWriter
+	stderr    *tailWriter
 }
 
 // engineRequest and engineReply are the engine host's protocol (its package comment). They
