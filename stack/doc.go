@@ -13,6 +13,12 @@
 // Before an update runs on a stack a killed update left pending operations in, the Manager
 // settles them (pending.go).
 //
+// With Config.EngineHost set (pulumi-operator sets it to the engine host beside its binary), an
+// up that wants no progress output runs in the engine host instead (enginehost.go): one
+// long-lived process of the pinned CLI's pkg/v3, to which the Manager sends each up and, once it
+// runs, each new stack's creation; it replies with what the CLI would have printed, so errors
+// are classified alike. Preview, refresh, destroy and the stack commands stay CLI runs.
+//
 // A Manager is safe for concurrent use: operations on different stacks may run at once, and
 // ListStacks beside any of them. Each runs its own CLI processes in a workspace directory no
 // other call uses (a stack's own; a random one for ListStacks and CancelLock's throwaway
