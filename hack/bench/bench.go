@@ -69,7 +69,8 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 	}
 	b.kube = k
 	b.res = &Results{Date: b.start, Machine: b.host.machine(), Versions: b.versions(), Settings: Settings{
-		Samples: b.opts.samples, Warmup: b.opts.warmup, LatencyWorkers: latencyWorkers, Burst: b.opts.burst,
+		OperatorEngineHost: fileExists(filepath.Join(filepath.Dir(b.operatorBin), stack.EngineHost)),
+		Samples:            b.opts.samples, Warmup: b.opts.warmup, LatencyWorkers: latencyWorkers, Burst: b.opts.burst,
 		BurstWorkers: b.opts.burstWorkers, HostWorkers: b.opts.hostWorkers, IdleTarget: b.opts.idle, IdleWorkers: b.opts.idleWorkers,
 		Resync: b.opts.resync.String(), Budget: b.opts.budget.String(), Phases: phases}}
 	b.load("start")
@@ -331,3 +332,9 @@ func (b *bench) versions() Versions {
 }
 
 func listOpts(selector string) metav1.ListOptions { return metav1.ListOptions{LabelSelector: selector} }
+
+// fileExists reports whether path names something that exists.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
