@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -94,7 +95,12 @@ func (m *Manager) engine(ctx context.Context, stackName, op string, program pulu
 	}
 	defer srv.close()
 	if op == "up" && m.useEngineHost(opts) {
-		return m.engineHostUp(ctx, stackName, srv.address, opts)
+		out, err := m.engineHostUp(ctx, stackName, srv.address, opts)
+		if !errors.Is(err, errEngineHostStart) {
+			return out, err
+		}
+		// Nothing ran: the up goes the CLI's way, as it would without an engine host.
+		slog.Warn("the engine host could not be started; running `pulumi up`", "stack", stackName, "error", err)
 	}
 	args = append([]string{op}, args...)
 	args = append(args, "--client="+srv.address, "--exec-kind=auto.inline")

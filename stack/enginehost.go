@@ -42,6 +42,10 @@ const engineHostRuns = 200
 // next up starts a new one (~0.1 s) and derives each stack's key again, once.
 const engineHostIdle = 30 * time.Second
 
+// errEngineHostStart marks an engine host that could not be started (a binary that is not
+// executable, for one): the up then runs as a `pulumi up` process instead (engine).
+var errEngineHostStart = errors.New("start the engine host")
+
 // engineHostFor resolves Config.EngineHost for cfg (BackendURL already checked): nil when
 // unset or when the engine host cannot serve cfg's stacks (helperCanCreate's rule: a DIY backend
 // and the passphrase secrets provider, which are what it is tested with). An explicit path
@@ -139,7 +143,8 @@ func (m *Manager) lookupEnv(k string) (string, bool) {
 }
 
 // engineHostUp is engine's up through the engine host: the same run, reported the same way (a
-// failure is a *cliError holding what the CLI would have printed).
+// failure is a *cliError holding what the CLI would have printed), except that a host that
+// cannot be started is errEngineHostStart, nothing having run.
 func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, opts RunOptions) (engineOutcome, error) {
 	dir := filepath.Join(m.cfg.WorkRoot, stackName)
 	// A passphrase changed since the host started (a rotated Secret) must be seen as the CLI
@@ -151,6 +156,9 @@ func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, op
 	}
 	r, err := m.engineHost.do(ctx, engineRequest{Op: "up", Stack: stackName, Dir: dir, Client: client, Refresh: opts.Refresh},
 		phrase, m.engineHostEnv)
+	if errors.Is(err, errEngineHostStart) {
+		return engineOutcome{}, err // engine runs the CLI instead
+	}
 	if err != nil {
 		return engineOutcome{}, &cliError{op: "up", code: -1, stderr: "error: " + err.Error(), err: err}
 	}
@@ -310,11 +318,11 @@ func startEngineProc(path, project, phrase string, env []string) (*engineProc, e
 	cmd.Env = env
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, fmt.Errorf("start the engine host: %w", err)
+		return nil, fmt.Errorf("%w: %w", errEngineHostStart, err)
 	}
 	replies, w, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("start the engine host: %w", err)
+		return nil, fmt.Errorf("%w: %w", errEngineHostStart, err)
 	}
 	cmd.ExtraFiles = []*os.File{w}
 	p := &engineProc{cmd: cmd, phrase: phrase, stdin: stdin, waiting: map[int64]chan engineReply{}, stderr: &tailWriter{max: 4096}}
@@ -324,7 +332,7 @@ func startEngineProc(path, project, phrase string, env []string) (*engineProc, e
 	if err := cmd.Start(); err != nil {
 		replies.Close()
 		w.Close()
-		return nil, fmt.Errorf("start the engine host %s: %w", path, err)
+		return nil, fmt.Errorf("%w %s: %w", errEngineHostStart, path, err)
 	}
 	w.Close() // the child's copy is the only writer now: its exit ends the reader
 	slog.Debug("engine host started", "pid", cmd.Process.Pid, "seconds", time.Since(start).Seconds())

@@ -400,3 +400,45 @@ func TestEngineHostIdleExit(t *testing.T) {
 		t.Fatalf("engine host pid %d after the idle exit, want a new process (old %d)", got, pid)
 	}
 }
+
+// TestEngineHostStartAndPassphraseErrors: an engine host that cannot be started does not fail
+// the up: it runs as a `pulumi up` process instead; and a passphrase file that
+// is not there fails the up with the file's name before any request is sent, as the CLI path
+// reports it; once the file is there the up works.
+func TestEngineHostStartAndPassphraseErrors(t *testing.T) {
+	m, _, runs := hostManager(t)
+	name, _ := m.StackName("ns", "errors")
+	if _, err := m.Up(context.Background(), name, program("a", 0), RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	real := m.engineHost.path
+	notExec := filepath.Join(t.TempDir(), "pulumi-operator-engine")
+	if err := os.WriteFile(notExec, []byte("not a program"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m.engineHost.path = notExec
+	runs()
+	if res, err := m.Up(context.Background(), name, program("b", 0), RunOptions{}); err != nil || res.Outputs["greeting"] != "b" {
+		t.Fatalf("up with an engine host that cannot start: %v, %v; want it done by the CLI", res.Outputs, err)
+	}
+	if got := runs(); !slices.Contains(got, "up") {
+		t.Fatalf("up with an engine host that cannot start ran %v, want a CLI up", got)
+	}
+	m.engineHost.path = real
+
+	file := filepath.Join(t.TempDir(), "passphrase")
+	delete(m.env, "PULUMI_CONFIG_PASSPHRASE")
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "")
+	os.Unsetenv("PULUMI_CONFIG_PASSPHRASE")
+	m.env["PULUMI_CONFIG_PASSPHRASE_FILE"] = file
+	if _, err := m.Up(context.Background(), name, program("c", 0), RunOptions{}); err == nil || !strings.Contains(err.Error(), file) {
+		t.Fatalf("up with a passphrase file that is not there: %v, want an error naming %s", err, file)
+	}
+	if err := os.WriteFile(file, []byte("test-passphrase\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := m.Up(context.Background(), name, program("c", 0), RunOptions{}); err != nil || res.Outputs["greeting"] != "c" {
+		t.Fatalf("up once the passphrase file is there: %v, %v", res.Outputs, err)
+	}
+}
