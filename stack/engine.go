@@ -86,9 +86,6 @@ func lockedByAnother(err error) bool {
 // Manager has one (useEngineHost): the same run without a CLI process. Errors: the run's
 // *cliError (the engine host's reply has the same shape); a log that cannot be read.
 func (m *Manager) engine(ctx context.Context, stackName, op string, program pulumi.RunFunc, args []string, opts RunOptions) (engineOutcome, error) {
-	dir := filepath.Join(m.cfg.WorkRoot, stackName)
-	logFile := filepath.Join(dir, scratchName(".events-")+".jsonl")
-	defer os.Remove(logFile)
 	srv, err := serveProgram(program)
 	if err != nil {
 		return engineOutcome{}, fmt.Errorf("serve the program to the engine: %w", err)
@@ -102,6 +99,9 @@ func (m *Manager) engine(ctx context.Context, stackName, op string, program pulu
 		// Nothing ran: the up goes the CLI's way, as it would without an engine host.
 		slog.Warn("the engine host could not be started; running `pulumi up`", "stack", stackName, "error", err)
 	}
+	dir := filepath.Join(m.cfg.WorkRoot, stackName)
+	logFile := filepath.Join(dir, scratchName(".events-")+".jsonl")
+	defer os.Remove(logFile)
 	args = append([]string{op}, args...)
 	args = append(args, "--client="+srv.address, "--exec-kind=auto.inline")
 	args = append(args, "--color="+colorOf(opts), "--event-log", logFile, "--stack", stackName)

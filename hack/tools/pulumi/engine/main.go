@@ -62,7 +62,6 @@ import (
 	"sync"
 
 	"github.com/pulumi/pulumi/pkg/v3/backend"
-	"github.com/pulumi/pulumi/pkg/v3/backend/backenderr"
 	"github.com/pulumi/pulumi/pkg/v3/backend/display"
 	"github.com/pulumi/pulumi/pkg/v3/backend/diy"
 	secrets "github.com/pulumi/pulumi/pkg/v3/backend/secrets"
@@ -80,6 +79,8 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/util/result"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
 	"github.com/spf13/pflag"
+
+	"github.com/pulumi-operator/pulumi-operator/hack/tools/pulumi/internal/diystack"
 )
 
 const usage = "usage: PULUMI_BACKEND_URL=<DIY backend URL> pulumi-operator-engine <project> 3>replies (requests on standard input)"
@@ -119,13 +120,12 @@ type host struct {
 	project string
 	b       backend.Backend
 
-	mu      sync.Mutex
-	cancels map[int64]*cancel.Source // by request id, while its engine run runs
-	// running holds the requests received and not yet replied to; early those of them whose
-	// cancel came before their engine run had a scope (loading the stack and its configuration),
-	// which NewScope then cancels at once.
-	running, early map[int64]bool
-	out            *json.Encoder
+	mu sync.Mutex
+	// cancels holds each request's cancellation source, by request id, from its arrival to its
+	// reply: a cancel that comes while the request still loads its stack reaches the engine run
+	// too, which then starts cancelled.
+	cancels map[int64]*cancel.Source
+	out     *json.Encoder
 }
 
 // serve runs the engine host on backend URL url for project until in closes; it returns the exit
@@ -148,8 +148,7 @@ func serve(ctx context.Context, url, project string, in io.Reader, out io.Writer
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return 1
 	}
-	h := &host{project: project, b: b, cancels: map[int64]*cancel.Source{}, running: map[int64]bool{}, early: map[int64]bool{},
-		out: json.NewEncoder(out)}
+	h := &host{project: project, b: b, cancels: map[int64]*cancel.Source{}, out: json.NewEncoder(out)}
 	var wg sync.WaitGroup
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
@@ -163,16 +162,19 @@ func serve(ctx context.Context, url, project string, in io.Reader, out io.Writer
 			h.cancel(req.ID)
 			continue
 		}
+		// The source's context is never cancelled from outside: only a cancel line (Cancel) or
+		// the end of the run (Terminate) stops it, as SIGINT and the process's exit do the CLI's.
+		c, src := cancel.NewContext(context.WithoutCancel(ctx))
 		h.mu.Lock()
-		h.running[req.ID] = true
+		h.cancels[req.ID] = src
 		h.mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := h.run(ctx, req)
+			r := h.run(ctx, req, scope{ctx: c, src: src})
+			src.Terminate() // the engine holds an update's plugin host until then (scope.Close)
 			h.mu.Lock()
-			delete(h.running, req.ID)
-			delete(h.early, req.ID)
+			delete(h.cancels, req.ID)
 			h.mu.Unlock()
 			h.send(r)
 		}()
@@ -193,9 +195,6 @@ func (h *host) send(r reply) {
 func (h *host) cancel(id int64) {
 	h.mu.Lock()
 	src := h.cancels[id]
-	if src == nil && h.running[id] {
-		h.early[id] = true
-	}
 	h.mu.Unlock()
 	if src != nil {
 		src.Cancel()
@@ -203,13 +202,13 @@ func (h *host) cancel(id int64) {
 }
 
 // run serves one request: an up, or an error reply for anything else.
-func (h *host) run(ctx context.Context, req request) reply {
+func (h *host) run(ctx context.Context, req request, sc scope) reply {
 	var stdout, stderr strings.Builder
 	r := reply{ID: req.ID}
 	var err error
 	switch req.Op {
 	case "up":
-		r.Changes, r.Outputs, err = h.up(ctx, req, &stdout, &stderr)
+		r.Changes, r.Outputs, err = h.up(ctx, req, sc, &stdout, &stderr)
 	case "init":
 		var created bool
 		if created, err = h.init(ctx, req.Stack); err == nil {
@@ -237,7 +236,7 @@ func (h *host) run(ctx context.Context, req request) reply {
 // --stack <req.Stack> [--refresh]` in req.Dir (pkg/v3 cmd/pulumi/operations/up.go,
 // upWorkingDirectory), with the options the operator never sets left at the CLI's defaults.
 // It returns the engine's change summary and the stack's outputs (secrets as "[secret]").
-func (h *host) up(ctx context.Context, req request, stdout, stderr io.Writer) (map[string]int, map[string]string, error) {
+func (h *host) up(ctx context.Context, req request, sc scope, stdout, stderr io.Writer) (map[string]int, map[string]string, error) {
 	if req.Stack == "" || !filepath.IsAbs(req.Dir) || req.Client == "" {
 		return nil, nil, fmt.Errorf("bad up request: want a stack, an absolute dir and a client address (got %q, %q, %q)", req.Stack, req.Dir, req.Client)
 	}
@@ -342,7 +341,7 @@ func (h *host) up(ctx context.Context, req request, stdout, stderr io.Writer) (m
 		StackConfiguration: cfg,
 		SecretsManager:     sm,
 		SecretsProvider:    secrets.DefaultProvider,
-		Scopes:             scopes{h: h, id: req.ID},
+		Scopes:             sc,
 	}, events)
 	close(events) // UpdateStack has delivered every event when it returns (diy apply waits for them)
 	<-done
@@ -352,32 +351,12 @@ func (h *host) up(ctx context.Context, req request, stdout, stderr io.Writer) (m
 	return changes, outputs, err
 }
 
-// init creates stack name, as pulumi-operator-stack-init does (and with its code's calls: see
-// hack/tools/pulumi/stackinit), without a process of its own: true when it made the stack, false
+// init creates stack name as pulumi-operator-stack-init does (diystack.Create), without a
+// process of its own: true when it made the stack, false
 // (and no error) when the stack exists. No key derivation: the Manager writes the salt, the
 // first up records it.
 func (h *host) init(ctx context.Context, name string) (bool, error) {
-	ref, err := h.b.ParseStackReference(name)
-	if err != nil {
-		return false, fmt.Errorf("stack name %q: %w", name, err)
-	}
-	// Looked up first, without the lock CreateStack takes: an existing stack may be locked by
-	// its own update, and must not fail for that.
-	s, err := h.b.GetStack(ctx, ref)
-	if err != nil {
-		return false, fmt.Errorf("look up stack %s: %w", name, err)
-	}
-	if s != nil {
-		return false, nil
-	}
-	if _, err := h.b.CreateStack(ctx, ref, "", nil, nil); err != nil {
-		var exists *backenderr.StackAlreadyExistsError
-		if errors.As(err, &exists) {
-			return false, nil
-		}
-		return false, fmt.Errorf("create stack %s: %w", name, err)
-	}
-	return true, nil
+	return diystack.Create(ctx, h.b, name)
 }
 
 // defaultParallel is the CLI's --parallel default (cmd/pulumi/operations/up.go defaultParallel):
@@ -389,44 +368,24 @@ func defaultParallel() int32 {
 	return int32(runtime.GOMAXPROCS(0)) * 4 //nolint:gosec // GOMAXPROCS is small
 }
 
-// scopes is the request's backend.CancellationScopeSource: the CLI's own
-// (backend.CancellationScopes) is driven by SIGINT and SIGTERM to the process, which here would
-// stop every request at once; this one is driven by the request's cancel line.
-type scopes struct {
-	h  *host
-	id int64
-}
-
-// scope is one engine run's cancellation scope.
+// scope is a request's backend.CancellationScopeSource and its one CancellationScope (an up
+// with SkipPreview makes one): the CLI's own source (backend.CancellationScopes) is driven by
+// SIGINT and SIGTERM to the process, which here would stop every request at once; this one is
+// driven by the request's cancel line (host.cancel) and terminated when its run ends.
 type scope struct {
-	h   *host
-	id  int64
 	ctx *cancel.Context
 	src *cancel.Source
 }
 
-// NewScope registers the run's cancel.Source under the request id, for cancel.
-func (s scopes) NewScope(ctx context.Context, _ chan<- engine.Event, _ bool) backend.CancellationScope {
-	c, src := cancel.NewContext(context.WithoutCancel(ctx))
-	s.h.mu.Lock()
-	s.h.cancels[s.id] = src
-	early := s.h.early[s.id]
-	s.h.mu.Unlock()
-	if early {
-		src.Cancel()
-	}
-	return &scope{h: s.h, id: s.id, ctx: c, src: src}
+// NewScope returns the request's scope.
+func (s scope) NewScope(context.Context, chan<- engine.Event, bool) backend.CancellationScope {
+	return s
 }
 
 // Context is the engine's cancellation context.
-func (s *scope) Context() *cancel.Context { return s.ctx }
+func (s scope) Context() *cancel.Context { return s.ctx }
 
-// Close unregisters the run and terminates its source: the engine holds the update's plugin
-// host and context until its source is terminated (pkg/v3 engine/deployment.go), so without
-// it every update would leave them behind in this long-lived process.
-func (s *scope) Close() {
-	s.h.mu.Lock()
-	delete(s.h.cancels, s.id)
-	s.h.mu.Unlock()
-	s.src.Terminate()
-}
+// Close terminates the source: the engine holds the update's plugin host and context until
+// its source is terminated (pkg/v3 engine/deployment.go), so without it every update would
+// leave them behind in this long-lived process.
+func (s scope) Close() { s.src.Terminate() }

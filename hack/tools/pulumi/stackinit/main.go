@@ -32,18 +32,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
-	"github.com/pulumi/pulumi/pkg/v3/backend/backenderr"
 	"github.com/pulumi/pulumi/pkg/v3/backend/diy"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/diag"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/diag/colors"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
+
+	"github.com/pulumi-operator/pulumi-operator/hack/tools/pulumi/internal/diystack"
 )
 
 const usage = "usage: PULUMI_BACKEND_URL=<backend URL> pulumi-operator-stack-init <project> <stack>"
@@ -96,25 +96,5 @@ func create(ctx context.Context, url, project, stackName string, stderr io.Write
 	if err != nil {
 		return false, fmt.Errorf("open backend: %w", err)
 	}
-	ref, err := b.ParseStackReference(stackName)
-	if err != nil {
-		return false, fmt.Errorf("stack name %q: %w", stackName, err)
-	}
-	// Looked up first, without the lock CreateStack takes: an existing stack may be locked by
-	// its own update, and must not fail for that.
-	st, err := b.GetStack(ctx, ref)
-	if err != nil {
-		return false, fmt.Errorf("look up stack %s: %w", stackName, err)
-	}
-	if st != nil {
-		return false, nil
-	}
-	if _, err := b.CreateStack(ctx, ref, "", nil, nil); err != nil {
-		var exists *backenderr.StackAlreadyExistsError
-		if errors.As(err, &exists) {
-			return false, nil
-		}
-		return false, fmt.Errorf("create stack %s: %w", stackName, err)
-	}
-	return true, nil
+	return diystack.Create(ctx, b, stackName)
 }
