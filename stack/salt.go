@@ -61,16 +61,10 @@ func newSaltState(phrase string) (string, error) {
 // space. The CLI's environment is this process's with Config.Env over it. Errors:
 // ErrNoPassphrase when neither is set; the file's read error.
 func (m *Manager) passphrase(dir string) (string, error) {
-	get := func(k string) (string, bool) {
-		if v, ok := m.env[k]; ok {
-			return v, true
-		}
-		return os.LookupEnv(k)
-	}
-	if p, ok := get("PULUMI_CONFIG_PASSPHRASE"); ok {
+	if p, ok := m.lookupEnv("PULUMI_CONFIG_PASSPHRASE"); ok {
 		return p, nil
 	}
-	f, ok := get("PULUMI_CONFIG_PASSPHRASE_FILE")
+	f, ok := m.lookupEnv("PULUMI_CONFIG_PASSPHRASE_FILE")
 	if !ok || f == "" {
 		return "", ErrNoPassphrase
 	}
