@@ -201,7 +201,7 @@ func (h *engineHost) do(ctx context.Context, req engineRequest, phrase string, e
 		return r, nil
 	case <-ctx.Done():
 	}
-	p.write(engineRequest{ID: id, Cancel: true})
+	_ = p.write(engineRequest{ID: id, Cancel: true}) // a process that cannot read it is going: ch closes
 	r, ok := <-ch
 	if !ok {
 		return engineReply{}, p.exitError()
