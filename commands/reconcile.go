@@ -23,6 +23,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
 // reconcileFlags are reconcile's own flags.
@@ -145,12 +146,14 @@ func runReconcile(c *cli.Context, cfg *config, rf *reconcileFlags) error {
 var errUpFailed = errors.New("up failed")
 
 // waitHandled watches the object (client-go's watchtools.UntilWithSync, as `kubectl wait`)
-// until the watcher has handled the request: status.lastHandledReconcileAt is requested and
-// Ready is True at the current generation (nil and a description), or an up that started
-// after the request failed (the watcher does not echo a request it failed on; an error
-// wrapping errUpFailed with the message). A deleted object is an error.
+// until the watcher has handled the request: status.lastHandledReconcileAt is requested, the
+// token the watcher echoes whether the up it ran for the request succeeded or failed (as Flux
+// echoes reconcile.fluxcd.io/requestedAt). Then Ready True at the current generation is success
+// (nil and a description); Stalled True, or Reconciling True with reason Retrying, is a failure
+// (an error wrapping errUpFailed with the Ready condition's message); anything else (the
+// replicas still rolling out) is waited for. Times play no part: a clock that differs between
+// this machine and the cluster cannot mislead it. A deleted object is an error.
 func waitHandled(ctx context.Context, res dynamic.ResourceInterface, name, requested string) (string, error) {
-	since, _ := time.Parse(time.RFC3339Nano, requested)
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	lw := &cache.ListWatch{
 		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
@@ -176,22 +179,34 @@ func waitHandled(ctx context.Context, res dynamic.ResourceInterface, name, reque
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &cr); err != nil {
 			return false, nil
 		}
-		ready := meta.FindStatusCondition(cr.Status.Conditions, "Ready")
-		if lu := cr.Status.LastUpdate; lu != nil && lu.Result == "failed" && !lu.StartTime.Time.Before(since.Truncate(time.Second)) {
-			failed = fmt.Errorf("%w: %s", errUpFailed, lu.Message)
-			return true, nil
-		}
-		if cr.Status.LastHandledReconcileAt != requested || ready == nil || ready.ObservedGeneration != cr.Generation {
+		if cr.Status.LastHandledReconcileAt != requested {
 			return false, nil
 		}
-		if ready.Status == metav1.ConditionTrue {
-			msg = fmt.Sprintf("reconciled: Ready (%s)", ready.Message)
-			return true, nil
-		}
-		return false, nil // applied; waiting for the replicas
+		msg, failed = handledOutcome(&cr)
+		return msg != "" || failed != nil, nil
 	})
 	if failed != nil {
 		return "", cli.Exit(failed.Error(), ExitFailed)
 	}
 	return msg, err
+}
+
+// handledOutcome reads the result of a handled reconcile request from cr's conditions: a
+// description when it is Ready at its generation, an error wrapping errUpFailed when it failed
+// (Stalled, or a failure being retried), and neither while it is still on its way.
+func handledOutcome(cr *api.KindCustomHttp) (string, error) {
+	ready := meta.FindStatusCondition(cr.Status.Conditions, watcher.ConditionReady)
+	if ready == nil {
+		return "", nil
+	}
+	stalled := meta.FindStatusCondition(cr.Status.Conditions, watcher.ConditionStalled)
+	reconciling := meta.FindStatusCondition(cr.Status.Conditions, watcher.ConditionReconciling)
+	switch {
+	case ready.Status == metav1.ConditionTrue && ready.ObservedGeneration == cr.Generation:
+		return fmt.Sprintf("reconciled: Ready (%s)", ready.Message), nil
+	case stalled != nil && stalled.Status == metav1.ConditionTrue,
+		reconciling != nil && reconciling.Status == metav1.ConditionTrue && reconciling.Reason == watcher.ReasonRetrying:
+		return "", fmt.Errorf("%w: %s: %s", errUpFailed, ready.Reason, ready.Message)
+	}
+	return "", nil
 }

@@ -138,3 +138,37 @@ func TestReconcileCommand(t *testing.T) {
 		t.Fatalf("reconcile of a suspended object: exit %d, %s", code, stderr)
 	}
 }
+
+// handledOutcome reads a handled request's result from the conditions alone: Ready at the
+// current generation is success, Stalled or a retried failure is a failure, anything else
+// (replicas rolling out, Ready at an older generation) is still on its way.
+func TestHandledOutcome(t *testing.T) {
+	cond := func(typ string, st metav1.ConditionStatus, reason string, gen int64) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: st, Reason: reason, Message: reason + " message", ObservedGeneration: gen}
+	}
+	for name, tc := range map[string]struct {
+		conds      []metav1.Condition
+		ok, failed bool
+	}{
+		"ready":            {conds: []metav1.Condition{cond("Ready", "True", "Succeeded", 2)}, ok: true},
+		"ready, older gen": {conds: []metav1.Condition{cond("Ready", "True", "Succeeded", 1)}},
+		"no conditions":    {},
+		"replicas rolling": {conds: []metav1.Condition{cond("Ready", "False", "ReplicasUnavailable", 2), cond("Reconciling", "True", "ReplicasUnavailable", 2)}},
+		"failed, retrying": {conds: []metav1.Condition{cond("Ready", "False", "UpdateFailed", 2), cond("Reconciling", "True", "Retrying", 2)}, failed: true},
+		"stalled":          {conds: []metav1.Condition{cond("Ready", "False", "InvalidSpec", 2), cond("Stalled", "True", "InvalidSpec", 2)}, failed: true},
+		"stalled is false": {conds: []metav1.Condition{cond("Ready", "False", "Progressing", 2), cond("Stalled", "False", "Progressing", 2)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cr := &api.KindCustomHttp{}
+			cr.Generation = 2
+			cr.Status.Conditions = tc.conds
+			msg, err := handledOutcome(cr)
+			if (msg != "") != tc.ok || (err != nil) != tc.failed {
+				t.Fatalf("handledOutcome = %q, %v; want success %v, failure %v", msg, err, tc.ok, tc.failed)
+			}
+			if err != nil && !strings.Contains(err.Error(), "message") {
+				t.Errorf("failure %q does not carry the condition's message", err)
+			}
+		})
+	}
+}

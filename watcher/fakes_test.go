@@ -84,6 +84,9 @@ type fakeStacks struct {
 	destroyRecovered []string
 	cancelErr        error
 	ups              []stack.RunOptions
+	// onUp, when set, runs inside Up, as things that happen while an up runs do (a user
+	// changing the spec).
+	onUp func()
 }
 
 func (s *fakeStacks) StackName(namespace, name string) (string, error) {
@@ -97,6 +100,9 @@ func (s *fakeStacks) Up(_ context.Context, d api.Desired, opts stack.RunOptions)
 	defer s.mu.Unlock()
 	s.ups = append(s.ups, opts)
 	s.j.add("up refresh=%v", opts.Refresh)
+	if s.onUp != nil {
+		s.onUp()
+	}
 	res := s.upResult
 	res.Operation = "up"
 	if res.Start.IsZero() {

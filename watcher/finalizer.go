@@ -101,7 +101,7 @@ func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructu
 			w.recorder.Event(u, corev1.EventTypeWarning, reason, err.Error())
 		}
 		gen := u.GetGeneration()
-		if serr := w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) {
+		if serr := w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
 			st.LastUpdate = lastUpdate(res, err)
 			markFailed(st, gen, reason, err.Error())
 		}); serr != nil && !apierrors.IsNotFound(serr) {

@@ -64,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) observeReconcile(key cache.ObjectName, err error, d time.Duration) {
+func (m *metrics) observeReconcile(err error, d time.Duration) {
 	result := "success"
 	switch {
 	case errors.Is(err, stack.ErrLocked):
@@ -74,11 +74,17 @@ func (m *metrics) observeReconcile(key cache.ObjectName, err error, d time.Durat
 	}
 	m.reconciles.WithLabelValues(result).Inc()
 	m.reconcile.Observe(d.Seconds())
+}
+
+// track counts key in pulumi_operator_stacks_managed: the object exists. Only reconcile calls it,
+// for an object it found, and forget undoes it; observeReconcile, which runs after the reconcile
+// of a deleted object too, does not, or the gauge would never go down.
+func (m *metrics) track(key cache.ObjectName) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	if _, ok := m.stacks[key]; !ok {
 		m.stacks[key] = false
 	}
-	m.mu.Unlock()
 }
 
 func (m *metrics) observeOperation(op string, err error, res stack.Result) {

@@ -75,6 +75,12 @@ func (h *handledRequests) get(cr *api.KindCustomHttp) string {
 	return h.m[cache.MetaObjectToName(cr)]
 }
 
+func (h *handledRequests) forget(key cache.ObjectName) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.m, key)
+}
+
 func (h *handledRequests) set(cr *api.KindCustomHttp, v string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -27,14 +27,13 @@ import (
 func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) error {
 	obj, err := w.lister.ByNamespace(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
-		w.metrics.forget(key)
-		w.applied.Delete(key)
-		w.destroyed.Delete(key)
+		w.forget(key)
 		return nil // deleted, and the finalizer already did its work
 	}
 	if err != nil {
 		return fmt.Errorf("get %s from cache: %w", key, err)
 	}
+	w.metrics.track(key)
 	u := obj.(*unstructured.Unstructured).DeepCopy()
 	if u.GetDeletionTimestamp() != nil {
 		return w.reconcileDelete(ctx, u)
@@ -50,7 +49,7 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) error {
 		return w.fail(ctx, u, ReasonEnvSourceMissing, err)
 	}
 	if cr.Spec.Suspend {
-		return w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) {
+		return w.updateStatus(ctx, u, cr.Generation, func(st *api.KindCustomHttpStatus) {
 			setCondition(st, cr.Generation, ConditionReconciling, metav1.ConditionFalse, ReasonSuspended,
 				"spec.suspend is true: no up and no drift repair until it is false")
 		})
@@ -62,6 +61,18 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) error {
 	return w.apply(ctx, u, cr, d, stackName, p)
 }
 
+// forget drops everything the watcher keeps per object once the object is gone: its metrics
+// (stacks_managed, stacks_failing, its condition series), what it last applied, the reconcile
+// request it last handled, its wait for the provider plugin and its destroyed mark. Without it
+// every deleted object stayed in the gauges and the maps for the life of the process.
+func (w *Watcher) forget(key cache.ObjectName) {
+	w.metrics.forget(key)
+	w.applied.Delete(key)
+	w.destroyed.Delete(key)
+	w.requests.forget(key)
+	w.pluginWait.remove(key)
+}
+
 // fail reports a retryable problem found before any Pulumi run (status and a Warning Event)
 // and returns it, so the object is retried with backoff.
 func (w *Watcher) fail(ctx context.Context, u *unstructured.Unstructured, reason string, cause error) error {
@@ -70,7 +81,7 @@ func (w *Watcher) fail(ctx context.Context, u *unstructured.Unstructured, reason
 		w.recorder.Event(u, corev1.EventTypeWarning, reason, cause.Error())
 	}
 	w.metrics.setFailing(cache.MetaObjectToName(u), true)
-	if err := w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) { markFailed(st, gen, reason, cause.Error()) }); err != nil {
+	if err := w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) { markFailed(st, gen, reason, cause.Error()) }); err != nil {
 		return err
 	}
 	return cause
@@ -98,7 +109,7 @@ func (w *Watcher) stall(ctx context.Context, u *unstructured.Unstructured, cause
 		w.recorder.Event(u, corev1.EventTypeWarning, ReasonInvalidSpec, cause.Error())
 	}
 	w.metrics.setFailing(cache.MetaObjectToName(u), true)
-	return w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) {
+	return w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
 		markStalled(st, gen, ReasonInvalidSpec, cause.Error())
 	})
 }
@@ -114,7 +125,7 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 	// A retry keeps the failure it retries visible (Ready False, Reconciling True "Retrying")
 	// instead of flipping status to Progressing and back on every attempt.
 	if !retrying(cr) {
-		if err := w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) {
+		if err := w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
 			st.Stack = w.stacks.QualifiedName(stackName)
 			markReconciling(st, gen, "pulumi up of stack "+stackName+" is running")
 		}); err != nil {
@@ -134,9 +145,14 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 		} else {
 			w.recorder.Event(u, corev1.EventTypeWarning, reason, upErr.Error())
 		}
-		if err := w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) {
+		if err := w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
 			st.Stack = w.stacks.QualifiedName(stackName)
 			st.LastUpdate = lastUpdate(res, upErr)
+			if p.requested != "" {
+				// Echoed on failure too (as Flux does), so that `reconcile --wait` learns
+				// the outcome of its request from the request's own token.
+				st.LastHandledReconcileAt = p.requested
+			}
 			markFailed(st, gen, reason, upErr.Error())
 		}); err != nil {
 			log.Error("write status failed", "err", err)
@@ -154,7 +170,7 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 		w.requests.set(cr, p.requested)
 	}
 	ready, msg, counts := w.owned.liveReadiness(ctx, d)
-	return w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) {
+	return w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
 		st.Stack = w.stacks.QualifiedName(stackName)
 		st.LastUpdate = lastUpdate(res, nil)
 		st.AppliedDigest = p.digest
@@ -169,7 +185,7 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 // updateReadiness refreshes the replica counts and Ready from the Deployment, without Pulumi.
 func (w *Watcher) updateReadiness(ctx context.Context, u *unstructured.Unstructured, d api.Desired) error {
 	ready, msg, counts := w.owned.readiness(d)
-	return w.updateStatus(ctx, u, func(st *api.KindCustomHttpStatus) {
+	return w.updateStatus(ctx, u, u.GetGeneration(), func(st *api.KindCustomHttpStatus) {
 		setReadiness(st, u.GetGeneration(), ready, msg, counts)
 	})
 }

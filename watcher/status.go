@@ -167,11 +167,16 @@ const statusWriteTimeout = 10 * time.Second
 // a write never loses another writer's change; mutate must therefore be safe to run again.
 // On success u holds the stored object, so later writes build on it.
 //
+// status.observedGeneration is gen, the generation the reconcile acted on, never that of the
+// fresh read: a spec changed while an up ran conflicts with this write, and reporting the new
+// generation would tell `kubectl wait`, kstatus, Flux and Argo CD that a spec no up has applied
+// is done. The newer generation is then reconciled next (its update queued the object).
+//
 // The write does not end with ctx: the status after a cancelled Pulumi operation (shutdown
 // past its grace, a lost lease) is the one that most needs writing, and with a cancelled ctx
 // the request failed and retry.RetryOnConflict returned nil for it, so nothing was written or
 // logged. It is bounded by statusWriteTimeout instead.
-func (w *Watcher) updateStatus(ctx context.Context, u *unstructured.Unstructured, mutate func(*api.KindCustomHttpStatus)) error {
+func (w *Watcher) updateStatus(ctx context.Context, u *unstructured.Unstructured, gen int64, mutate func(*api.KindCustomHttpStatus)) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusWriteTimeout)
 	defer cancel()
 	c := w.client.Namespace(u.GetNamespace())
@@ -196,7 +201,7 @@ func (w *Watcher) updateStatus(ctx context.Context, u *unstructured.Unstructured
 		if err != nil {
 			return err
 		}
-		st.ObservedGeneration = cur.GetGeneration()
+		st.ObservedGeneration = gen
 		mutate(&st)
 		conditions = st.Conditions
 		raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)

@@ -131,7 +131,7 @@ func (w *Watcher) processNext(work, ctx context.Context) bool {
 	}
 	start := time.Now()
 	err := w.reconcile(ctx, key)
-	w.metrics.observeReconcile(key, err, time.Since(start))
+	w.metrics.observeReconcile(err, time.Since(start))
 	if err == nil {
 		w.queue.Forget(key)
 		return true
@@ -190,6 +190,12 @@ func (s *keySet) add(k cache.ObjectName) {
 		s.m = map[cache.ObjectName]struct{}{}
 	}
 	s.m[k] = struct{}{}
+}
+
+func (s *keySet) remove(k cache.ObjectName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, k)
 }
 
 func (s *keySet) len() int {
