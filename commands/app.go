@@ -42,20 +42,21 @@ type config struct {
 	kubeBurst    int     // client-go's rest.Config Burst: requests allowed at once above QPS
 	explicitFile bool    // --project-file was given: a missing file is an error
 
-	namespace      string
-	selector       string
-	workers        int
-	resync         time.Duration
-	healthAddr     string
-	metricsAddr    string
-	metricsSecure  bool
-	metricsCertDir string
-	leaderElect    bool
-	leaseNS        string
-	leaseName      string
-	lease          watcher.LeaderElection
-	grace          time.Duration
-	staleLock      time.Duration
+	namespace        string
+	selector         string
+	workers          int
+	resync           time.Duration
+	healthAddr       string
+	metricsAddr      string
+	metricsSecure    bool
+	metricsCertDir   string
+	leaderElect      bool
+	leaseNS          string
+	leaseName        string
+	lease            watcher.LeaderElection
+	grace            time.Duration
+	staleLock        time.Duration
+	operationTimeout time.Duration
 }
 
 // App builds the pulumi-operator command line. Run it with os.Args; it never exits the

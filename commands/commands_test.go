@@ -528,7 +528,7 @@ func TestPreviewStreamsOnATerminal(t *testing.T) {
 	of := &objectFlags{diff: true, parallel: 1}
 	var progress testenv.SyncBuffer
 	done := make(chan []result, 1)
-	go func() { done <- runAll(context.Background(), m, docs, Preview, of, &progress, true) }()
+	go func() { done <- runAll(context.Background(), m, nil, docs, Preview, of, &progress, true) }()
 	var results []result
 	sawWhileRunning := false
 	for results == nil {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 )
 
 // objectFlags are the flags of up, preview, refresh, destroy and stacks: one set of values,
@@ -21,6 +23,7 @@ type objectFlags struct {
 	summaryMarkdown  string
 	yes              bool
 	parallel         int
+	rolloutTimeout   time.Duration
 }
 
 // sourceFlags are the flags every object command has: where the objects come from, --json and
@@ -46,6 +49,12 @@ func (of *objectFlags) sourceFlags() []cli.Flag {
 func (of *objectFlags) parallelFlag() cli.Flag {
 	return &cli.IntFlag{Name: "parallel", Aliases: []string{"p"}, EnvVars: []string{"PULUMI_OPERATOR_PARALLEL"}, Value: 1, Destination: &of.parallel,
 		Usage: "run up to `N` objects' stacks at once (each runs one pulumi process and its provider plugin); their output is then printed per object as each ends"}
+}
+
+// rolloutFlag is --rollout-timeout, of up.
+func (of *objectFlags) rolloutFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "rollout-timeout", EnvVars: []string{"PULUMI_OPERATOR_ROLLOUT_TIMEOUT"}, Value: rollout.DefaultTimeout, Destination: &of.rolloutTimeout,
+		Usage: "after each up, wait up to `DURATION` for the Deployment's pods to be available, as `pulumi up` of the Kubernetes provider does (the up itself does not wait: the operator watches rollouts without holding a worker); 0 does not wait"}
 }
 
 // diffFlag is --diff, of up and preview.

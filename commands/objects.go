@@ -21,6 +21,7 @@ import (
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -51,13 +52,18 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 		return cli.Exit("destroy deletes the objects of the stack: pass --yes to confirm", ExitInvalidInput)
 	}
 	var client dynamic.Interface
-	needCluster := of.fromCluster != "" || cfg.clusterName == ""
-	if needCluster {
-		rc, err := restConfig(cfg)
-		if err != nil {
-			return cli.Exit(err.Error(), ExitInvalidInput)
-		}
+	var kube kubernetes.Interface
+	needCluster := of.fromCluster != "" || cfg.clusterName == "" || (op == Up && of.rolloutTimeout > 0)
+	rc, rcErr := restConfig(cfg)
+	if needCluster && rcErr != nil {
+		return cli.Exit(rcErr.Error(), ExitInvalidInput)
+	}
+	if rcErr == nil {
+		var err error
 		if client, err = dynamic.NewForConfig(rc); err != nil {
+			return err
+		}
+		if kube, err = kubernetes.NewForConfig(rc); err != nil {
 			return err
 		}
 	}
@@ -68,6 +74,7 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 	if err != nil {
 		return cli.Exit(err.Error(), ExitInvalidInput)
 	}
+	ownerUIDs(ctx, client, docs)
 	if err := envDigests(ctx, cfg, docs); err != nil {
 		return cli.Exit(err.Error(), ExitFailed)
 	}
@@ -86,7 +93,7 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 	if f, ok := progress.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		terminal = true
 	}
-	results := runAll(ctx, mgr, docs, op, of, progress, terminal)
+	results := runAll(ctx, mgr, kube, docs, op, of, progress, terminal)
 	err = report(out, of, op, results)
 	if ctx.Err() != nil {
 		msg := fmt.Sprintf("%s interrupted: %d of %d objects ran or were cancelled (see the table)", op, len(results), len(docs))
@@ -106,7 +113,7 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 // which is kept for the diff, is shown as it goes on a terminal and only at the end
 // elsewhere (report). Several at a time, each run's output is held and printed as one block
 // when it ends, so that runs do not interleave.
-func runAll(ctx context.Context, mgr *stack.Manager, docs []api.Document, op Operation, of *objectFlags, progress io.Writer, terminal bool) []result {
+func runAll(ctx context.Context, mgr *stack.Manager, kube kubernetes.Interface, docs []api.Document, op Operation, of *objectFlags, progress io.Writer, terminal bool) []result {
 	parallel := max(of.parallel, 1)
 	results := make([]result, len(docs))
 	started := make([]bool, len(docs))
@@ -140,11 +147,11 @@ func runAll(ctx context.Context, mgr *stack.Manager, docs []api.Document, op Ope
 				if terminal {
 					color = "auto" // Pulumi's own interactive display
 				}
-				results[i] = runOne(ctx, mgr, d, op, of, progress, color, terminal)
+				results[i] = runOne(ctx, mgr, kube, d, op, of, progress, color, terminal)
 				return
 			}
 			var held bytes.Buffer
-			results[i] = runOne(ctx, mgr, d, op, of, &held, "never", false)
+			results[i] = runOne(ctx, mgr, kube, d, op, of, &held, "never", false)
 			say("--- %s %s: %s\n%s", op, results[i].Object, resultWord(results[i]), held.String())
 		}()
 		if parallel == 1 {
@@ -162,8 +169,10 @@ func runAll(ctx context.Context, mgr *stack.Manager, docs []api.Document, op Ope
 // runOne runs op on d's stack, waiting for a lock up to --wait-for-lock (retrying every
 // lockPoll), and returns its result; the error is in result.err. A lock whose pulumi process
 // is gone from this host (killed, or interrupted too early to release it) is removed once,
-// with a warning, and the operation run again, as the watcher does (stale locks).
-func runOne(ctx context.Context, mgr *stack.Manager, d api.Document, op Operation, of *objectFlags, progress io.Writer, color string, streamPreview bool) result {
+// with a warning, and the operation run again, as the watcher does (stale locks). After a
+// successful up it waits up to --rollout-timeout for the Deployment's rollout through kube
+// (waitRollout).
+func runOne(ctx context.Context, mgr *stack.Manager, kube kubernetes.Interface, d api.Document, op Operation, of *objectFlags, progress io.Writer, color string, streamPreview bool) result {
 	name, _ := mgr.StackName(d.Desired.Namespace, d.Desired.Name)
 	r := result{Object: d.Desired.Namespace + "/" + d.Desired.Name, Stack: mgr.QualifiedName(name), Operation: op}
 	opts := stack.RunOptions{Diff: of.diff, Color: color, Progress: progress}
@@ -203,6 +212,9 @@ func runOne(ctx context.Context, mgr *stack.Manager, d api.Document, op Operatio
 		for _, line := range res.Recovered {
 			fmt.Fprintf(progress, "warning: stack %s: an interrupted update had left a pending operation: %s\n", name, line)
 		}
+		if err == nil && op == Up && of.rolloutTimeout > 0 && kube != nil {
+			err = waitRollout(ctx, kube, d.Desired, of.rolloutTimeout, progress)
+		}
 		r.Changes, r.Outputs, r.diff, r.err = res.Changes, res.Outputs, diff.String(), err
 		if err != nil {
 			r.Error = err.Error()
@@ -211,6 +223,40 @@ func runOne(ctx context.Context, mgr *stack.Manager, d api.Document, op Operatio
 			}
 		}
 		return r
+	}
+}
+
+// waitRollout waits up to timeout for d's Deployment to roll out (rollout.Wait), printing each
+// new reason to progress, as the Kubernetes provider's await of `pulumi up` reports its
+// Deployment: the operator's program does not await it (infra.SkipAwait), so that no rollout
+// holds a worker of the operator, and a person's `up` waits here instead.
+func waitRollout(ctx context.Context, kube kubernetes.Interface, d api.Desired, timeout time.Duration, progress io.Writer) error {
+	return rollout.Wait(ctx, kube, d.Namespace, d.Name, d.ReplicaCount, timeout, func(h rollout.Health) {
+		if h.Done {
+			fmt.Fprintf(progress, "Deployment %s/%s rolled out: %s\n", d.Namespace, d.Name, h.Message)
+			return
+		}
+		fmt.Fprintf(progress, "waiting for Deployment %s/%s to roll out: %s: %s\n", d.Namespace, d.Name, h.Reason, h.Message)
+	})
+}
+
+// ownerUIDs fills in Desired.OwnerUID of each document read from a file from the live object of
+// the same namespace and name, so that an up from a file declares the ownerReference the
+// operator's up declares and neither undoes the other's. Best effort: without client (no
+// cluster configured) or for an object not in the cluster there is no owner to name.
+func ownerUIDs(ctx context.Context, client dynamic.Interface, docs []api.Document) {
+	if client == nil {
+		return
+	}
+	for i := range docs {
+		d := &docs[i].Desired
+		if d.OwnerUID != "" {
+			continue
+		}
+		u, err := client.Resource(api.GroupVersionResource).Namespace(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
+		if err == nil {
+			d.OwnerUID = string(u.GetUID())
+		}
 	}
 }
 

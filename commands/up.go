@@ -10,7 +10,7 @@ func upCommand(cfg *config, of *objectFlags) *cli.Command {
 			"pulumi-operator up --from-cluster NAMESPACE/NAME",
 		Description: "Examples:\n   pulumi-operator --kubeconfig ~/.kube/config up -f config/samples/ --ignore-other-kinds\n" +
 			"   PULUMI_BACKEND_URL=s3://state pulumi-operator up --from-cluster peerns/kindcustomhttp-sample --wait-for-lock 5m",
-		Flags:  append(of.sourceFlags(), of.diffFlag(), of.parallelFlag()),
+		Flags:  append(of.sourceFlags(), of.diffFlag(), of.parallelFlag(), of.rolloutFlag()),
 		Action: of.action(cfg, Up),
 	}
 }

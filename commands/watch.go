@@ -63,6 +63,8 @@ func watchCommand(cfg *config) *cli.Command {
 				Usage: "how often candidates try to take or renew the Lease"},
 			&cli.DurationFlag{Name: "shutdown-grace", EnvVars: []string{"PULUMI_OPERATOR_SHUTDOWN_GRACE"}, Value: 25 * time.Second, Destination: &cfg.grace,
 				Usage: "on SIGTERM, how long running Pulumi operations may finish before they are cancelled"},
+			&cli.DurationFlag{Name: "operation-timeout", EnvVars: []string{"PULUMI_OPERATOR_OPERATION_TIMEOUT"}, Value: 3 * time.Minute, Destination: &cfg.operationTimeout,
+				Usage: "cancel an up or destroy that runs longer than `DURATION` (its object is retried with backoff), so that no object holds a worker"},
 			&cli.DurationFlag{Name: "stale-lock-timeout", EnvVars: []string{"PULUMI_OPERATOR_STALE_LOCK_TIMEOUT"}, Value: 30 * time.Minute, Destination: &cfg.staleLock,
 				Usage: "a stack lock older than this is removed (pulumi cancel) even if its owner may live"},
 		},
@@ -114,7 +116,7 @@ func runWatch(parent context.Context, cfg *config) error {
 	registerRESTClientMetrics(reg)
 	w := watcher.New(client, kube, watcher.ManagerStacks{Manager: mgr}, watcher.Options{
 		Namespace: cfg.namespace, LabelSelector: cfg.selector, Resync: cfg.resync, DigestSalt: salt,
-		ShutdownGrace: cfg.grace, StaleLockTimeout: cfg.staleLock, Registry: reg, Metadata: meta,
+		ShutdownGrace: cfg.grace, OperationTimeout: cfg.operationTimeout, StaleLockTimeout: cfg.staleLock, Registry: reg, Metadata: meta,
 		FindPlugin: mgr.KubernetesPlugin,
 	})
 	var metricsHandler http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})

@@ -237,3 +237,37 @@ func TestEnvFrom(t *testing.T) {
 		t.Fatalf("env digest annotation = %v", got)
 	}
 }
+
+// No object is awaited (the watcher and the commands watch the rollout themselves), and every
+// object points at its KindCustomHttp when the object's UID is known: no ownerReference
+// without one, so a manifest applied before the object exists declares none.
+func TestSkipAwaitAndOwner(t *testing.T) {
+	d := api.Desired{Namespace: "ns", Name: "web", ReplicaCount: 1, Port: 80, ContainerPort: 8080,
+		Image: api.DefaultImage, ServiceType: api.ServiceTypeClusterIP}
+	for name, uid := range map[string]string{"live object": "0f1e2d3c-uid", "manifest without uid": ""} {
+		t.Run(name, func(t *testing.T) {
+			d.OwnerUID = uid
+			m := run(t, d)
+			for typ, r := range m.resources {
+				if got := get(t, r, "metadata", "annotations", SkipAwait); got != "true" {
+					t.Errorf("%s %s = %v, want true", typ, SkipAwait, got)
+				}
+				owners, _ := get(t, r, "metadata").(map[string]any)["ownerReferences"].([]any)
+				if uid == "" {
+					if len(owners) != 0 {
+						t.Errorf("%s ownerReferences = %v without a UID, want none", typ, owners)
+					}
+					continue
+				}
+				if len(owners) != 1 {
+					t.Fatalf("%s ownerReferences = %v, want one", typ, owners)
+				}
+				o := owners[0]
+				if get(t, o, "uid") != uid || get(t, o, "kind") != OwnerKind || get(t, o, "apiVersion") != OwnerAPIVersion ||
+					get(t, o, "name") != d.Name || get(t, o, "controller") != true {
+					t.Errorf("%s ownerReference = %v", typ, o)
+				}
+			}
+		})
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/config"
@@ -32,6 +33,7 @@ import (
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/envsource"
 	"github.com/pulumi-operator/pulumi-operator/infra"
+	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -54,19 +56,57 @@ func Started(args []string, getenv func(string) string) bool {
 	return true
 }
 
-// Main runs the program through pulumi.Run, which prints a failure and exits 1 (the engine
-// reports it as the program's error).
-func Main() { pulumi.Run(Run) }
+// Main runs the program (Run) and, after an update, waits for the Deployment's rollout, as the
+// Kubernetes provider's await would: the program declares it with pulumi.com/skipAwait (the
+// operator watches rollouts without holding a worker; infra.Declare), so a person's `pulumi up`
+// waits here instead, once Pulumi has applied every object, up to the stack's rolloutTimeout
+// config (default rollout.DefaultTimeout; 0 does not wait). A failed program, or a rollout that
+// does not finish, prints the error and exits 1: the engine reports the update as failed.
+func Main() {
+	var d api.Desired
+	var timeout time.Duration
+	err := pulumi.RunErr(func(ctx *pulumi.Context) error {
+		var err error
+		if d, timeout, err = Run(ctx); err != nil {
+			return err
+		}
+		if ctx.DryRun() {
+			timeout = 0 // a preview applies nothing to wait for
+		}
+		return nil
+	})
+	if err == nil && timeout > 0 {
+		err = waitRollout(d, timeout, kubeFromEnv)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+		os.Exit(1)
+	}
+}
 
 // ManifestKey is the stack config key, in the project's namespace, that names the manifest:
 // `pulumi config set manifest FILE` (the CLI adds the project: `kindcustomhttp:manifest`).
 const ManifestKey = "manifest"
 
-// Run is the program: the checks, the object, then infra.Program of its Desired. Errors say
-// what to set; they come before any resource is registered, so nothing is changed.
-func Run(ctx *pulumi.Context) error {
+// RolloutTimeoutKey is the stack config key of how long `pulumi up` waits for the Deployment's
+// rollout after the update (a Go duration, "5m"; "0" does not wait): `pulumi config set
+// rolloutTimeout 5m`.
+const RolloutTimeoutKey = "rolloutTimeout"
+
+// Run is the program: the checks, the object, then infra.Declare of its Desired. It returns the
+// Desired and how long Main is to wait for its rollout. Errors say what to set; they come
+// before any resource is registered, so nothing is changed.
+func Run(ctx *pulumi.Context) (api.Desired, time.Duration, error) {
 	if err := checkProviderEnv(os.Getenv); err != nil {
-		return err
+		return api.Desired{}, 0, err
+	}
+	timeout := rollout.DefaultTimeout
+	if v := config.Get(ctx, ctx.Project()+":"+RolloutTimeoutKey); v != "" {
+		t, err := time.ParseDuration(v)
+		if err != nil || t < 0 {
+			return api.Desired{}, 0, fmt.Errorf("config %s %q: want a duration such as 5m, or 0 not to wait for the rollout", RolloutTimeoutKey, v)
+		}
+		timeout = t
 	}
 	src := Source{
 		Stack:    ctx.Stack(),
@@ -75,9 +115,24 @@ func Run(ctx *pulumi.Context) error {
 	}
 	d, err := src.Desired(ctx.Context(), kubeFromEnv)
 	if err != nil {
-		return err
+		return d, 0, err
 	}
-	return infra.Program(d)(ctx)
+	_, err = infra.Declare(ctx, d)
+	return d, timeout, err
+}
+
+// waitRollout waits up to timeout for d's Deployment to roll out (rollout.Wait), telling the
+// person at the terminal what it waits for.
+func waitRollout(d api.Desired, timeout time.Duration, connect func() (Kube, error)) error {
+	k, err := connect()
+	if err != nil {
+		return fmt.Errorf("wait for the rollout of Deployment %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	return rollout.Wait(context.Background(), k.Core, d.Namespace, d.Name, d.ReplicaCount, timeout, func(h rollout.Health) {
+		if !h.Done {
+			fmt.Fprintf(os.Stderr, "waiting for Deployment %s/%s to roll out: %s: %s\n", d.Namespace, d.Name, h.Reason, h.Message)
+		}
+	})
 }
 
 // checkProviderEnv makes sure the Kubernetes provider runs as the operator runs it
@@ -136,8 +191,9 @@ type Source struct {
 }
 
 // Desired is the object's desired state, as the operator computes it (api.Resolve, and the
-// envFrom digest from the cluster). connect is called only when the cluster is needed: no
-// manifest, or an object with envFrom. Errors name what is wrong and what to set: a manifest
+// envFrom digest from the cluster). connect is called when the cluster is needed: no manifest,
+// an object with envFrom, or a manifest whose object's UID (the owner its objects name) may be
+// in the cluster; that last lookup is best effort. Errors name what is wrong and what to set: a manifest
 // that cannot be read or holds not exactly one KindCustomHttp, a manifest for another object
 // than the stack's, a stack name that encodes no object (with no manifest), an object not in
 // the cluster.
@@ -171,6 +227,15 @@ func (s Source) Desired(ctx context.Context, connect func() (Kube, error)) (api.
 		if encoded && (d.Namespace != ns || d.Name != name) {
 			return d, fmt.Errorf("config %s: %s is KindCustomHttp %s/%s, but stack %s belongs to %s/%s: name that object's manifest, or use the stack of %s/%s",
 				ManifestKey, s.Manifest, d.Namespace, d.Name, s.Stack, ns, name, d.Namespace, d.Name)
+		}
+		if d.OwnerUID == "" {
+			// The live object's UID, best effort, so that the objects name the same owner
+			// as the operator's up gives them (infra.Declare); no cluster, no owner.
+			if k, err := cluster(); err == nil {
+				if u, err := k.Dynamic.Resource(api.GroupVersionResource).Namespace(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{}); err == nil {
+					d.OwnerUID = string(u.GetUID())
+				}
+			}
 		}
 	} else {
 		if !encoded {

@@ -7,6 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 )
 
 // TestStarted: only no arguments with all four engine variables is the engine's start.
@@ -67,9 +74,10 @@ spec:
     hostports: "localhost,8080\n"
 `
 
-// TestSourceManifest: a manifest relative to the project gives the object without touching
-// the cluster; each bad manifest is an error that says what to fix, and none reaches the
-// cluster.
+// TestSourceManifest: a manifest relative to the project gives the object, with no owner when
+// no cluster can be reached (the owner's UID is the only thing a manifest's stack asks the
+// cluster for, and only when the cluster is there); each bad manifest is an error that says
+// what to fix, and none reaches the cluster.
 func TestSourceManifest(t *testing.T) {
 	root := t.TempDir()
 	write := func(name, body string) {
@@ -86,13 +94,14 @@ func TestSourceManifest(t *testing.T) {
 		return Kube{}, errors.New("unreachable")
 	}
 	ctx := context.Background()
+	unreachable := func() (Kube, error) { return Kube{}, errors.New("no configuration") }
 
 	for _, stackName := range []string{"kind.shop.web", "dev"} {
-		d, err := Source{Stack: stackName, Manifest: "web.yaml", Root: root}.Desired(ctx, noCluster)
+		d, err := Source{Stack: stackName, Manifest: "web.yaml", Root: root}.Desired(ctx, unreachable)
 		if err != nil {
 			t.Fatalf("stack %s, manifest web.yaml: %v", stackName, err)
 		}
-		if d.Namespace != "shop" || d.Name != "web" || d.ReplicaCount != 2 || d.Port != 8080 {
+		if d.Namespace != "shop" || d.Name != "web" || d.ReplicaCount != 2 || d.Port != 8080 || d.OwnerUID != "" {
 			t.Fatalf("stack %s: desired = %+v", stackName, d)
 		}
 	}
@@ -123,5 +132,29 @@ func TestSourceClusterUnreachable(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "no configuration") {
 		t.Fatalf("err = %v, want the connection's error", err)
+	}
+}
+
+// A manifest's object that is in the cluster gets the live object's UID as its owner, so that a
+// laptop's up declares the ownerReference the operator's up declares.
+func TestSourceManifestOwner(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "web.yaml"), []byte(sample), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(api.GroupVersionKind)
+	live.SetNamespace("shop")
+	live.SetName("web")
+	live.SetUID("live-uid-1")
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{api.GroupVersionResource: api.ListKind}, live)
+	d, err := Source{Stack: "kind.shop.web", Manifest: "web.yaml", Root: root}.Desired(context.Background(),
+		func() (Kube, error) { return Kube{Dynamic: dyn}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.OwnerUID != "live-uid-1" {
+		t.Errorf("OwnerUID %q, want the live object's live-uid-1", d.OwnerUID)
 	}
 }

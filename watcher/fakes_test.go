@@ -87,6 +87,10 @@ type fakeStacks struct {
 	// onUp, when set, runs inside Up, as things that happen while an up runs do (a user
 	// changing the spec).
 	onUp func()
+	// hang makes Up and Destroy run until their context ends, as a run stuck on something
+	// outside (a provider waiting on an unreachable apiserver) does, and fail then as a
+	// cancelled pulumi run does.
+	hang bool
 }
 
 func (s *fakeStacks) StackName(namespace, name string) (string, error) {
@@ -95,13 +99,17 @@ func (s *fakeStacks) StackName(namespace, name string) (string, error) {
 
 func (s *fakeStacks) QualifiedName(stackName string) string { return "kindcustomhttp/" + stackName }
 
-func (s *fakeStacks) Up(_ context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
+func (s *fakeStacks) Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ups = append(s.ups, opts)
 	s.j.add("up refresh=%v", opts.Refresh)
 	if s.onUp != nil {
 		s.onUp()
+	}
+	if s.hang {
+		<-ctx.Done()
+		return stack.Result{Operation: "up", Start: time.Now(), End: time.Now()}, errors.New("update cancelled")
 	}
 	res := s.upResult
 	res.Operation = "up"
@@ -116,8 +124,12 @@ func (s *fakeStacks) Up(_ context.Context, d api.Desired, opts stack.RunOptions)
 	return res, s.upErr
 }
 
-func (s *fakeStacks) Destroy(_ context.Context, stackName string, _ stack.RunOptions) (stack.Result, error) {
+func (s *fakeStacks) Destroy(ctx context.Context, stackName string, _ stack.RunOptions) (stack.Result, error) {
 	s.j.add("destroy %s", stackName)
+	if s.hang {
+		<-ctx.Done()
+		return stack.Result{Operation: "destroy", Start: time.Now(), End: time.Now()}, errors.New("destroy cancelled")
+	}
 	now := time.Now()
 	return stack.Result{Operation: "destroy", Start: now, End: now, Changes: map[string]int{"delete": 3},
 		Recovered: s.destroyRecovered}, s.destroyErr
@@ -320,8 +332,17 @@ func (f *unitFixture) markDeleted(name string) {
 	f.deliver(name)
 }
 
-// reconcile runs the sync handler on name and returns its error.
+// reconcile runs the sync handler on name and returns its error; errRolloutInProgress, which
+// only asks the worker to look again later, is nil here (reconcileRaw keeps it).
 func (f *unitFixture) reconcile(name string) error {
+	if err := f.reconcileRaw(name); !errors.Is(err, errRolloutInProgress) {
+		return err
+	}
+	return nil
+}
+
+// reconcileRaw runs the sync handler on name and returns its error as the worker sees it.
+func (f *unitFixture) reconcileRaw(name string) error {
 	return f.w.reconcile(context.Background(), cache.ObjectName{Namespace: unitNS, Name: name})
 }
 

@@ -85,7 +85,10 @@ func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructu
 		return w.removeFinalizer(ctx, u)
 	}
 	w.log.Info("running destroy", "object", objectRef(u), "stack", stackName)
-	res, err := w.stacks.Destroy(ctx, stackName, stack.RunOptions{})
+	opCtx, cancel := context.WithTimeout(ctx, w.opts.OperationTimeout)
+	res, err := w.stacks.Destroy(opCtx, stackName, stack.RunOptions{})
+	err = w.timedOut(ctx, opCtx, "destroy", stackName, err)
+	cancel()
 	w.reportRecovered(u, stackName, res)
 	w.metrics.observeOperation("destroy", err, res)
 	if err != nil {
@@ -94,6 +97,9 @@ func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructu
 		case errors.Is(err, stack.ErrLocked):
 			reason = ReasonUpdateConflict
 			w.clearStaleLock(ctx, u, stackName, err)
+		case errors.Is(err, errTimedOut):
+			reason = ReasonTimedOut
+			w.recorder.Event(u, corev1.EventTypeWarning, reason, err.Error())
 		case errors.Is(err, stack.ErrBackendUnavailable):
 			reason = ReasonBackendUnavailable
 			w.recorder.Event(u, corev1.EventTypeWarning, reason, err.Error())

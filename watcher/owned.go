@@ -19,6 +19,7 @@ import (
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
+	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 )
 
 // ownedObjects watches the Deployments, Services and ConfigMaps that carry
@@ -68,39 +69,31 @@ func newOwnedObjects(kube kubernetes.Interface, namespace string, resync time.Du
 func (o *ownedObjects) start(ctx context.Context)      { o.factory.Start(ctx.Done()) }
 func (o *ownedObjects) synced() []cache.InformerSynced { return o.hasSynced }
 
-// readiness reads d's Deployment from the cache: ready when it has observed its current
-// generation and every desired replica is updated and available.
-func (o *ownedObjects) readiness(d api.Desired) (bool, string, replicaCounts) {
-	dep, err := o.deployments.Deployments(d.Namespace).Get(d.Name)
+// readiness judges the rollout of d's Deployment (internal/rollout), read from the cache, or
+// from the API server when live is set (right after an up the cache may not have seen the
+// Deployment the up just changed). The pods are listed, from the API server, only when the
+// rollout is not done, to say why: no pod informer is kept for the common case.
+func (o *ownedObjects) readiness(ctx context.Context, d api.Desired, live bool) rollout.Health {
+	var dep *appsv1.Deployment
+	if live {
+		if x, err := o.kube.AppsV1().Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{}); err == nil {
+			dep = x
+		} else if !apierrors.IsNotFound(err) {
+			live = false
+		}
+	}
+	if !live {
+		dep, _ = o.deployments.Deployments(d.Namespace).Get(d.Name)
+	}
+	h := rollout.Assess(dep, d.ReplicaCount, nil)
+	if h.Done || dep == nil {
+		return h
+	}
+	pods, err := rollout.ListPods(ctx, o.kube, dep)
 	if err != nil {
-		dep = nil
+		return h
 	}
-	return replicaReadiness(d, dep)
-}
-
-// liveReadiness is readiness from a live read: right after an up the cache may not have seen
-// the Deployment the up just changed.
-func (o *ownedObjects) liveReadiness(ctx context.Context, d api.Desired) (bool, string, replicaCounts) {
-	dep, err := o.kube.AppsV1().Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
-	if err != nil {
-		return o.readiness(d)
-	}
-	return replicaReadiness(d, dep)
-}
-
-func replicaReadiness(d api.Desired, dep *appsv1.Deployment) (bool, string, replicaCounts) {
-	c := replicaCounts{desired: d.ReplicaCount}
-	if dep == nil {
-		return false, fmt.Sprintf("Deployment %s not observed yet", d.Name), c
-	}
-	c.ready, c.available = dep.Status.ReadyReplicas, dep.Status.AvailableReplicas
-	switch {
-	case dep.Status.ObservedGeneration < dep.Generation:
-		return false, fmt.Sprintf("Deployment %s is rolling out", d.Name), c
-	case dep.Status.UpdatedReplicas < d.ReplicaCount || dep.Status.AvailableReplicas < d.ReplicaCount:
-		return false, fmt.Sprintf("%d of %d replicas available", dep.Status.AvailableReplicas, d.ReplicaCount), c
-	}
-	return true, fmt.Sprintf("stack up to date, %d of %d replicas available", dep.Status.AvailableReplicas, d.ReplicaCount), c
+	return rollout.Assess(dep, d.ReplicaCount, pods)
 }
 
 // drift lists how the live objects differ from d, in the fields the program sets and people

@@ -16,6 +16,7 @@ import (
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/envsource"
 	"github.com/pulumi-operator/pulumi-operator/infra"
+	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -134,7 +135,10 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 	}
 	key := cache.MetaObjectToName(u)
 	w.applied.Delete(key)
-	res, upErr := w.stacks.Up(ctx, d, stack.RunOptions{Refresh: p.refresh})
+	opCtx, cancel := context.WithTimeout(ctx, w.opts.OperationTimeout)
+	res, upErr := w.stacks.Up(opCtx, d, stack.RunOptions{Refresh: p.refresh})
+	upErr = w.timedOut(ctx, opCtx, "up", stackName, upErr)
+	cancel()
 	w.reportRecovered(u, stackName, res)
 	w.metrics.observeOperation("up", upErr, res)
 	w.metrics.setFailing(key, upErr != nil)
@@ -169,8 +173,8 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 	if p.requested != "" {
 		w.requests.set(cr, p.requested)
 	}
-	ready, msg, counts := w.owned.liveReadiness(ctx, d)
-	return w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
+	h := w.owned.readiness(ctx, d, true)
+	err := w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
 		st.Stack = w.stacks.QualifiedName(stackName)
 		st.LastUpdate = lastUpdate(res, nil)
 		st.AppliedDigest = p.digest
@@ -178,16 +182,34 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 		if p.requested != "" {
 			st.LastHandledReconcileAt = p.requested
 		}
-		setReadiness(st, gen, ready, msg, counts)
+		setReadiness(st, gen, h)
 	})
+	return rolloutResult(h, err)
 }
 
 // updateReadiness refreshes the replica counts and Ready from the Deployment, without Pulumi.
 func (w *Watcher) updateReadiness(ctx context.Context, u *unstructured.Unstructured, d api.Desired) error {
-	ready, msg, counts := w.owned.readiness(d)
-	return w.updateStatus(ctx, u, u.GetGeneration(), func(st *api.KindCustomHttpStatus) {
-		setReadiness(st, u.GetGeneration(), ready, msg, counts)
+	h := w.owned.readiness(ctx, d, false)
+	err := w.updateStatus(ctx, u, u.GetGeneration(), func(st *api.KindCustomHttpStatus) {
+		setReadiness(st, u.GetGeneration(), h)
 	})
+	return rolloutResult(h, err)
+}
+
+// errRolloutInProgress is the result of a reconcile that left the stack up to date and the
+// Deployment still rolling out: the worker looks again with backoff (1 s doubling to 5 min),
+// without any Pulumi run, so that a reason only the pods show (an image that cannot be pulled)
+// reaches status. The Deployment's own changes queue the object at once besides.
+var errRolloutInProgress = errors.New("the Deployment is still rolling out")
+
+// rolloutResult is a reconcile's result after its status write err: err itself when the write
+// failed, errRolloutInProgress while h goes on, nil when it is done or the Deployment gave up
+// (Stalled: its next change, or the spec's, queues the object).
+func rolloutResult(h rollout.Health, err error) error {
+	if err != nil || h.Done || h.Stalled {
+		return err
+	}
+	return errRolloutInProgress
 }
 
 // reportRecovered logs, and records as a Warning Event, the pending operations of a killed
@@ -201,10 +223,26 @@ func (w *Watcher) reportRecovered(u *unstructured.Unstructured, stackName string
 		"stack %s had pending operations of an interrupted update: %s", stackName, strings.Join(res.Recovered, "; "))
 }
 
+// errTimedOut marks an operation cancelled because it ran longer than Options.OperationTimeout.
+var errTimedOut = errors.New("operation timed out")
+
+// timedOut is err of an operation on stackName that ran on opCtx, derived from ctx: when err
+// came because opCtx's deadline passed (and not because ctx ended: a shutdown), an error that
+// says so and wraps errTimedOut; else err itself.
+func (w *Watcher) timedOut(ctx, opCtx context.Context, op, stackName string, err error) error {
+	if err == nil || !errors.Is(opCtx.Err(), context.DeadlineExceeded) || ctx.Err() != nil {
+		return err
+	}
+	return fmt.Errorf("%w: pulumi %s of stack %s ran longer than %s (--operation-timeout) and was cancelled: %w",
+		errTimedOut, op, stackName, w.opts.OperationTimeout, err)
+}
+
 // failureReason is the condition reason of a failed up: one per sentinel of package stack,
-// ReasonUpdateFailed for anything else.
+// ReasonTimedOut for an up past its deadline, ReasonUpdateFailed for anything else.
 func failureReason(err error) string {
 	switch {
+	case errors.Is(err, errTimedOut):
+		return ReasonTimedOut
 	case errors.Is(err, stack.ErrLocked):
 		return ReasonUpdateConflict
 	case errors.Is(err, stack.ErrPluginMissing):

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -166,10 +167,10 @@ func TestUnitStallReportsOnce(t *testing.T) {
 	if err := f.reconcile("web"); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.journal.take(); !slices.Equal(got, []string{statusProgressing, "up refresh=false", "status Ready=False/ReplicasUnavailable Reconciling=True/ReplicasUnavailable"}) {
+	if got := f.journal.take(); !slices.Equal(got, []string{statusProgressing, "up refresh=false", "status Ready=False/DeploymentMissing Reconciling=True/DeploymentMissing"}) {
 		t.Errorf("after the fix: %q", got)
 	}
-	wantCondition(t, f.storedCR("web"), ConditionStalled, metav1.ConditionFalse, ReasonReplicasUnavailable)
+	wantCondition(t, f.storedCR("web"), ConditionStalled, metav1.ConditionFalse, rollout.ReasonDeploymentMissing)
 }
 
 // TestUnitFinalizerFirst: no up runs before the finalizer is stored, so a delete can never skip

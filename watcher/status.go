@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 )
 
 // Condition types, with kstatus meaning (sigs.k8s.io/cli-utils/pkg/kstatus): Ready is True
@@ -46,13 +47,19 @@ const (
 	// ReasonBackendUnavailable: the Pulumi state backend could not be opened (down, wrong
 	// credentials); nothing ran; retried with backoff. The message names the backend.
 	ReasonBackendUnavailable = "BackendUnavailable"
+	// ReasonTimedOut: the up or destroy ran longer than Options.OperationTimeout and was
+	// cancelled; retried with backoff.
+	ReasonTimedOut = "TimedOut"
 	// ReasonRetrying: Reconciling stays True while a failure is retried.
 	ReasonRetrying = "Retrying"
 	// ReasonDestroyFailed: deleting the objects failed; the finalizer stays until it succeeds.
 	ReasonDestroyFailed = "DestroyFailed"
 	// ReasonReplicasUnavailable: the stack is up to date but the Deployment has fewer
-	// available pods than asked for.
-	ReasonReplicasUnavailable = "ReplicasUnavailable"
+	// available pods than asked for, and neither it nor its pods say why. When they do, Ready
+	// carries their reason instead: ProgressDeadlineExceeded (then Stalled), FailedCreate (a
+	// quota), ImagePullBackOff, ErrImagePull, CrashLoopBackOff, CreateContainerConfigError,
+	// Unschedulable, ... (internal/rollout).
+	ReasonReplicasUnavailable = rollout.ReasonReplicasUnavailable
 	// ReasonEnvSourceMissing: a ConfigMap or Secret named in spec.envFrom does not exist;
 	// retried with backoff and at once when it appears.
 	ReasonEnvSourceMissing = "EnvSourceMissing"
@@ -82,21 +89,25 @@ const (
 	ReasonStaleLockCleared = "StaleLockCleared"
 )
 
-// replicaCounts are what status reports of the Deployment.
-type replicaCounts struct{ desired, ready, available int32 }
-
-// setReadiness records an up-to-date stack: Ready when the Deployment has every replica
-// available, otherwise Ready False (ReplicasUnavailable) with Reconciling True while the
-// Deployment catches up.
-func setReadiness(st *api.KindCustomHttpStatus, gen int64, ready bool, msg string, c replicaCounts) {
-	st.Replicas, st.ReadyReplicas, st.AvailableReplicas = c.desired, c.ready, c.available
-	if ready {
-		markReady(st, gen, msg)
-		return
+// setReadiness records an up-to-date stack by its Deployment's rollout h: Ready when every
+// replica is available; a rollout the Deployment gave up on (ProgressDeadlineExceeded) is
+// Stalled, with the Deployment's reason; any other is Ready False with the most specific reason
+// the Deployment and its pods give (ImagePullBackOff, FailedCreate, ..., else
+// ReplicasUnavailable) and Reconciling True while it goes on.
+func setReadiness(st *api.KindCustomHttpStatus, gen int64, h rollout.Health) {
+	st.Replicas, st.ReadyReplicas, st.AvailableReplicas = h.Desired, h.Ready, h.Available
+	switch {
+	case h.Done:
+		markReady(st, gen, "stack up to date, "+h.Message)
+	case h.Stalled:
+		setCondition(st, gen, ConditionReady, metav1.ConditionFalse, h.Reason, h.Message)
+		setCondition(st, gen, ConditionReconciling, metav1.ConditionFalse, h.Reason, h.Message)
+		setCondition(st, gen, ConditionStalled, metav1.ConditionTrue, h.Reason, h.Message)
+	default:
+		setCondition(st, gen, ConditionReady, metav1.ConditionFalse, h.Reason, h.Message)
+		setCondition(st, gen, ConditionReconciling, metav1.ConditionTrue, h.Reason, h.Message)
+		setCondition(st, gen, ConditionStalled, metav1.ConditionFalse, h.Reason, h.Message)
 	}
-	setCondition(st, gen, ConditionReady, metav1.ConditionFalse, ReasonReplicasUnavailable, msg)
-	setCondition(st, gen, ConditionReconciling, metav1.ConditionTrue, ReasonReplicasUnavailable, msg)
-	setCondition(st, gen, ConditionStalled, metav1.ConditionFalse, ReasonReplicasUnavailable, msg)
 }
 
 // maxConditionMessage is metav1.Condition's limit on message, in bytes (its

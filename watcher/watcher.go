@@ -76,6 +76,12 @@ type Options struct {
 	// cancelled before they are cancelled too (Pulumi then stops cleanly and releases the
 	// stack's lock). Default 25 s, inside Kubernetes' default 30 s termination grace period.
 	ShutdownGrace time.Duration
+	// OperationTimeout bounds one up or destroy: past it the operation is cancelled (Pulumi
+	// stops cleanly, saves the state and releases the lock), the object is Ready False with
+	// ReasonTimedOut and retried with backoff, so that no object holds a worker for long. Default
+	// 3 minutes: an up waits for no rollout (infra.SkipAwait) and takes seconds; the Kubernetes
+	// provider's own await timeout, which this replaces for the operator, is 10 minutes.
+	OperationTimeout time.Duration
 	// StaleLockTimeout is how old a stack lock must be before the watcher removes it although
 	// its owner may live. Default 30 minutes, well over the longest up seen (about 1 minute).
 	// A lock taken on this host by a process that no longer exists is removed at once.
@@ -138,6 +144,9 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 	}
 	if opts.ShutdownGrace == 0 {
 		opts.ShutdownGrace = 25 * time.Second
+	}
+	if opts.OperationTimeout == 0 {
+		opts.OperationTimeout = 3 * time.Minute
 	}
 	if opts.StaleLockTimeout == 0 {
 		opts.StaleLockTimeout = 30 * time.Minute

@@ -136,10 +136,16 @@ func (w *Watcher) processNext(work, ctx context.Context) bool {
 		w.queue.Forget(key)
 		return true
 	}
-	if errors.Is(err, stack.ErrLocked) {
+	switch {
+	case errors.Is(err, errRolloutInProgress):
+		// Not a failure: the stack is up to date; the rollout is looked at again with backoff.
+		w.log.Debug("Deployment rolling out, will look again", "object", key.String())
+		w.queue.AddRateLimited(key)
+		return true
+	case errors.Is(err, stack.ErrLocked):
 		// A known wait, not an error: one line at info level, retried with backoff.
 		w.log.Info("stack locked by another update, will retry", "object", key.String())
-	} else {
+	default:
 		w.log.Error("reconcile failed, will retry", "object", key.String(), "err", err)
 	}
 	if errors.Is(err, stack.ErrPluginMissing) && w.opts.FindPlugin != nil {

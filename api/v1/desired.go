@@ -54,6 +54,10 @@ type Desired struct {
 	// RolloutOnConfigChange puts ConfigDigest into the pod template, so a configMapData change
 	// rolls the pods (as Stakater Reloader does). Default true.
 	RolloutOnConfigChange bool `json:"rolloutOnConfigChange"`
+	// OwnerUID is the KindCustomHttp's metadata.uid, which the objects' ownerReference names;
+	// empty (no ownerReference) for an object that is not in a cluster, such as a manifest
+	// applied from a laptop before the object exists.
+	OwnerUID string `json:"ownerUID,omitempty"`
 }
 
 // EnvRef is one envFrom source: Kind "ConfigMap" or "Secret", the Name of the object in the
@@ -111,6 +115,7 @@ func Resolve(obj *KindCustomHttp) (Desired, error) {
 		ServiceType:   s.ServiceType,
 
 		RolloutOnConfigChange: s.RolloutOnConfigChange == nil || *s.RolloutOnConfigChange,
+		OwnerUID:              string(obj.UID),
 	}
 	if s.ContainerPort != nil {
 		d.ContainerPort = *s.ContainerPort

@@ -54,13 +54,14 @@ var rules = []rule{
 // path keeps one direction (nothing below imports what is above it).
 var layers = map[string][]string{
 	".":                {"commands", "program"}, // main only picks the mode (STYLE.md: main.go stays thin)
-	"commands":         {"api/v1", "envsource", "infra", "stack", "watcher", "internal/version"},
+	"commands":         {"api/v1", "envsource", "infra", "stack", "watcher", "internal/rollout", "internal/version"},
 	"api/v1":           {"internal/version"},
 	"infra":            {"api/v1", "internal/version"},
 	"stack":            {"api/v1", "infra", "internal/version"},
 	"envsource":        {"api/v1"},
-	"program":          {"api/v1", "envsource", "infra", "stack"},
-	"watcher":          {"api/v1", "envsource", "infra", "stack", "internal/version"},
+	"program":          {"api/v1", "envsource", "infra", "stack", "internal/rollout"},
+	"watcher":          {"api/v1", "envsource", "infra", "stack", "internal/rollout", "internal/version"},
+	"internal/rollout": {},
 	"httpserver":       {"internal/version"},
 	"cmd/http-server":  {"httpserver", "internal/version"},
 	"internal/version": {},
