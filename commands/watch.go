@@ -65,8 +65,8 @@ func watchCommand(cfg *config) *cli.Command {
 				Usage: "on SIGTERM, how long running Pulumi operations may finish before they are cancelled"},
 			&cli.DurationFlag{Name: "operation-timeout", EnvVars: []string{"PULUMI_OPERATOR_OPERATION_TIMEOUT"}, Value: 3 * time.Minute, Destination: &cfg.operationTimeout,
 				Usage: "cancel an up or destroy that runs longer than `DURATION` (its object is retried with backoff), so that no object holds a worker"},
-			&cli.DurationFlag{Name: "stale-lock-timeout", EnvVars: []string{"PULUMI_OPERATOR_STALE_LOCK_TIMEOUT"}, Value: 30 * time.Minute, Destination: &cfg.staleLock,
-				Usage: "a stack lock older than this is removed (pulumi cancel) even if its owner may live"},
+			&cli.DurationFlag{Name: "stale-lock-timeout", EnvVars: []string{"PULUMI_OPERATOR_STALE_LOCK_TIMEOUT"}, Destination: &cfg.staleLock,
+				Usage: "opt in: a stack lock older than `DURATION` is removed (pulumi cancel) even if its owner may live; 0 (the default) never removes a lock by age (locks of dead processes of this host and of earlier operator pods of this installation are removed at once; others are waited out and reported)"},
 		},
 		Action: func(c *cli.Context) error { return runWatch(c.Context, cfg) },
 	}

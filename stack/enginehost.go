@@ -50,7 +50,7 @@ var errEngineHostStart = errors.New("start the engine host")
 // unset or when the engine host cannot serve cfg's stacks (helperCanCreate's rule: a DIY backend
 // and the passphrase secrets provider, which are what it is tested with). An explicit path
 // that does not exist is an error, so that a typo fails at start.
-func engineHostFor(cfg Config) (*engineHost, error) {
+func engineHostFor(cfg Config, procs *processSet) (*engineHost, error) {
 	if cfg.EngineHost == "" || !helperCanCreate(cfg) {
 		return nil, nil
 	}
@@ -61,7 +61,7 @@ func engineHostFor(cfg Config) (*engineHost, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configure stack manager: engine host: %w (build it with `make build`, or leave it unset)", err)
 	}
-	return &engineHost{path: abs, project: cfg.Project, maxRuns: engineHostRuns, idle: engineHostIdle}, nil
+	return &engineHost{path: abs, project: cfg.Project, maxRuns: engineHostRuns, idle: engineHostIdle, procs: procs}, nil
 }
 
 // engineHost starts and talks to the engine host process (one at a time; see engineHostRuns).
@@ -70,6 +70,8 @@ type engineHost struct {
 	// maxRuns is engineHostRuns and idle engineHostIdle (tests lower them).
 	maxRuns int
 	idle    time.Duration
+	// procs holds every engine host process while it runs (Manager.Kill).
+	procs *processSet
 
 	mu     sync.Mutex
 	proc   *engineProc
@@ -220,7 +222,7 @@ func (h *engineHost) send(req engineRequest, phrase string, env func() []string)
 	}
 	if p == nil {
 		var err error
-		if p, err = startEngineProc(h.path, h.project, phrase, env()); err != nil {
+		if p, err = startEngineProc(h.path, h.project, phrase, env(), h.procs); err != nil {
 			h.mu.Unlock()
 			return nil, 0, nil, err
 		}
@@ -313,7 +315,7 @@ func (h *engineHost) close() {
 
 // startEngineProc starts the engine host at path for project with environment env; replies
 // come through a pipe on its file descriptor 3.
-func startEngineProc(path, project, phrase string, env []string) (*engineProc, error) {
+func startEngineProc(path, project, phrase string, env []string, procs *processSet) (*engineProc, error) {
 	cmd := exec.Command(path, project)
 	cmd.Env = env
 	stdin, err := cmd.StdinPipe()
@@ -336,7 +338,11 @@ func startEngineProc(path, project, phrase string, env []string) (*engineProc, e
 	}
 	w.Close() // the child's copy is the only writer now: its exit ends the reader
 	slog.Debug("engine host started", "pid", cmd.Process.Pid, "seconds", time.Since(start).Seconds())
-	go p.read(replies)
+	procs.add(cmd.Process)
+	go func() {
+		p.read(replies)
+		procs.remove(cmd.Process)
+	}()
 	return p, nil
 }
 

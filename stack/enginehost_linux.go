@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -12,6 +13,17 @@ import (
 // not end while the process runs; its input closing is the second way it learns.) Its own
 // process group keeps a terminal's Ctrl-C from stopping every run at once: the operator
 // cancels each run itself, gracefully.
-func setEngineProcAttr(cmd *exec.Cmd) {
+func setEngineProcAttr(cmd *exec.Cmd) { setProcAttr(cmd) }
+
+// setProcAttr gives a pulumi process (an engine host, a CLI run) the engine host's treatment
+// (see setEngineProcAttr): killed with the operator, in a process group of its own.
+func setProcAttr(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+}
+
+// killGroup sends SIGKILL to p's process group (p and the provider plugins it started), and to
+// p itself in case it is not a group leader.
+func killGroup(p *os.Process) {
+	_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+	_ = p.Kill()
 }

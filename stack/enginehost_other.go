@@ -2,8 +2,17 @@
 
 package stack
 
-import "os/exec"
+import (
+	"os"
+	"os/exec"
+)
 
 // setEngineProcAttr does nothing off Linux, which has no parent-death signal: the engine host
 // exits when its input closes, which the operator's death does too, once its runs have ended.
 func setEngineProcAttr(*exec.Cmd) {}
+
+// setProcAttr does nothing off Linux (see setEngineProcAttr).
+func setProcAttr(*exec.Cmd) {}
+
+// killGroup kills p alone off Linux.
+func killGroup(p *os.Process) { _ = p.Kill() }

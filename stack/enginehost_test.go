@@ -333,7 +333,7 @@ func TestEngineHostNotUsed(t *testing.T) {
 	}
 	cfg.EngineHost = testenv.EngineHost(t)
 	cfg.BackendURL = "https://api.pulumi.com"
-	if host, err := engineHostFor(cfg); err != nil || host != nil {
+	if host, err := engineHostFor(cfg, &processSet{}); err != nil || host != nil {
 		t.Fatalf("engine host for Pulumi Cloud: %v, %v; want none (the CLI runs those ups)", host, err)
 	}
 }

@@ -30,14 +30,26 @@ type Lock struct {
 }
 
 // OwnerGone reports whether l was taken by a process of this host that no longer runs: a
-// pulumi CLI killed by SIGKILL (a crashed pod, kill -9), or by a SIGINT that came before it
-// installed its own handler (the DIY backend locks the stack before the engine's
-// cancellation scope exists: pkg/backend/diy Update, then apply). Such a lock can be
-// removed at once (CancelLock). A lock of another host is never gone: its process cannot be
-// checked from here.
+// pulumi CLI or engine host killed by SIGKILL (a crashed pod, kill -9, a fenced leader), or
+// interrupted before it installed its own handler (the DIY backend locks the stack before the
+// engine's cancellation scope exists: pkg/backend/diy Update, then apply). A process id that
+// runs again, but in a process started after the lock was taken, is another process (pids are
+// reused, and a restarted container counts them from 1 again), so that lock is gone too. Such a
+// lock can be removed at once (CancelLock). A lock of another host is never gone by this rule:
+// its process cannot be checked from here (the watcher's Lease rule covers the operator's own
+// earlier pods).
 func (l Lock) OwnerGone() bool {
 	host, err := os.Hostname()
-	return err == nil && l.Host == host && !processAlive(l.Pid)
+	if err != nil || l.Host != host {
+		return false
+	}
+	if !processAlive(l.Pid) {
+		return true
+	}
+	started, ok := processStart(l.Pid)
+	// One second of slack: the lock's time and the start time come from two clocks' readings
+	// (the start time is counted in clock ticks since boot).
+	return ok && !l.Created.IsZero() && started.After(l.Created.Add(time.Second))
 }
 
 // processAlive reports whether pid runs on this host (signal 0 checks without signalling).

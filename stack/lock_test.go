@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -297,5 +298,40 @@ func TestCancelLockTornSidecar(t *testing.T) {
 	}
 	if res.Changes["create"] != 0 || res.Changes["same"] == 0 {
 		t.Errorf("up after CancelLock changed %v; want the stack's resources kept (nothing created)", res.Changes)
+	}
+}
+
+// OwnerGone: a lock of this host is gone when its process no longer runs, or when the process
+// id runs again in a process that started after the lock was taken (a reused pid, a restarted
+// container); a lock of another host is never gone by this rule.
+func TestOwnerGone(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	self := os.Getpid()
+	started, ok := processStart(self)
+	if !ok || started.After(time.Now()) || time.Since(started) > 24*time.Hour {
+		t.Fatalf("processStart(self) = %v, %v: want a time shortly before now", started, ok)
+	}
+	for name, tc := range map[string]struct {
+		l    Lock
+		gone bool
+	}{
+		"process gone":                  {Lock{Host: host, Pid: dead.Process.Pid, Created: time.Now()}, true},
+		"process alive, took the lock":  {Lock{Host: host, Pid: self, Created: time.Now()}, false},
+		"pid reused by a later process": {Lock{Host: host, Pid: self, Created: started.Add(-time.Hour)}, true},
+		"alive, lock time unknown":      {Lock{Host: host, Pid: self}, false},
+		"another host, even a dead pid": {Lock{Host: "elsewhere", Pid: dead.Process.Pid, Created: time.Now()}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.l.OwnerGone(); got != tc.gone {
+				t.Errorf("OwnerGone(%+v) = %v, want %v", tc.l, got, tc.gone)
+			}
+		})
 	}
 }

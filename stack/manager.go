@@ -86,6 +86,8 @@ type Manager struct {
 	cfg Config
 	cmd auto.PulumiCommand
 	env map[string]string
+	// procs are the pulumi processes running now (Kill).
+	procs *processSet
 	// stackInit is the stack-init helper's path; "" for `pulumi stack init`.
 	stackInit string
 	// salt is the passphrase salt of the stacks the helper makes (salt.go).
@@ -136,7 +138,8 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	cfg.BackendURL = backend
-	cmd, err := pulumiCommand(cfg.PulumiPath, cfg.WorkRoot)
+	procs := &processSet{}
+	cmd, err := pulumiCommand(cfg.PulumiPath, cfg.WorkRoot, procs)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +150,7 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	host, err := engineHostFor(cfg)
+	host, err := engineHostFor(cfg, procs)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +172,19 @@ func New(cfg Config) (*Manager, error) {
 	for k, v := range cfg.Env {
 		env[k] = v
 	}
-	return &Manager{cfg: cfg, cmd: cmd, env: env, stackInit: stackInit, engineHost: host, settled: map[string]bool{}}, nil
+	return &Manager{cfg: cfg, cmd: cmd, env: env, procs: procs, stackInit: stackInit, engineHost: host, settled: map[string]bool{}}, nil
+}
+
+// Kill ends every pulumi process the Manager runs now, engine hosts and CLI runs alike, with
+// SIGKILL to each one's process group (its provider plugins too), and returns how many it
+// signalled. The operations they ran fail as killed runs do, and leave their stack locked: only
+// call it when no process of this Manager may write any more (a leader that lost its Lease),
+// after a graceful cancel had its chance. The Manager stays usable.
+func (m *Manager) Kill() int {
+	if m.engineHost != nil {
+		m.engineHost.close()
+	}
+	return m.procs.killAll()
 }
 
 // Close stops the Manager's engine host process, if one runs, once its runs have finished. The
@@ -261,7 +276,7 @@ func prepareBackend(raw string) (string, error) {
 // pulumiCommand wraps the CLI at path. The Automation API expects the binary at
 // <root>/bin/pulumi; when path is laid out otherwise, a symlink under workRoot provides that
 // shape.
-func pulumiCommand(path, workRoot string) (auto.PulumiCommand, error) {
+func pulumiCommand(path, workRoot string, procs *processSet) (auto.PulumiCommand, error) {
 	if path == "" {
 		return nil, errors.New("configure stack manager: no pulumi CLI path")
 	}
@@ -288,5 +303,6 @@ func pulumiCommand(path, workRoot string) (auto.PulumiCommand, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run pulumi CLI %s: %w", abs, err)
 	}
-	return cmd, nil
+	// auto's command checked the version; the runs are trackedCommand's.
+	return &trackedCommand{path: filepath.Join(root, "bin", "pulumi"), version: cmd.Version(), procs: procs}, nil
 }

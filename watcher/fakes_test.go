@@ -89,8 +89,11 @@ type fakeStacks struct {
 	onUp func()
 	// hang makes Up and Destroy run until their context ends, as a run stuck on something
 	// outside (a provider waiting on an unreachable apiserver) does, and fail then as a
-	// cancelled pulumi run does.
-	hang bool
+	// cancelled pulumi run does. hangHard makes Up ignore its context too, as a run whose cancel
+	// never gets through does: only Kill ends it.
+	hang, hangHard bool
+	killed         chan struct{}
+	killOnce       sync.Once
 }
 
 func (s *fakeStacks) StackName(namespace, name string) (string, error) {
@@ -110,6 +113,10 @@ func (s *fakeStacks) Up(ctx context.Context, d api.Desired, opts stack.RunOption
 	if s.hang {
 		<-ctx.Done()
 		return stack.Result{Operation: "up", Start: time.Now(), End: time.Now()}, errors.New("update cancelled")
+	}
+	if s.hangHard {
+		<-s.killCh()
+		return stack.Result{Operation: "up", Start: time.Now(), End: time.Now()}, errors.New("signal: killed")
 	}
 	res := s.upResult
 	res.Operation = "up"
@@ -133,6 +140,22 @@ func (s *fakeStacks) Destroy(ctx context.Context, stackName string, _ stack.RunO
 	now := time.Now()
 	return stack.Result{Operation: "destroy", Start: now, End: now, Changes: map[string]int{"delete": 3},
 		Recovered: s.destroyRecovered}, s.destroyErr
+}
+
+func (s *fakeStacks) killCh() chan struct{} {
+	s.killOnce.Do(func() { s.killed = make(chan struct{}) })
+	return s.killed
+}
+
+func (s *fakeStacks) Kill() int {
+	s.j.add("kill")
+	ch := s.killCh()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+	return 1
 }
 
 func (s *fakeStacks) CancelLock(_ context.Context, stackName string) error {

@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -91,25 +90,13 @@ func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructu
 	cancel()
 	w.reportRecovered(u, stackName, res)
 	w.metrics.observeOperation("destroy", err, res)
+	w.metrics.setLocked(key, false)
 	if err != nil {
-		reason := ReasonDestroyFailed
-		switch {
-		case errors.Is(err, stack.ErrLocked):
-			reason = ReasonUpdateConflict
-			w.clearStaleLock(ctx, u, stackName, err)
-		case errors.Is(err, errTimedOut):
-			reason = ReasonTimedOut
-			w.recorder.Event(u, corev1.EventTypeWarning, reason, err.Error())
-		case errors.Is(err, stack.ErrBackendUnavailable):
-			reason = ReasonBackendUnavailable
-			w.recorder.Event(u, corev1.EventTypeWarning, reason, err.Error())
-		default:
-			w.recorder.Event(u, corev1.EventTypeWarning, reason, err.Error())
-		}
+		reason, msg := w.failed(ctx, u, stackName, err, ReasonDestroyFailed)
 		gen := u.GetGeneration()
 		if serr := w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
 			st.LastUpdate = lastUpdate(res, err)
-			markFailed(st, gen, reason, err.Error())
+			markFailed(st, gen, reason, msg)
 		}); serr != nil && !apierrors.IsNotFound(serr) {
 			w.log.Error("write status failed", "object", objectRef(u), "err", serr)
 		}

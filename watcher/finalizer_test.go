@@ -56,12 +56,13 @@ func TestUnitDelete(t *testing.T) {
 			events:  []string{"Warning " + ReasonBackendUnavailable},
 			ready:   ReasonBackendUnavailable, finalizers: 1,
 		},
-		"destroy waits for a live update's lock: no Event, no lock removed": {
+		"destroy waits for a live update's lock: reported, no lock removed": {
 			setup: func(f *unitFixture) {
 				f.stacks.destroyErr = &stack.OperationError{Summary: "locked", Err: stack.ErrLocked,
 					Locks: []stack.Lock{{User: "me", Host: host, Pid: os.Getpid(), Created: time.Now()}}}
 			},
 			wantErr: true,
+			events:  []string{"Warning " + ReasonStackLocked},
 			journal: []string{destroy, failed(ReasonUpdateConflict)},
 			ready:   ReasonUpdateConflict, finalizers: 1,
 		},

@@ -5,13 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
 )
 
 // LeaderElection configures RunLeaderElected. Durations follow client-go's (and
@@ -81,6 +85,10 @@ func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubernetes.Interfac
 				started.Store(true)
 				w.leading.Store(true)
 				w.log.Info("became leader", "identity", le.Identity, "lease", le.Namespace+"/"+le.Name)
+				if err := w.recordLeader(leading, kube, le); err != nil {
+					// Not fatal: locks of earlier pods are then waited out instead of cleared.
+					w.log.Warn("could not record this pod in the Lease's lock holders: locks left by earlier operator pods will not be cleared", "err", err)
+				}
 				// leading ends when the Lease is lost (or after stopElecting, below).
 				runErr <- w.run(ctx, leading.Done(), workers)
 				stopElecting() // release the Lease: nothing of ours runs any more
@@ -104,6 +112,66 @@ func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubernetes.Interfac
 	if ctx.Err() == nil {
 		return ErrLeadershipLost
 	}
+	return nil
+}
+
+// LockHoldersAnnotation, on the leader election Lease, lists the host names of the operator
+// pods that have led this installation, newest last, comma-separated, at most maxLockHolders:
+// the hosts whose stack locks a later leader may remove (stalelock.go). Each leader adds its own
+// host name before it starts any operation.
+const LockHoldersAnnotation = "groupsp.measutosh.dev/lock-holders"
+
+// maxLockHolders bounds LockHoldersAnnotation: a lock left by a pod more than this many leaders
+// ago is no longer recognized (and is waited out, never removed by mistake).
+const maxLockHolders = 32
+
+// recordLeader adds this host to the Lease's LockHoldersAnnotation and keeps the hosts that
+// led before (this one left out: its own locks are judged by process, stack.Lock.OwnerGone) as
+// the ones whose locks may be removed. The Lease is read and updated with the optimistic
+// concurrency the elector uses; its next renewal retries on the new version, as it does after
+// any conflict.
+func (w *Watcher) recordLeader(ctx context.Context, kube kubernetes.Interface, le LeaderElection) error {
+	host, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("read host name: %w", err)
+	}
+	leases := kube.CoordinationV1().Leases(le.Namespace)
+	var earlier []string
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := leases.Get(ctx, le.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		earlier = nil
+		for _, h := range strings.Split(l.Annotations[LockHoldersAnnotation], ",") {
+			if h = strings.TrimSpace(h); h != "" && h != host && !slices.Contains(earlier, h) {
+				earlier = append(earlier, h)
+			}
+		}
+		next := append(slices.Clone(earlier), host)
+		if len(next) > maxLockHolders {
+			next = next[len(next)-maxLockHolders:]
+		}
+		value := strings.Join(next, ",")
+		if l.Annotations[LockHoldersAnnotation] == value {
+			return nil
+		}
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[LockHoldersAnnotation] = value
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: FieldManager})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("update Lease %s/%s: %w", le.Namespace, le.Name, err)
+	}
+	fenced := make(map[string]bool, len(earlier))
+	for _, h := range earlier {
+		fenced[h] = true
+	}
+	w.fenced.Store(&fenced)
+	w.log.Info("recorded this pod as a lock holder of the Lease", "host", host, "earlierHolders", len(earlier))
 	return nil
 }
 

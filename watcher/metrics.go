@@ -21,12 +21,14 @@ type metrics struct {
 	operations *prometheus.HistogramVec
 	managed    prometheus.GaugeFunc
 	failingG   prometheus.GaugeFunc
+	lockedG    prometheus.GaugeFunc
 	conditions *prometheus.GaugeVec
 	workqueue  workqueue.MetricsProvider
 
 	mu       sync.Mutex
 	stacks   map[cache.ObjectName]bool // key -> failing
 	failing  int
+	locked   map[cache.ObjectName]bool // keys waiting for a lock nobody may remove
 	statuses map[cache.ObjectName][3]metav1.ConditionStatus // key -> conditionTypes' statuses in the condition series
 }
 
@@ -35,7 +37,8 @@ type metrics struct {
 var durationBuckets = []float64{0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{stacks: map[cache.ObjectName]bool{}, statuses: map[cache.ObjectName][3]metav1.ConditionStatus{}}
+	m := &metrics{stacks: map[cache.ObjectName]bool{}, statuses: map[cache.ObjectName][3]metav1.ConditionStatus{},
+		locked: map[cache.ObjectName]bool{}}
 	m.reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pulumi_operator_reconciles_total", Help: "Reconciles by result: success, error or locked.",
 	}, []string{"result"})
@@ -53,13 +56,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.failingG = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pulumi_operator_stacks_failing", Help: "Stacks whose last reconcile failed or whose spec is invalid.",
 	}, func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(m.failing) })
+	m.lockedG = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pulumi_operator_stacks_locked", Help: "Stacks whose last operation waits for a lock held by another update (a laptop, CI, another operator), which the operator does not remove.",
+	}, func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(len(m.locked)) })
 	m.conditions = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "pulumi_operator_condition",
 		Help: "The conditions of each KindCustomHttp (Ready, Reconciling, Stalled): one series per condition, at its current status (True, False, Unknown), of value 1.",
 	}, []string{"namespace", "name", "type", "status"})
 	m.workqueue = newWorkqueueMetrics(reg)
 	if reg != nil {
-		reg.MustRegister(m.reconciles, m.reconcile, m.operations, m.managed, m.failingG, m.conditions)
+		reg.MustRegister(m.reconciles, m.reconcile, m.operations, m.managed, m.failingG, m.lockedG, m.conditions)
 	}
 	return m
 }
@@ -113,6 +119,17 @@ func (m *metrics) setFailing(key cache.ObjectName, failing bool) {
 	m.stacks[key] = failing
 }
 
+// setLocked records whether key waits for a lock nobody may remove.
+func (m *metrics) setLocked(key cache.ObjectName, locked bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if locked {
+		m.locked[key] = true
+	} else {
+		delete(m.locked, key)
+	}
+}
+
 // conditionTypes are the condition types pulumi_operator_condition has series for.
 var conditionTypes = []string{ConditionReady, ConditionReconciling, ConditionStalled}
 
@@ -154,6 +171,7 @@ func (m *metrics) forget(key cache.ObjectName) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.statuses, key)
+	delete(m.locked, key)
 	if m.stacks[key] {
 		m.failing--
 	}

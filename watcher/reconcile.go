@@ -142,13 +142,9 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 	w.reportRecovered(u, stackName, res)
 	w.metrics.observeOperation("up", upErr, res)
 	w.metrics.setFailing(key, upErr != nil)
+	w.metrics.setLocked(key, false)
 	if upErr != nil {
-		reason := failureReason(upErr)
-		if reason == ReasonUpdateConflict {
-			w.clearStaleLock(ctx, u, stackName, upErr)
-		} else {
-			w.recorder.Event(u, corev1.EventTypeWarning, reason, upErr.Error())
-		}
+		reason, msg := w.failed(ctx, u, stackName, upErr, ReasonUpdateFailed)
 		if err := w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
 			st.Stack = w.stacks.QualifiedName(stackName)
 			st.LastUpdate = lastUpdate(res, upErr)
@@ -157,7 +153,7 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 				// the outcome of its request from the request's own token.
 				st.LastHandledReconcileAt = p.requested
 			}
-			markFailed(st, gen, reason, upErr.Error())
+			markFailed(st, gen, reason, msg)
 		}); err != nil {
 			log.Error("write status failed", "err", err)
 		}
@@ -223,6 +219,34 @@ func (w *Watcher) reportRecovered(u *unstructured.Unstructured, stackName string
 		"stack %s had pending operations of an interrupted update: %s", stackName, strings.Join(res.Recovered, "; "))
 }
 
+// failed handles a failed up or destroy of u's stack stackName: a lock is removed when the
+// rules of stalelock.go allow it, else reported as a wait (a StackLocked Event when its owner
+// differs from the one status names, pulumi_operator_stacks_locked); any other failure gets a
+// Warning Event with its reason (fallback, ReasonUpdateFailed or ReasonDestroyFailed, when no
+// sentinel names it). It returns the reason and message for status.
+func (w *Watcher) failed(ctx context.Context, u *unstructured.Unstructured, stackName string, err error, fallback string) (string, string) {
+	reason := failureReason(err)
+	if reason == ReasonUpdateFailed {
+		reason = fallback
+	}
+	if reason != ReasonUpdateConflict {
+		w.recorder.Event(u, corev1.EventTypeWarning, reason, err.Error())
+		return reason, err.Error()
+	}
+	if removable, cerr := w.clearStaleLock(ctx, u, stackName, err); removable {
+		if cerr != nil {
+			return reason, fmt.Sprintf("%v (its owner can no longer write, but removing the lock failed: %v; retrying)", err, cerr)
+		}
+		return reason, err.Error() + " (its owner can no longer write: the lock was removed; retrying)"
+	}
+	msg := lockWait(stackName, err)
+	if c := currentCondition(u, ConditionReady); c == nil || c.Message != clipMessage(msg) {
+		w.recorder.Event(u, corev1.EventTypeWarning, ReasonStackLocked, msg)
+	}
+	w.metrics.setLocked(cache.MetaObjectToName(u), true)
+	return reason, msg
+}
+
 // errTimedOut marks an operation cancelled because it ran longer than Options.OperationTimeout.
 var errTimedOut = errors.New("operation timed out")
 
@@ -243,6 +267,8 @@ func failureReason(err error) string {
 	switch {
 	case errors.Is(err, errTimedOut):
 		return ReasonTimedOut
+	case errors.Is(err, stack.ErrLocked):
+		return ReasonUpdateConflict
 	case errors.Is(err, stack.ErrLocked):
 		return ReasonUpdateConflict
 	case errors.Is(err, stack.ErrPluginMissing):

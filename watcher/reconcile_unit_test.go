@@ -71,13 +71,13 @@ func TestUnitStallVsFail(t *testing.T) {
 			},
 			reason: ReasonBackendUnavailable,
 		},
-		"fail: stack locked by a live update is a wait without an Event": {
+		"fail: stack locked by a live update is a wait, reported once": {
 			object: kch("web", valid()),
 			setup: func(f *unitFixture) {
 				f.stacks.upErr = &stack.OperationError{Summary: "locked", Err: stack.ErrLocked}
 			},
 			reason: ReasonUpdateConflict,
-			events: []string{},
+			events: []string{"Warning " + ReasonStackLocked},
 			result: "locked",
 		},
 		"fail: envFrom source missing, no up": {

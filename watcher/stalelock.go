@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,25 +13,85 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
-// clearStaleLock cancels the lock that made an up fail when its owner is gone: a process of
-// this host that no longer runs, or any lock older than Options.StaleLockTimeout (the owner
-// is then presumed dead: no up takes that long). Otherwise the wait goes on.
-func (w *Watcher) clearStaleLock(ctx context.Context, u *unstructured.Unstructured, stackName string, err error) {
+// Which stack locks the watcher removes, and why that is safe (README.md "Failure modes"):
+//
+//   - A lock of this host whose process is gone (stack.Lock.OwnerGone): a killed pulumi process
+//     of this operator, or of a laptop's command on the same machine. Nothing holds it.
+//   - A lock of a host that led this installation before (the Lease's LockHoldersAnnotation),
+//     while this process holds the Lease. A leader writes only while it holds the Lease; one
+//     that loses it ends its pulumi processes within fenceAfter of noticing (run), which is
+//     RenewDeadline after its last renewal, and nobody can take the Lease before LeaseDuration
+//     after that renewal: with client-go's 15 s / 10 s that leaves 5 s, more than fenceAfter
+//     and the kill take. A pod that was force-deleted, evicted or lost with its node never
+//     renews again, so its locks are cleared as soon as the next leader finds them, whatever
+//     its host name and pid. (A process that does not run at all, frozen for longer than the
+//     lease, cannot fence itself: the Lease guards against pods that are cut off or gone, not
+//     against a paused machine that later resumes.)
+//   - With Options.StaleLockTimeout set (opt-in), any lock older than it.
+//
+// Every other lock (a laptop's `pulumi up`, a CI job, another installation) is waited out and
+// reported: Ready False with reason UpdateConflict naming the owner, a StackLocked Event when
+// the owner changes, pulumi_operator_stacks_locked and the PulumiOperatorStackLocked alert.
+
+// clearStaleLock removes the lock that made an operation on stackName fail (err, an ErrLocked
+// *stack.OperationError) when every lock it names may be removed by the rules above. It
+// returns whether the lock may be removed, and CancelLock's error when removing it failed.
+func (w *Watcher) clearStaleLock(ctx context.Context, u *unstructured.Unstructured, stackName string, err error) (bool, error) {
 	var oe *stack.OperationError
 	if !errors.As(err, &oe) || len(oe.Locks) == 0 {
-		return
+		return false, nil // no lock details (Pulumi Cloud): a wait
 	}
+	var whys []string
 	for _, l := range oe.Locks {
-		if !l.OwnerGone() && time.Since(l.Created) < w.opts.StaleLockTimeout {
-			return
+		why := w.lockRemovable(l)
+		if why == "" {
+			return false, nil
 		}
+		whys = append(whys, why)
 	}
 	if cerr := w.stacks.CancelLock(ctx, stackName); cerr != nil {
 		w.log.Error("cancel stale lock failed", "object", objectRef(u), "stack", stackName, "err", cerr)
-		return
+		return true, cerr
 	}
-	w.log.Info("cancelled stale lock", "object", objectRef(u), "stack", stackName, "locks", fmt.Sprint(oe.Locks))
+	l := oe.Locks[0]
+	w.log.Info("cancelled stale lock", "object", objectRef(u), "stack", stackName, "locks", fmt.Sprint(oe.Locks), "why", whys[0])
 	w.recorder.Eventf(u, corev1.EventTypeWarning, ReasonStaleLockCleared,
-		"removed the lock of stack %s left by %s@%s (pid %d), whose process is gone or which is older than %s",
-		stackName, oe.Locks[0].User, oe.Locks[0].Host, oe.Locks[0].Pid, w.opts.StaleLockTimeout)
+		"removed the lock of stack %s left by %s@%s (pid %d) at %s: %s",
+		stackName, l.User, l.Host, l.Pid, l.Created.Format(time.RFC3339), strings.Join(whys, "; "))
+	return true, nil
+}
+
+// lockRemovable says why l may be removed (see the rules above), "" when it may not.
+func (w *Watcher) lockRemovable(l stack.Lock) string {
+	switch {
+	case l.OwnerGone():
+		return "its process no longer runs on this host"
+	case w.fencedHost(l.Host):
+		return "it was taken by an earlier operator pod of this installation, which can no longer write: this one holds the Lease"
+	case w.opts.StaleLockTimeout > 0 && time.Since(l.Created) > w.opts.StaleLockTimeout:
+		return fmt.Sprintf("it is older than --stale-lock-timeout %s", w.opts.StaleLockTimeout)
+	}
+	return ""
+}
+
+// fencedHost reports whether host led this installation before this process took the Lease,
+// and this process leads now.
+func (w *Watcher) fencedHost(host string) bool {
+	if !w.leading.Load() {
+		return false
+	}
+	hosts := w.fenced.Load()
+	return hosts != nil && (*hosts)[host]
+}
+
+// lockWait is the status message of an operation that waits for a lock nobody may remove: who
+// holds it since when, and what the watcher does.
+func lockWait(stackName string, err error) string {
+	var oe *stack.OperationError
+	if !errors.As(err, &oe) || len(oe.Locks) == 0 {
+		return fmt.Sprintf("stack %s is locked by another update; waiting for it (retried with backoff): %v", stackName, err)
+	}
+	l := oe.Locks[0]
+	return fmt.Sprintf("stack %s is locked by %s@%s (pid %d) since %s: another update (a `pulumi up` from a laptop or CI, another operator) holds it; waiting for it to end (retried with backoff; such a lock is never removed by age unless --stale-lock-timeout is set)",
+		stackName, l.User, l.Host, l.Pid, l.Created.Format(time.RFC3339))
 }

@@ -87,6 +87,9 @@ const (
 	ReasonPendingOperationsResolved = "PendingOperationsResolved"
 	// ReasonStaleLockCleared: a lock whose owner is gone was removed (Warning).
 	ReasonStaleLockCleared = "StaleLockCleared"
+	// ReasonStackLocked: an operation waits for a lock held by something else (a laptop, CI,
+	// another operator), which is never removed by age alone (Warning, once per owner).
+	ReasonStackLocked = "StackLocked"
 )
 
 // setReadiness records an up-to-date stack by its Deployment's rollout h: Ready when every

@@ -57,6 +57,9 @@ type Stacks interface {
 	Destroy(ctx context.Context, stackName string, opts stack.RunOptions) (stack.Result, error)
 	// CancelLock removes a lock whose owner is gone.
 	CancelLock(ctx context.Context, stackName string) error
+	// Kill ends every pulumi process of the operator at once (SIGKILL) and returns how many it
+	// signalled: how a leader that lost its Lease fences itself.
+	Kill() int
 }
 
 // Options tune a Watcher. Zero values take the documented defaults.
@@ -82,9 +85,10 @@ type Options struct {
 	// 3 minutes: an up waits for no rollout (infra.SkipAwait) and takes seconds; the Kubernetes
 	// provider's own await timeout, which this replaces for the operator, is 10 minutes.
 	OperationTimeout time.Duration
-	// StaleLockTimeout is how old a stack lock must be before the watcher removes it although
-	// its owner may live. Default 30 minutes, well over the longest up seen (about 1 minute).
-	// A lock taken on this host by a process that no longer exists is removed at once.
+	// StaleLockTimeout, when set, is how old a stack lock must be before the watcher removes it
+	// although its owner may live. Zero (the default) never removes a lock by age: see
+	// stalelock.go for the locks that are removed (a dead process of this host, an earlier
+	// leader of this installation) and why every other one is waited out.
 	StaleLockTimeout time.Duration
 	// Metadata, when set, watches the names and versions of ConfigMaps and Secrets so that a
 	// change of a spec.envFrom source rolls the pods within seconds; without it such a change
@@ -134,6 +138,9 @@ type Watcher struct {
 	// finalizer's removal must not destroy again (that destroy finds no stack, and its lock
 	// sweep would create and remove the stack once more).
 	destroyed sync.Map
+	// fenced holds the host names of the operator pods that led this installation before this
+	// process took the Lease (recordLeader); nil without leader election.
+	fenced atomic.Pointer[map[string]bool]
 }
 
 // New returns a Watcher of KindCustomHttp objects through client (dynamic) and kube (typed:
@@ -147,9 +154,6 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 	}
 	if opts.OperationTimeout == 0 {
 		opts.OperationTimeout = 3 * time.Minute
-	}
-	if opts.StaleLockTimeout == 0 {
-		opts.StaleLockTimeout = 30 * time.Minute
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

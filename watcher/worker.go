@@ -104,10 +104,32 @@ func (w *Watcher) run(ctx context.Context, lost <-chan struct{}, workers int) er
 			w.log.Warn("grace period over: cancelling running operations")
 		}
 		cancelOps()
+		if ctx.Err() == nil {
+			w.fence(done)
+		}
 		<-done
 	}
 	w.log.Info("workers stopped")
 	return nil
+}
+
+// fenceAfter is how long a leader that lost its Lease lets its cancelled operations stop
+// gracefully before it kills their pulumi processes (fence). It must stay well inside
+// LeaseDuration-RenewDeadline (5 s with the defaults): another replica may lead that long after
+// the loss is noticed, and may then remove this one's locks (stalelock.go).
+const fenceAfter = 2 * time.Second
+
+// fence waits up to fenceAfter for done (the workers, whose operations were cancelled), then
+// kills every pulumi process still running (Stacks.Kill), so that nothing of this process
+// writes to a stack once another replica may lead.
+func (w *Watcher) fence(done <-chan struct{}) {
+	select {
+	case <-done:
+		return
+	case <-time.After(fenceAfter):
+	}
+	n := w.stacks.Kill()
+	w.log.Warn("lost leadership: killed the pulumi processes still running after the cancel", "processes", n, "after", fenceAfter.String())
 }
 
 // runWorker processes keys until the queue shuts down or work ends. Pulumi operations run on

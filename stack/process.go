@@ -1,0 +1,138 @@
+package stack
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/blang/semver"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+)
+
+// processSet holds the pulumi processes a Manager has running (CLI runs and engine hosts), so
+// that Manager.Kill can end them all at once.
+type processSet struct {
+	mu sync.Mutex
+	m  map[*os.Process]struct{}
+}
+
+func (s *processSet) add(p *os.Process) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[*os.Process]struct{}{}
+	}
+	s.m[p] = struct{}{}
+}
+
+func (s *processSet) remove(p *os.Process) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, p)
+}
+
+// killAll sends SIGKILL to every process of the set and its process group (the provider
+// plugins it started), and returns how many it signalled.
+func (s *processSet) killAll() int {
+	s.mu.Lock()
+	procs := make([]*os.Process, 0, len(s.m))
+	for p := range s.m {
+		procs = append(procs, p)
+	}
+	s.mu.Unlock()
+	for _, p := range procs {
+		killGroup(p)
+	}
+	return len(procs)
+}
+
+// len is how many processes run.
+func (s *processSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// trackedCommand is the pulumi CLI as an auto.PulumiCommand that runs each command the way
+// auto's own does (sdk go/auto/cmd.go Run: --non-interactive, PULUMI_AUTOMATION_API=true, the
+// CLI's directory first on PATH, SIGINT when ctx ends and a kill 10 s later, the exit code),
+// and keeps each running process in procs. It is written out because auto's Run does not give
+// out the process it starts, and Manager.Kill must be able to end it at once (a leader that
+// lost its Lease fences itself). Each process also gets its own process group, so that its
+// provider plugins go with it, and dies with the operator (procAttr).
+type trackedCommand struct {
+	path    string // absolute
+	version semver.Version
+	procs   *processSet
+}
+
+var _ auto.PulumiCommand = (*trackedCommand)(nil)
+
+// cliCancelDelay is how long a CLI run interrupted by its context may take to stop before it is
+// killed: auto's own (exec.Cmd.WaitDelay in go/auto/cmd.go).
+const cliCancelDelay = 10 * time.Second
+
+// Version is the CLI's version.
+func (c *trackedCommand) Version() semver.Version { return c.version }
+
+// Run runs the CLI with args in workdir; see trackedCommand. It returns stdout, stderr, the exit
+// code (-2 when there is none, as auto's) and the error of the run.
+func (c *trackedCommand) Run(ctx context.Context, workdir string, stdin io.Reader, additionalOutput []io.Writer,
+	additionalErrorOutput []io.Writer, additionalEnv []string, args ...string) (string, string, int, error) {
+	if !slices.Contains(args, "--non-interactive") {
+		args = append([]string{"--non-interactive"}, args...)
+	}
+	cmd := exec.CommandContext(ctx, c.path, args...)
+	cmd.Dir = workdir
+	env := append(os.Environ(), additionalEnv...)
+	env = append(env, "PULUMI_AUTOMATION_API=true")
+	cmd.Env = pathFirst(env, filepath.Dir(c.path))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = io.MultiWriter(append(additionalOutput, &stdout)...)
+	cmd.Stderr = io.MultiWriter(append(additionalErrorOutput, &stderr)...)
+	cmd.Stdin = stdin
+	setProcAttr(cmd)
+	cmd.Cancel = func() error {
+		if err := cmd.Process.Signal(os.Interrupt); err != nil {
+			_ = cmd.Process.Kill()
+		}
+		return nil
+	}
+	cmd.WaitDelay = cliCancelDelay
+	code := -2
+	err := cmd.Start()
+	if err == nil {
+		c.procs.add(cmd.Process)
+		err = cmd.Wait()
+		c.procs.remove(cmd.Process)
+	}
+	if exitErr, ok := err.(*exec.ExitError); ok {
+		code = exitErr.ExitCode()
+	} else if err == nil {
+		code = 0
+	}
+	return stdout.String(), stderr.String(), code, err
+}
+
+// pathFirst is env with dir first on PATH (added when PATH is absent).
+func pathFirst(env []string, dir string) []string {
+	out := slices.Clone(env)
+	for i, e := range out {
+		if len(e) >= 5 && strings.EqualFold(e[:5], "PATH=") {
+			if e[5:] == "" {
+				out[i] = "PATH=" + dir
+			} else {
+				out[i] = "PATH=" + dir + string(os.PathListSeparator) + e[5:]
+			}
+			return out
+		}
+	}
+	return append(out, "PATH="+dir)
+}
