@@ -28,7 +28,7 @@ type metrics struct {
 	mu       sync.Mutex
 	stacks   map[cache.ObjectName]bool // key -> failing
 	failing  int
-	locked   map[cache.ObjectName]bool // keys waiting for a lock nobody may remove
+	locked   map[cache.ObjectName]bool                      // keys waiting for a lock nobody may remove
 	statuses map[cache.ObjectName][3]metav1.ConditionStatus // key -> conditionTypes' statuses in the condition series
 }
 
