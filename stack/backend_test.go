@@ -225,8 +225,8 @@ func testBackend(t *testing.T, b stateBackend) {
 	if exists, err := m.Exists(ctx, name); err != nil || exists {
 		t.Fatalf("after destroy Exists = %v, %v", exists, err)
 	}
-	if _, err := m.Destroy(ctx, name, RunOptions{}); err != nil {
-		t.Fatalf("destroy of a removed stack: %v", err)
+	if res, err := m.Destroy(ctx, name, RunOptions{}); err != nil || !res.StackMissing {
+		t.Fatalf("destroy of a removed stack = %+v, %v; want StackMissing and no error", res, err)
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 // removed only after the destroy succeeded, so a failed destroy leaves the state that
 // records what still exists. A stack that does not exist is already destroyed: Destroy runs
 // no destroy, only makes sure no lock of the stack is left behind (sweepRemoved), and returns
-// a Result with no changes and nil, or ErrLocked when a dead update's lock remains.
+// a Result with StackMissing set, no changes and nil, or ErrLocked when a dead update's lock
+// remains.
 func (m *Manager) Destroy(ctx context.Context, stackName string, opts RunOptions) (Result, error) {
 	res := Result{Operation: "destroy", Start: time.Now()}
 	// A pending create left by a killed up is an object the destroy would not delete: ready
@@ -27,6 +28,7 @@ func (m *Manager) Destroy(ctx context.Context, stackName string, opts RunOptions
 	if !found {
 		err = m.sweepRemoved(ctx, stackName)
 		res.End = time.Now()
+		res.StackMissing = true
 		return res, err
 	}
 	if err := m.forget(stackName); err != nil {

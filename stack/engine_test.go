@@ -272,8 +272,8 @@ func TestStackRemovedBehindItsBack(t *testing.T) {
 	if _, err := other.Destroy(ctx, name, RunOptions{}); err != nil {
 		t.Fatalf("second destroy from elsewhere: %v", err)
 	}
-	if res, err := m.Destroy(ctx, name, RunOptions{}); err != nil || res.Changed() {
-		t.Fatalf("destroy of a stack removed elsewhere = %+v, %v; want nothing to do", res, err)
+	if res, err := m.Destroy(ctx, name, RunOptions{}); err != nil || res.Changed() || !res.StackMissing {
+		t.Fatalf("destroy of a stack removed elsewhere = %+v, %v; want nothing to do, StackMissing", res, err)
 	}
 }
 

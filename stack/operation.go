@@ -20,6 +20,9 @@ type Result struct {
 	Changes map[string]int
 	// Outputs are the stack outputs after an up, secrets shown as "[secret]".
 	Outputs map[string]string
+	// StackMissing is set by Destroy when the stack did not exist in the backend: nothing was
+	// destroyed (whatever the stack once created, if anything, is untouched).
+	StackMissing bool
 	// Recovered says, one line per entry, what became of the pending operations a killed
 	// update had left in the stack before this operation ran (see settlePending); nil when
 	// there were none.

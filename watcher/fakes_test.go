@@ -82,6 +82,8 @@ type fakeStacks struct {
 	destroyErr error
 	// destroyRecovered is the Result.Recovered of a destroy (pending operations resolved).
 	destroyRecovered []string
+	// destroyMissing makes Destroy find no stack (Result.StackMissing).
+	destroyMissing bool
 	cancelErr        error
 	ups              []stack.RunOptions
 	// onUp, when set, runs inside Up, as things that happen while an up runs do (a user
@@ -138,6 +140,9 @@ func (s *fakeStacks) Destroy(ctx context.Context, stackName string, _ stack.RunO
 		return stack.Result{Operation: "destroy", Start: time.Now(), End: time.Now()}, errors.New("destroy cancelled")
 	}
 	now := time.Now()
+	if s.destroyMissing {
+		return stack.Result{Operation: "destroy", Start: now, End: now, StackMissing: true}, s.destroyErr
+	}
 	return stack.Result{Operation: "destroy", Start: now, End: now, Changes: map[string]int{"delete": 3},
 		Recovered: s.destroyRecovered}, s.destroyErr
 }

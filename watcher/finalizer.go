@@ -102,8 +102,16 @@ func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructu
 		}
 		return err
 	}
-	w.recorder.Eventf(u, corev1.EventTypeNormal, ReasonDestroyed, "destroyed stack %s: %v", stackName, res.Changes)
-	w.log.Info("stack destroyed", "object", objectRef(u), "stack", stackName, "changes", res.Changes)
+	if res.StackMissing {
+		// Nothing was destroyed: objects of this object may still exist, and removing the
+		// finalizer would leave them behind (or to the garbage collector) without a word.
+		if proceed, err := w.stackMissing(ctx, u, stackName); !proceed {
+			return err
+		}
+	} else {
+		w.recorder.Eventf(u, corev1.EventTypeNormal, ReasonDestroyed, "destroyed stack %s: %v", stackName, res.Changes)
+		w.log.Info("stack destroyed", "object", objectRef(u), "stack", stackName, "changes", res.Changes)
+	}
 	if err := w.removeFinalizer(ctx, u); err != nil {
 		return err
 	}

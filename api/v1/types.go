@@ -134,6 +134,20 @@ type KindCustomHttpSpec struct {
 // does; status.lastHandledReconcileAt echoes the value handled.
 const ReconcileRequestAnnotation = "groupsp.measutosh.dev/reconcile-requested-at"
 
+// OnMissingStackAnnotation says what the operator does when a KindCustomHttp being deleted has
+// no stack in the backend while objects it created still exist (a changed backend URL or
+// cluster name, a restored volume): without it the finalizer stays and Ready is False with
+// reason StackMissing; OnMissingStackOrphan leaves the objects where they are (their
+// ownerReference to the KindCustomHttp removed, so the garbage collector keeps them) and lets
+// the delete finish; OnMissingStackDelete deletes them (by their labels) and lets it finish.
+const OnMissingStackAnnotation = "groupsp.measutosh.dev/on-missing-stack"
+
+// Values of OnMissingStackAnnotation.
+const (
+	OnMissingStackOrphan = "orphan"
+	OnMissingStackDelete = "delete"
+)
+
 // EnvFromSource is one ConfigMap or Secret whose keys become environment variables: exactly
 // one of configMapRef and secretRef is set.
 //

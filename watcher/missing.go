@@ -1,0 +1,164 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
+)
+
+// ReasonStackMissing: a KindCustomHttp being deleted has no stack in the backend, but objects it
+// created still exist; the finalizer stays until the backend is restored or the
+// groupsp.measutosh.dev/on-missing-stack annotation says what to do with them.
+const ReasonStackMissing = "StackMissing"
+
+// Event reasons of the on-missing-stack annotation's two ways out.
+const (
+	ReasonObjectsOrphaned = "ObjectsOrphaned"
+	ReasonObjectsDeleted  = "ObjectsDeleted"
+)
+
+// leftObject is one object of a KindCustomHttp found in the owned-object caches.
+type leftObject struct {
+	kind, name string
+	meta       metav1.Object
+}
+
+func (o leftObject) String() string { return o.kind + "/" + o.name }
+
+// leftBehind lists the Deployment, Service and ConfigMap of KindCustomHttp namespace/name that
+// exist and are not being deleted: the program's names, with its managed-by label (the caches
+// hold only those) and the object's instance label, so no other object is ever taken for one.
+func (o *ownedObjects) leftBehind(namespace, name string) []leftObject {
+	var out []leftObject
+	mine := func(m metav1.Object) bool {
+		return m.GetDeletionTimestamp() == nil && m.GetLabels()[infra.LabelInstance] == name
+	}
+	if d, err := o.deployments.Deployments(namespace).Get(name); err == nil && mine(d) {
+		out = append(out, leftObject{"Deployment", d.Name, d})
+	}
+	if s, err := o.services.Services(namespace).Get(name); err == nil && mine(s) {
+		out = append(out, leftObject{"Service", s.Name, s})
+	}
+	if c, err := o.configMaps.ConfigMaps(namespace).Get(name + api.ConfigMapSuffix); err == nil && mine(c) {
+		out = append(out, leftObject{"ConfigMap", c.Name, c})
+	}
+	return out
+}
+
+// stackMissing handles the delete of u whose stack Destroy found missing. With no object of u
+// left it returns true: the finalizer may go. Otherwise it follows u's OnMissingStackAnnotation:
+// orphan (remove the objects' ownerReference to u) or delete (delete them), then true; without
+// it, or with a value it does not know, it reports StackMissing (Ready False, Stalled, a
+// Warning Event when the message changes) and returns false: the finalizer stays, and the next
+// change of u (the annotation) or resync looks again (a restored backend then destroys the
+// stack as usual). Errors are API errors of the orphan or delete, retried with backoff.
+func (w *Watcher) stackMissing(ctx context.Context, u *unstructured.Unstructured, stackName string) (bool, error) {
+	left := w.owned.leftBehind(u.GetNamespace(), u.GetName())
+	if len(left) == 0 {
+		return true, nil
+	}
+	names := make([]string, len(left))
+	for i, o := range left {
+		names[i] = o.String()
+	}
+	what := strings.Join(names, ", ")
+	switch mode := u.GetAnnotations()[api.OnMissingStackAnnotation]; mode {
+	case api.OnMissingStackOrphan:
+		for _, o := range left {
+			if err := w.disown(ctx, u, o); err != nil {
+				return false, err
+			}
+		}
+		w.recorder.Eventf(u, corev1.EventTypeWarning, ReasonObjectsOrphaned,
+			"stack %s is missing: left %s in place, no longer owned by this KindCustomHttp (%s=%s)", stackName, what, api.OnMissingStackAnnotation, mode)
+		w.log.Warn("stack missing: objects orphaned as the annotation asks", "object", objectRef(u), "stack", stackName, "objects", what)
+		return true, nil
+	case api.OnMissingStackDelete:
+		for _, o := range left {
+			if err := w.deleteLeft(ctx, u.GetNamespace(), o); err != nil {
+				return false, err
+			}
+		}
+		w.recorder.Eventf(u, corev1.EventTypeWarning, ReasonObjectsDeleted,
+			"stack %s is missing: deleted %s (%s=%s)", stackName, what, api.OnMissingStackAnnotation, mode)
+		w.log.Warn("stack missing: objects deleted as the annotation asks", "object", objectRef(u), "stack", stackName, "objects", what)
+		return true, nil
+	default:
+		msg := fmt.Sprintf("stack %s is not in the backend, but %s, which it created, still exist: restore the backend (or the cluster name) that holds the stack and the delete destroys them, or annotate this object with %s=%s to leave them in place or %s=%s to delete them",
+			stackName, what, api.OnMissingStackAnnotation, api.OnMissingStackOrphan, api.OnMissingStackAnnotation, api.OnMissingStackDelete)
+		if mode != "" {
+			msg = fmt.Sprintf("%s=%q is neither %s nor %s; ", api.OnMissingStackAnnotation, mode, api.OnMissingStackOrphan, api.OnMissingStackDelete) + msg
+		}
+		if c := currentCondition(u, ConditionReady); c == nil || c.Reason != ReasonStackMissing || c.Message != msg {
+			w.recorder.Event(u, corev1.EventTypeWarning, ReasonStackMissing, msg)
+		}
+		gen := u.GetGeneration()
+		return false, w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
+			markStalled(st, gen, ReasonStackMissing, msg)
+		})
+	}
+}
+
+// disown removes o's ownerReferences to u by a merge patch that names o's resourceVersion (a
+// concurrent change makes it a conflict, retried), so that the garbage collector keeps o once u
+// is gone.
+func (w *Watcher) disown(ctx context.Context, u *unstructured.Unstructured, o leftObject) error {
+	var keep []metav1.OwnerReference
+	for _, r := range o.meta.GetOwnerReferences() {
+		if r.UID != u.GetUID() && !(r.Kind == infra.OwnerKind && r.Name == u.GetName()) {
+			keep = append(keep, r)
+		}
+	}
+	if len(keep) == len(o.meta.GetOwnerReferences()) {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": o.meta.GetResourceVersion(), "ownerReferences": keep}})
+	if err != nil {
+		return err
+	}
+	ns, opts := u.GetNamespace(), metav1.PatchOptions{FieldManager: FieldManager}
+	switch o.kind {
+	case "Deployment":
+		_, err = w.kube.AppsV1().Deployments(ns).Patch(ctx, o.name, types.MergePatchType, patch, opts)
+	case "Service":
+		_, err = w.kube.CoreV1().Services(ns).Patch(ctx, o.name, types.MergePatchType, patch, opts)
+	default:
+		_, err = w.kube.CoreV1().ConfigMaps(ns).Patch(ctx, o.name, types.MergePatchType, patch, opts)
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove the ownerReference of %s to %s: %w", o, objectRef(u), err)
+	}
+	return nil
+}
+
+// deleteLeft deletes o from namespace ns (its pods go with the Deployment, in the background).
+func (w *Watcher) deleteLeft(ctx context.Context, ns string, o leftObject) error {
+	bg := metav1.DeletePropagationBackground
+	opts := metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: ptrUID(o.meta.GetUID())}}
+	var err error
+	switch o.kind {
+	case "Deployment":
+		err = w.kube.AppsV1().Deployments(ns).Delete(ctx, o.name, opts)
+	case "Service":
+		err = w.kube.CoreV1().Services(ns).Delete(ctx, o.name, opts)
+	default:
+		err = w.kube.CoreV1().ConfigMaps(ns).Delete(ctx, o.name, opts)
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %s of a missing stack: %w", o, err)
+	}
+	return nil
+}
+
+func ptrUID(u types.UID) *types.UID { return &u }

@@ -1,0 +1,108 @@
+package watcher
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
+)
+
+// A delete whose stack is missing from the backend while the objects it created still exist
+// never orphans them silently: the finalizer stays with Ready False StackMissing (Stalled)
+// saying how to proceed, until the on-missing-stack annotation says orphan (the objects stay,
+// without their ownerReference, so the garbage collector keeps them) or delete (they go).
+// Without any object left, the delete finishes as before.
+func TestUnitStackMissing(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		annotation string
+		noObjects  bool
+		// finished: the finalizer went; kept: the objects still exist; event: the Event reason.
+		finished, kept bool
+		event          string
+		msg            string
+	}{
+		"no annotation: waits, says how":   {kept: true, event: ReasonStackMissing, msg: "on-missing-stack=orphan"},
+		"unknown value: waits, names it":    {annotation: "keep", kept: true, event: ReasonStackMissing, msg: `"keep" is neither orphan nor delete`},
+		"orphan: objects stay, disowned":    {annotation: api.OnMissingStackOrphan, finished: true, kept: true, event: ReasonObjectsOrphaned},
+		"delete: objects go":                {annotation: api.OnMissingStackDelete, finished: true, event: ReasonObjectsDeleted},
+		"nothing left: the delete finishes": {noObjects: true, finished: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newUnit(t, Options{})
+			u := kch("web", nil, Finalizer)
+			f.applied(u)
+			dep, svc, cm := owned(t, u)
+			objs := []runtime.Object{dep, svc, cm}
+			for _, o := range objs {
+				m := o.(metav1.Object)
+				m.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: infra.OwnerAPIVersion, Kind: infra.OwnerKind,
+					Name: "web", UID: u.GetUID()}})
+			}
+			if tc.noObjects {
+				for _, o := range objs {
+					f.deleteOwned(o)
+				}
+			} else {
+				f.putOwned(objs...)
+			}
+			if tc.annotation != "" {
+				f.change("web", false, func(u *unstructured.Unstructured) {
+					u.SetAnnotations(map[string]string{api.OnMissingStackAnnotation: tc.annotation})
+				})
+			}
+			f.stacks.destroyMissing = true
+			f.markDeleted("web")
+			f.events()
+			if err := f.reconcile("web"); err != nil {
+				t.Fatalf("reconcile: %v", err)
+			}
+			_, err := f.dyn.Tracker().Get(api.GroupVersionResource, unitNS, "web")
+			if gone := apierrors.IsNotFound(err); gone != tc.finished {
+				t.Fatalf("object gone %v, want %v (finalizer removed only when the user chose, or nothing is left)", gone, tc.finished)
+			}
+			events := f.events()
+			if tc.event != "" && !slices.Contains(events, "Warning "+tc.event) {
+				t.Errorf("events %q, want a Warning %s", events, tc.event)
+			}
+			if !tc.finished {
+				cr := f.storedCR("web")
+				wantCondition(t, cr, ConditionReady, metav1.ConditionFalse, ReasonStackMissing)
+				wantCondition(t, cr, ConditionStalled, metav1.ConditionTrue, ReasonStackMissing)
+				c := meta.FindStatusCondition(cr.Status.Conditions, ConditionReady)
+				if !strings.Contains(c.Message, tc.msg) || !strings.Contains(c.Message, "Deployment/web, Service/web, ConfigMap/web-configmap") {
+					t.Errorf("message %q: want it to name the objects and %q", c.Message, tc.msg)
+				}
+				f.deliver("web")
+				if err := f.reconcile("web"); err != nil {
+					t.Fatal(err)
+				}
+				if again := f.events(); len(again) != 0 {
+					t.Errorf("the same StackMissing again: events %q, want none", again)
+				}
+			}
+			d, err := f.kube.AppsV1().Deployments(unitNS).Get(ctx, "web", metav1.GetOptions{})
+			if tc.noObjects {
+				return
+			}
+			if exists := err == nil; exists != tc.kept {
+				t.Fatalf("Deployment exists %v, want %v (%v)", exists, tc.kept, err)
+			}
+			if tc.annotation == api.OnMissingStackOrphan && len(d.OwnerReferences) != 0 {
+				t.Errorf("orphaned Deployment still owned: %v", d.OwnerReferences)
+			}
+			if !tc.finished && len(d.OwnerReferences) != 1 {
+				t.Errorf("Deployment's ownerReferences %v while waiting, want them untouched", d.OwnerReferences)
+			}
+		})
+	}
+}
