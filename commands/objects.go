@@ -21,6 +21,7 @@ import (
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/ownership"
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
@@ -188,6 +189,13 @@ func runOne(ctx context.Context, mgr *stack.Manager, kube kubernetes.Interface, 
 	}
 	deadline := time.Now().Add(of.waitForLock)
 	cleared := false
+	if op == Up && kube != nil {
+		// The provider upserts (see internal/ownership): never over somebody else's object.
+		if err := ownership.Check(ctx, kube, d.Desired); err != nil {
+			r.err, r.Error = err, err.Error()
+			return r
+		}
+	}
 	for {
 		diff.Reset()
 		res, err := op.run(ctx, mgr, name, d.Desired, opts)

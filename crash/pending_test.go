@@ -2,15 +2,14 @@ package crash
 
 import (
 	"context"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
@@ -20,9 +19,9 @@ import (
 )
 
 // TestPendingCreateAdopted kills the operator (SIGKILL, with its pulumi processes) while its
-// up creates a Deployment, at a moment chosen to leave a pending create in the state: a
-// ResourceQuota of zero pods makes the create, which waits for available replicas, hang
-// after the Deployment exists. Pulumi keeps such an entry forever and the next up would fail
+// up creates a Deployment, at a moment chosen to leave a pending create in the state: the
+// operator reaches the API server through testenv.HoldingProxy, which holds back the answer to
+// the Deployment's create, so the Deployment exists while Pulumi still waits to record it. Pulumi keeps such an entry forever and the next up would fail
 // on "already exists". After a restart the operator must adopt the Deployment and then
 // either converge the object ("up") or, when the object was deleted while the operator was
 // down, destroy everything including that Deployment ("delete"): no pending operation, no
@@ -41,7 +40,10 @@ func pendingCreate(t *testing.T, then string) {
 	ctx := context.Background()
 	const passphrase, cluster, name = "pending-passphrase", "pending", "p"
 	backendURL := "file://" + filepath.Join(t.TempDir(), "backend")
-	op := newOperator(t, operatorConfig{name: "operator", kubeconfig: c.Kubeconfig, backendURL: backendURL, stateDir: t.TempDir(),
+	proxy := c.HoldingProxy(t, func(r *http.Request) bool {
+		return r.Method != http.MethodGet && strings.Contains(r.URL.Path, "/namespaces/"+ns+"/deployments")
+	})
+	op := newOperator(t, operatorConfig{name: "operator", kubeconfig: proxy.Kubeconfig, backendURL: backendURL, stateDir: t.TempDir(),
 		cluster: cluster, namespace: ns, env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": passphrase}})
 	t.Cleanup(func() {
 		if op.pid() == 0 {
@@ -49,11 +51,6 @@ func pendingCreate(t *testing.T, then string) {
 		}
 		deleteAllAndWait(t, c, ns, 3*time.Minute)
 	})
-	quotas := c.Kube.CoreV1().ResourceQuotas(ns)
-	if _, err := quotas.Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "no-pods"},
-		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	s := spec{replicas: 1, data: map[string]string{"hostports": "a,8080\n"}}
 	if err := createCR(ctx, c, ns, name, s, nil); err != nil {
 		t.Fatal(err)
@@ -68,8 +65,14 @@ func pendingCreate(t *testing.T, then string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond)
+	for proxy.Held() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the Deployment's create was never held")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	op.kill()
+	proxy.Release()
 
 	b := openBackend(t, backendURL, cluster, passphrase)
 	stackName, err := stack.Name(cluster, ns, name)
@@ -89,9 +92,6 @@ func pendingCreate(t *testing.T, then string) {
 	}
 	t.Logf("after the kill: pending operations %v", pending)
 
-	if err := quotas.Delete(ctx, "no-pods", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	live, gone := map[string]spec{name: s}, []string(nil)
 	if then == "delete" {
 		if err := c.Client.Resource(api.GroupVersionResource).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {

@@ -160,6 +160,12 @@ func New(cfg Config) (*Manager, error) {
 		"PULUMI_SKIP_UPDATE_CHECK":                    "true",
 		"PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
 		"PULUMI_DIY_BACKEND_NO_LEGACY_WARNING":        "true",
+		// A create whose answer never reached Pulumi (a cancelled or killed up, a network cut)
+		// leaves an object the state does not know; without this every later up fails with
+		// "already exists". The callers make sure no object of another owner is taken over
+		// (internal/ownership). Not part of infra.ProviderEnv: it changes no plan, only what a
+		// create does when the object exists.
+		"PULUMI_K8S_UPSERT_EXISTING_OBJECTS": "true",
 	}
 	for k, v := range infra.ProviderEnv() {
 		env[k] = v

@@ -19,7 +19,8 @@ import (
 // interactively (pkg/backend/snapshot.go: "these must require user intervention"). Left
 // alone they wedge a stack: the object the killed run created exists in the cluster but not
 // in the state, so every later up fails with "already exists" (pulumi-kubernetes ≥ 4.29 no
-// longer upserts on create), and a destroy deletes everything but that object.
+// longer upserts on create unless PULUMI_K8S_UPSERT_EXISTING_OBJECTS is set, which the Manager
+// sets: see New), and a destroy deletes everything but that object.
 //
 // The CLI's non-interactive way out, `refresh --import-pending-creates URN ID`, does not work
 // in v3.255.0: the refresh turns the entry into an "importing" one and then drops it, leaving

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -105,4 +106,24 @@ func TestUnitStackMissing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An up never takes over an object of the same name that the operator did not make for this
+// KindCustomHttp (the provider upserts): the object waits with ObjectConflict naming it, and no
+// up runs until it is gone.
+func TestUnitForeignObjectBlocksUp(t *testing.T) {
+	f := newUnit(t, Options{})
+	if _, err := f.kube.CoreV1().Services(unitNS).Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: unitNS, Name: "web"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.create(kch("web", nil, Finalizer))
+	err := f.reconcile("web")
+	if err == nil || !strings.Contains(err.Error(), "Service/web") {
+		t.Fatalf("reconcile = %v, want the conflict naming Service/web", err)
+	}
+	if len(f.stacks.ups) != 0 {
+		t.Fatalf("%d ups over a foreign object, want none", len(f.stacks.ups))
+	}
+	wantCondition(t, f.storedCR("web"), ConditionReady, metav1.ConditionFalse, ReasonObjectConflict)
 }

@@ -16,6 +16,7 @@ import (
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/envsource"
 	"github.com/pulumi-operator/pulumi-operator/infra"
+	"github.com/pulumi-operator/pulumi-operator/internal/ownership"
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
@@ -58,6 +59,10 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) error {
 	p := w.plan(ctx, cr, d, stackName)
 	if !p.run {
 		return w.updateReadiness(ctx, u, d)
+	}
+	if err := ownership.Check(ctx, w.kube, d); err != nil {
+		// An up would take over objects somebody else made (the provider upserts): never.
+		return w.fail(ctx, u, ReasonObjectConflict, err)
 	}
 	return w.apply(ctx, u, cr, d, stackName, p)
 }

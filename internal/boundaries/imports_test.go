@@ -53,18 +53,19 @@ var rules = []rule{
 // layers: a project package may import only the project packages listed for it, so the data
 // path keeps one direction (nothing below imports what is above it).
 var layers = map[string][]string{
-	".":                {"commands", "program"}, // main only picks the mode (STYLE.md: main.go stays thin)
-	"commands":         {"api/v1", "envsource", "infra", "stack", "watcher", "internal/rollout", "internal/version"},
-	"api/v1":           {"internal/version"},
-	"infra":            {"api/v1", "internal/version"},
-	"stack":            {"api/v1", "infra", "internal/version"},
-	"envsource":        {"api/v1"},
-	"program":          {"api/v1", "envsource", "infra", "stack", "internal/rollout"},
-	"watcher":          {"api/v1", "envsource", "infra", "stack", "internal/rollout", "internal/version"},
-	"internal/rollout": {},
-	"httpserver":       {"internal/version"},
-	"cmd/http-server":  {"httpserver", "internal/version"},
-	"internal/version": {},
+	".":                  {"commands", "program"}, // main only picks the mode (STYLE.md: main.go stays thin)
+	"commands":           {"api/v1", "envsource", "infra", "stack", "watcher", "internal/ownership", "internal/rollout", "internal/version"},
+	"api/v1":             {"internal/version"},
+	"infra":              {"api/v1", "internal/version"},
+	"stack":              {"api/v1", "infra", "internal/version"},
+	"envsource":          {"api/v1"},
+	"program":            {"api/v1", "envsource", "infra", "stack", "internal/rollout"},
+	"watcher":            {"api/v1", "envsource", "infra", "stack", "internal/ownership", "internal/rollout", "internal/version"},
+	"internal/rollout":   {},
+	"internal/ownership": {"api/v1", "infra"},
+	"httpserver":         {"internal/version"},
+	"cmd/http-server":    {"httpserver", "internal/version"},
+	"internal/version":   {},
 }
 
 type pkg struct {

@@ -38,8 +38,9 @@ const (
 
 // Health is what a Deployment's rollout says.
 type Health struct {
-	// Done: the Deployment has observed its current generation and at least Desired replicas
-	// of the current pod template are updated and available.
+	// Done: the Deployment has observed its current generation, and it has exactly Desired
+	// replicas, all of the current pod template and all available: no old pod is left, as
+	// `kubectl rollout status` requires.
 	Done bool
 	// Stalled: the Deployment controller gave up on the rollout (Progressing False with reason
 	// ProgressDeadlineExceeded); nothing changes until its cause goes or the spec changes.
@@ -70,15 +71,21 @@ func Assess(dep *appsv1.Deployment, desired int32, pods []corev1.Pod) Health {
 	}
 	st := dep.Status
 	h.Ready, h.Available = st.ReadyReplicas, st.AvailableReplicas
-	if st.ObservedGeneration >= dep.Generation && st.UpdatedReplicas >= desired && st.AvailableReplicas >= desired {
+	if st.ObservedGeneration >= dep.Generation && st.Replicas == desired && st.UpdatedReplicas == desired && st.AvailableReplicas == desired {
 		h.Done = true
 		h.Message = fmt.Sprintf("%d of %d replicas available", st.AvailableReplicas, desired)
 		return h
 	}
 	h.Reason = ReasonReplicasUnavailable
-	h.Message = fmt.Sprintf("Deployment %s: %d of %d replicas available", dep.Name, st.AvailableReplicas, desired)
-	if st.ObservedGeneration < dep.Generation {
+	switch {
+	case st.ObservedGeneration < dep.Generation:
 		h.Message = fmt.Sprintf("Deployment %s is rolling out", dep.Name)
+	case st.UpdatedReplicas < desired:
+		h.Message = fmt.Sprintf("Deployment %s: %d of %d replicas updated, %d available", dep.Name, st.UpdatedReplicas, desired, st.AvailableReplicas)
+	case st.Replicas > st.UpdatedReplicas:
+		h.Message = fmt.Sprintf("Deployment %s: %d old replicas still running", dep.Name, st.Replicas-st.UpdatedReplicas)
+	default:
+		h.Message = fmt.Sprintf("Deployment %s: %d of %d replicas available", dep.Name, st.AvailableReplicas, desired)
 	}
 	if c := condition(dep, appsv1.DeploymentProgressing); c != nil && c.Status == corev1.ConditionFalse && c.Reason == ReasonProgressDeadlineExceeded {
 		h.Stalled = true

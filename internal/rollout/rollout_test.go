@@ -47,12 +47,14 @@ func TestAssess(t *testing.T) {
 		msg           string
 	}{
 		"missing": {reason: ReasonDeploymentMissing},
-		"available": {dep: deployment(appsv1.DeploymentStatus{ObservedGeneration: 2, UpdatedReplicas: 2, AvailableReplicas: 2, ReadyReplicas: 2}),
+		"available": {dep: deployment(appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 2, UpdatedReplicas: 2, AvailableReplicas: 2, ReadyReplicas: 2}),
 			done: true},
+		"an old pod still there": {dep: deployment(appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 3, UpdatedReplicas: 2, AvailableReplicas: 3}),
+			reason: ReasonReplicasUnavailable, msg: "1 old replicas still running"},
 		"generation not observed": {dep: deployment(appsv1.DeploymentStatus{ObservedGeneration: 1, UpdatedReplicas: 2, AvailableReplicas: 2}),
 			reason: ReasonReplicasUnavailable, msg: "rolling out"},
 		"under way, pods starting": {dep: deployment(appsv1.DeploymentStatus{ObservedGeneration: 2, UpdatedReplicas: 2, AvailableReplicas: 1}),
-			pods: []corev1.Pod{pod("web-a", "ContainerCreating", false)}, reason: ReasonReplicasUnavailable, msg: "1 of 2"},
+			pods: []corev1.Pod{pod("web-a", "ContainerCreating", false)}, reason: ReasonReplicasUnavailable, msg: "1 of 2 replicas available"},
 		"image pull": {dep: deployment(appsv1.DeploymentStatus{ObservedGeneration: 2, UpdatedReplicas: 2}),
 			pods: []corev1.Pod{pod("web-b", "ImagePullBackOff", false), pod("web-a", "", false)}, reason: "ImagePullBackOff", msg: "pod web-b: ImagePullBackOff: ImagePullBackOff detail"},
 		"first pod by name": {dep: deployment(appsv1.DeploymentStatus{ObservedGeneration: 2}),
@@ -95,7 +97,7 @@ func TestWait(t *testing.T) {
 		kube := kubefake.NewClientset(deployment(appsv1.DeploymentStatus{ObservedGeneration: 2}))
 		go func() {
 			time.Sleep(1500 * time.Millisecond)
-			d := deployment(appsv1.DeploymentStatus{ObservedGeneration: 2, UpdatedReplicas: 2, AvailableReplicas: 2})
+			d := deployment(appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 2, UpdatedReplicas: 2, AvailableReplicas: 2})
 			_, _ = kube.AppsV1().Deployments("ns").UpdateStatus(ctx, d, metav1.UpdateOptions{})
 		}()
 		var seen []string
