@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -143,6 +145,11 @@ func leaderLoss(t *testing.T, engineHost string) {
 	if strings.Contains(b.logs.String(), "became leader") {
 		t.Fatal("two leaders at once")
 	}
+	// A cancel would still end this up cleanly (the provider gives up its request): stop the
+	// process that runs it (SIGSTOP), as a hung one would be, so that only the fence's kill can
+	// end it, and it leaves its lock.
+	stopped := stopPulumi(t, a.cmd.Process.Pid)
+	t.Logf("stopped the leader's pulumi processes %v", stopped)
 
 	// Take the Lease away from the leader.
 	leases := c.Kube.CoordinationV1().Leases(ns)
@@ -176,7 +183,12 @@ func leaderLoss(t *testing.T, engineHost string) {
 		t.Fatalf("the follower led before the old leader had stopped (%s after the Lease was taken)", aExit.Round(100*time.Millisecond))
 	}
 	if !strings.Contains(a.logs.String(), "killed the pulumi processes still running") {
-		t.Error("the old leader did not say it killed its pulumi processes (its up could not be cancelled gracefully)")
+		t.Error("the old leader did not say it killed its pulumi processes (its up could not be cancelled)")
+	}
+	for _, pid := range stopped {
+		if syscall.Kill(pid, 0) == nil && !zombie(pid) {
+			t.Errorf("pulumi process %d of the old leader still runs after its exit", pid)
+		}
 	}
 	proxy.Release() // nothing of the old leader waits for it any more
 	waitLog(b, "became leader", 40*time.Second)
@@ -226,6 +238,63 @@ func leaderLoss(t *testing.T, engineHost string) {
 	}); err != nil {
 		t.Fatal("the object was never deleted (destroy, then finalizer removal)")
 	}
+}
+
+// stopPulumi sends SIGSTOP to the pulumi CLI and engine host processes below pid (by /proc's
+// parent links) and returns their pids; it fails the test when there is none.
+func stopPulumi(t *testing.T, pid int) []int {
+	t.Helper()
+	parent := map[int]int{}
+	comm := map[int]string{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i, j := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		f := strings.Fields(string(b[j+1:]))
+		if i < 0 || j < i || len(f) < 2 {
+			continue
+		}
+		comm[p] = string(b[i+1 : j])
+		parent[p], _ = strconv.Atoi(f[1])
+	}
+	below := func(p int) bool {
+		for q := parent[p]; q > 1; q = parent[q] {
+			if q == pid {
+				return true
+			}
+		}
+		return false
+	}
+	var out []int
+	for p, c := range comm {
+		if below(p) && (c == "pulumi" || strings.HasPrefix(c, "pulumi-operator")) && c != "pulumi-operator" {
+			if err := syscall.Kill(p, syscall.SIGSTOP); err == nil {
+				out = append(out, p)
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no pulumi process below %d to stop", pid)
+	}
+	return out
+}
+
+// zombie reports whether pid has exited and waits to be reaped.
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	j := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[j+1:]))
+	return len(f) > 0 && f[0] == "Z"
 }
 
 // leaseID is the watch command's default --leader-election-id.

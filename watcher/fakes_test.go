@@ -84,8 +84,8 @@ type fakeStacks struct {
 	destroyRecovered []string
 	// destroyMissing makes Destroy find no stack (Result.StackMissing).
 	destroyMissing bool
-	cancelErr        error
-	ups              []stack.RunOptions
+	cancelErr      error
+	ups            []stack.RunOptions
 	// onUp, when set, runs inside Up, as things that happen while an up runs do (a user
 	// changing the spec).
 	onUp func()

@@ -32,7 +32,7 @@ func TestUnitStackMissing(t *testing.T) {
 		event          string
 		msg            string
 	}{
-		"no annotation: waits, says how":   {kept: true, event: ReasonStackMissing, msg: "on-missing-stack=orphan"},
+		"no annotation: waits, says how":    {kept: true, event: ReasonStackMissing, msg: "on-missing-stack=orphan"},
 		"unknown value: waits, names it":    {annotation: "keep", kept: true, event: ReasonStackMissing, msg: `"keep" is neither orphan nor delete`},
 		"orphan: objects stay, disowned":    {annotation: api.OnMissingStackOrphan, finished: true, kept: true, event: ReasonObjectsOrphaned},
 		"delete: objects go":                {annotation: api.OnMissingStackDelete, finished: true, event: ReasonObjectsDeleted},
