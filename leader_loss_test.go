@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -241,7 +242,7 @@ func leaderLoss(t *testing.T, engineHost string) {
 }
 
 // stopPulumi sends SIGSTOP to the pulumi CLI and engine host processes below pid (by /proc's
-// parent links) and returns their pids; it fails the test when there is none.
+// parent links, named by their command line) and returns their pids; it fails the test when there is none.
 func stopPulumi(t *testing.T, pid int) []int {
 	t.Helper()
 	parent := map[int]int{}
@@ -262,6 +263,10 @@ func stopPulumi(t *testing.T, pid int) []int {
 			continue
 		}
 		comm[p] = string(b[i+1 : j])
+		if cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && len(cmdline) > 0 {
+			arg0, _, _ := bytes.Cut(cmdline, []byte{0})
+			comm[p] = filepath.Base(string(arg0)) // comm is cut at 15 bytes
+		}
 		parent[p], _ = strconv.Atoi(f[1])
 	}
 	below := func(p int) bool {
@@ -274,7 +279,7 @@ func stopPulumi(t *testing.T, pid int) []int {
 	}
 	var out []int
 	for p, c := range comm {
-		if below(p) && (c == "pulumi" || strings.HasPrefix(c, "pulumi-operator")) && c != "pulumi-operator" {
+		if below(p) && (c == "pulumi" || c == stack.EngineHost) {
 			if err := syscall.Kill(p, syscall.SIGSTOP); err == nil {
 				out = append(out, p)
 			}

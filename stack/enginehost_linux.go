@@ -21,9 +21,14 @@ func setProcAttr(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 }
 
-// killGroup sends SIGKILL to p's process group (p and the provider plugins it started), and to
-// p itself in case it is not a group leader.
+// killGroup sends SIGKILL to p, every process below it (the provider plugins it started, which
+// pulumi puts in process groups of their own) and p's process group. The processes below are
+// found first (/proc's parent links), while p still holds them.
 func killGroup(p *os.Process) {
+	below := descendants(p.Pid)
 	_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
 	_ = p.Kill()
+	for _, pid := range below {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 }

@@ -42,6 +42,46 @@ func processStart(pid int) (time.Time, bool) {
 	return boot.Add(time.Duration(ticks) * time.Second / userHZ), true
 }
 
+// descendants lists the processes below pid (children, their children, ...), from the parent
+// pid (field 4) of every /proc/<pid>/stat; nil when /proc cannot be read.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	queue := children[pid]
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		out = append(out, p)
+		queue = append(queue, children[p]...)
+	}
+	return out
+}
+
 // bootTime is the boot time /proc/stat reports (btime, seconds since the epoch).
 func bootTime() (time.Time, bool) {
 	b, err := os.ReadFile("/proc/stat")

@@ -60,6 +60,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/pulumi/pulumi/pkg/v3/backend"
 	"github.com/pulumi/pulumi/pkg/v3/backend/display"
@@ -91,6 +92,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
+	// The provider plugins this process starts must not inherit the reply pipe: one that
+	// outlives this process (plugins watch the engine only every few minutes) would keep the
+	// operator from seeing the pipe close, and so from learning that this process died.
+	syscall.CloseOnExec(3)
 	os.Exit(serve(context.Background(), os.Getenv("PULUMI_BACKEND_URL"), os.Args[1], os.Stdin, replies, os.Stderr))
 }
 
