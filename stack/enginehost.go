@@ -42,6 +42,15 @@ const engineHostRuns = 200
 // next up starts a new one (~0.1 s) and derives each stack's key again, once.
 const engineHostIdle = 30 * time.Second
 
+// engineHostCancelGrace is how long a cancelled run (its context ended: a deadline, a shutdown)
+// may take to reply before the Manager gives it up and kills its process once the process's
+// other runs are done: a graceful cancel lets the running steps finish, which takes seconds;
+// one that hangs would otherwise hold its caller, and the process, for ever.
+const engineHostCancelGrace = 30 * time.Second
+
+// errEngineHostHung marks a run abandoned after its cancel went unanswered (engineHostCancelGrace).
+var errEngineHostHung = errors.New("engine host run hung")
+
 // errEngineHostStart marks an engine host that could not be started (a binary that is not
 // executable, for one): the up then runs as a `pulumi up` process instead (engine).
 var errEngineHostStart = errors.New("start the engine host")
@@ -61,15 +70,17 @@ func engineHostFor(cfg Config, procs *processSet) (*engineHost, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configure stack manager: engine host: %w (build it with `make build`, or leave it unset)", err)
 	}
-	return &engineHost{path: abs, project: cfg.Project, maxRuns: engineHostRuns, idle: engineHostIdle, procs: procs}, nil
+	return &engineHost{path: abs, project: cfg.Project, maxRuns: engineHostRuns, idle: engineHostIdle, cancelGrace: engineHostCancelGrace, procs: procs}, nil
 }
 
 // engineHost starts and talks to the engine host process (one at a time; see engineHostRuns).
 type engineHost struct {
 	path, project string
-	// maxRuns is engineHostRuns and idle engineHostIdle (tests lower them).
-	maxRuns int
-	idle    time.Duration
+	// maxRuns is engineHostRuns, idle engineHostIdle and cancelGrace engineHostCancelGrace (tests
+	// lower them).
+	maxRuns     int
+	idle        time.Duration
+	cancelGrace time.Duration
 	// procs holds every engine host process while it runs (Manager.Kill).
 	procs *processSet
 
@@ -90,6 +101,7 @@ type engineProc struct {
 	waiting map[int64]chan engineReply // by request id
 	runs    int                        // requests sent
 	retired bool                       // takes no more requests; exits once waiting is empty
+	hung    bool                       // holds an abandoned run: killed, not closed, once waiting is empty
 	exited  bool
 	// idleTimer retires the process engineHost.idle after its last request finished; nil
 	// while requests run.
@@ -204,11 +216,21 @@ func (h *engineHost) do(ctx context.Context, req engineRequest, phrase string, e
 	case <-ctx.Done():
 	}
 	_ = p.write(engineRequest{ID: id, Cancel: true}) // a process that cannot read it is going: ch closes
-	r, ok := <-ch
-	if !ok {
-		return engineReply{}, p.exitError()
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return engineReply{}, p.exitError()
+		}
+		return r, nil
+	case <-time.After(h.cancelGrace):
 	}
-	return r, nil
+	// The run ignores its cancel (hung on a provider, or the process is stuck): give it up.
+	// The process takes no more requests and is killed once its other runs are done, so that
+	// nothing of this run writes to the stack later; its lock is then a dead process's.
+	p.abandon()
+	slog.Warn("the engine host did not end a cancelled run: it is retired and will be killed once its other runs end",
+		"pid", p.cmd.Process.Pid, "stack", req.Stack, "waited", h.cancelGrace.String())
+	return engineReply{}, fmt.Errorf("%w: the engine host did not end the run within %s of its cancel; the run was abandoned and its process is killed", errEngineHostHung, h.cancelGrace)
 }
 
 // send picks or starts the process and writes req under a new id; ch receives the reply (closed
@@ -265,7 +287,7 @@ func (h *engineHost) finished(p *engineProc, id int64) {
 	retiredAndEmpty := p.retired && empty
 	p.mu.Unlock()
 	if retiredAndEmpty {
-		p.close()
+		p.end()
 	}
 }
 
@@ -354,16 +376,37 @@ func (p *engineProc) takes(phrase string, maxRuns int) bool {
 	return !p.exited && !p.retired && p.runs < maxRuns && p.phrase == phrase
 }
 
-// retire stops p taking requests and closes its input once none is waiting (the host exits when
-// its input closes and its runs have finished).
+// retire stops p taking requests and ends it once none is waiting (end).
 func (p *engineProc) retire() {
 	p.mu.Lock()
 	p.retired = true
 	idle := len(p.waiting) == 0
 	p.mu.Unlock()
 	if idle {
-		p.close()
+		p.end()
 	}
+}
+
+// abandon retires p for a run that did not answer its cancel: p is killed, not closed, once its
+// other runs are done (its input closing would not end it: the host waits for its runs).
+func (p *engineProc) abandon() {
+	p.mu.Lock()
+	p.hung = true
+	p.mu.Unlock()
+	p.retire()
+}
+
+// end ends a retired p with nothing waiting: its input closes (the host finishes and exits), or,
+// when it holds an abandoned run, it is killed with what it started.
+func (p *engineProc) end() {
+	p.mu.Lock()
+	hung := p.hung
+	p.mu.Unlock()
+	if hung {
+		killGroup(p.cmd.Process)
+		return
+	}
+	p.close()
 }
 
 // close closes p's input: the host finishes what runs and exits.

@@ -22,7 +22,8 @@ import (
 func hostManager(t *testing.T) (m *Manager, backend string, runs func() []string) {
 	t.Helper()
 	m, backend, runs = countingManager(t, "beside")
-	m.engineHost = &engineHost{path: testenv.EngineHost(t), project: m.cfg.Project, maxRuns: engineHostRuns, idle: engineHostIdle}
+	m.engineHost = &engineHost{path: testenv.EngineHost(t), project: m.cfg.Project, maxRuns: engineHostRuns, idle: engineHostIdle,
+		cancelGrace: engineHostCancelGrace, procs: m.procs}
 	t.Cleanup(m.Close)
 	return m, backend, runs
 }
@@ -440,5 +441,42 @@ func TestEngineHostStartAndPassphraseErrors(t *testing.T) {
 	}
 	if res, err := m.Up(context.Background(), name, program("c", 0), RunOptions{}); err != nil || res.Outputs["greeting"] != "c" {
 		t.Fatalf("up once the passphrase file is there: %v, %v", res.Outputs, err)
+	}
+}
+
+// TestEngineHostHungRunAbandoned: a run that does not answer its cancel (here a stand-in host
+// that reads requests and never replies: a real run cannot be made to hang on demand) is given
+// up engineHost.cancelGrace after its cancel, its process retired and then killed, so that no
+// caller and no process is held for ever; the next up starts a new process.
+func TestEngineHostHungRunAbandoned(t *testing.T) {
+	m, _, _ := hostManager(t)
+	fake := filepath.Join(t.TempDir(), "pulumi-operator-engine")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m.engineHost.path = fake
+	m.engineHost.cancelGrace = 300 * time.Millisecond
+	name, _ := m.StackName("ns", "hung")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := m.engineHostUp(ctx, name, "127.0.0.1:1", RunOptions{})
+	if !errors.Is(err, errEngineHostHung) {
+		t.Fatalf("up on a hung engine host: %v, want errEngineHostHung", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the caller was held %s, want about the deadline plus the cancel grace", took)
+	}
+	pid := hostPid(m)
+	if pid == 0 {
+		t.Fatal("no engine host process recorded")
+	}
+	for deadline := time.Now().Add(5 * time.Second); !zombie(pid); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hung engine host %d still runs", pid)
+		}
+	}
+	if m.engineHost.running() {
+		t.Error("the hung engine host still takes requests")
 	}
 }

@@ -34,8 +34,8 @@
 // code is the exit code `pulumi up` would have had (0 on success); stdout and stderr are what it
 // would have printed with --suppress-progress --color=never (the display, and "error: ..."), so
 // the Manager reads a failure exactly as it reads a CLI run's. Requests run concurrently, each in
-// a goroutine; two requests for one stack at once get the DIY backend's lock error for the
-// second, as two CLI processes would. Standard output is not the protocol's because pkg/v3
+// a goroutine; two requests for one stack never run at once: the second waits for the first
+// (a cancel while it waits ends it without a run). Standard output is not the protocol's because pkg/v3
 // prints a banner there (backend/diy apply).
 //
 // Configuration comes from the environment only, as the CLI's does: PULUMI_BACKEND_URL (a DIY
@@ -131,6 +131,10 @@ type host struct {
 	// too, which then starts cancelled.
 	cancels map[int64]*cancel.Source
 	out     *json.Encoder
+	// stacks holds one slot per stack: a request runs only while it holds its stack's slot, so
+	// two requests for one stack never run at once in this process (the DIY lock would refuse
+	// the second; pkg/v3's per-process caches of a stack are not meant to be shared by two runs).
+	stacks map[string]chan struct{}
 }
 
 // serve runs the engine host on backend URL url for project until in closes; it returns the exit
@@ -153,7 +157,7 @@ func serve(ctx context.Context, url, project string, in io.Reader, out io.Writer
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return 1
 	}
-	h := &host{project: project, b: b, cancels: map[int64]*cancel.Source{}, out: json.NewEncoder(out)}
+	h := &host{project: project, b: b, cancels: map[int64]*cancel.Source{}, out: json.NewEncoder(out), stacks: map[string]chan struct{}{}}
 	var wg sync.WaitGroup
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
@@ -176,7 +180,13 @@ func serve(ctx context.Context, url, project string, in io.Reader, out io.Writer
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := h.run(ctx, req, scope{ctx: c, src: src})
+			var r reply
+			if release, ok := h.acquire(req.Stack, c); ok {
+				r = h.run(ctx, req, scope{ctx: c, src: src})
+				release()
+			} else {
+				r = reply{ID: req.ID, Code: 255, Stderr: "error: update cancelled before it started: another request for stack " + req.Stack + " was running\n"}
+			}
 			src.Terminate() // the engine holds an update's plugin host until then (scope.Close)
 			h.mu.Lock()
 			delete(h.cancels, req.ID)
@@ -186,6 +196,24 @@ func serve(ctx context.Context, url, project string, in io.Reader, out io.Writer
 	}
 	wg.Wait()
 	return 0
+}
+
+// acquire waits until stack's slot is free and takes it, returning the function that frees it;
+// false when c is cancelled first (the request then never runs).
+func (h *host) acquire(stack string, c *cancel.Context) (func(), bool) {
+	h.mu.Lock()
+	slot := h.stacks[stack]
+	if slot == nil {
+		slot = make(chan struct{}, 1)
+		h.stacks[stack] = slot
+	}
+	h.mu.Unlock()
+	select {
+	case slot <- struct{}{}:
+		return func() { <-slot }, true
+	case <-c.Canceled():
+		return nil, false
+	}
 }
 
 // send writes one reply; replies of concurrent requests never interleave.

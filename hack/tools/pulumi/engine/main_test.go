@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/pkg/v3/util/cancel"
 )
 
 // serveLines runs serve on url and project with the request lines in, to its end, and returns
@@ -127,4 +130,49 @@ func TestInit(t *testing.T) {
 	if locks, _ := filepath.Glob(filepath.Join(dir, ".pulumi", "locks", "*", "proj", "dev", "*.json")); len(locks) != 0 {
 		t.Errorf("locks left behind: %v", locks)
 	}
+}
+
+// Two requests for one stack never run at once: the second waits for the first's slot, and a
+// cancel while it waits ends it without running; other stacks do not wait.
+func TestOneRunPerStack(t *testing.T) {
+	h := &host{stacks: map[string]chan struct{}{}, cancels: map[int64]*cancel.Source{}}
+	c1, _ := cancel.NewContext(context.Background())
+	release, ok := h.acquire("dev", c1)
+	if !ok {
+		t.Fatal("first acquire failed")
+	}
+	if rel, ok := h.acquire("prod", c1); !ok {
+		t.Fatal("another stack waited")
+	} else {
+		rel()
+	}
+	got := make(chan bool, 1)
+	c2, _ := cancel.NewContext(context.Background())
+	go func() {
+		rel, ok := h.acquire("dev", c2)
+		if ok {
+			rel()
+		}
+		got <- ok
+	}()
+	select {
+	case <-got:
+		t.Fatal("a second request for the stack ran while the first held it")
+	case <-time.After(200 * time.Millisecond):
+	}
+	release()
+	if ok := <-got; !ok {
+		t.Fatal("the second request did not run once the first was done")
+	}
+	release, _ = h.acquire("dev", c1)
+	c3, src3 := cancel.NewContext(context.Background())
+	go func() {
+		_, ok := h.acquire("dev", c3)
+		got <- ok
+	}()
+	src3.Cancel()
+	if ok := <-got; ok {
+		t.Fatal("a request cancelled while it waited ran")
+	}
+	release()
 }
