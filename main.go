@@ -11,13 +11,16 @@ import (
 	"os"
 
 	"github.com/pulumi-operator/pulumi-operator/commands"
+	"github.com/pulumi-operator/pulumi-operator/internal/initproc"
 	"github.com/pulumi-operator/pulumi-operator/program"
 )
 
 // main runs the Pulumi program when the engine started the process (program.Started), else
 // the command line, exiting with its exit code (commands.ExitCode) and printing any error
-// first.
+// first. As a container's PID 1 it first becomes that container's init (initproc.Run), which
+// runs the rest in a child.
 func main() {
+	initproc.Run()
 	if program.Started(os.Args, os.Getenv) {
 		program.Main()
 		return
