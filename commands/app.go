@@ -34,6 +34,7 @@ type config struct {
 	pulumiPath   string
 	stackInit    string // stack.Config.StackInit: the stack-init helper's path, "none", or "" to look for it
 	engineHost   string // --engine-host: the engine host's path, "none", or "" to look for it (engineHostPath)
+	keepHistory  int    // --keep-history: stack.Config.KeepHistory
 	clusterName  string
 	logFormat    string
 	logLevel     string
@@ -95,6 +96,8 @@ func App() *cli.App {
 				Usage: "`PATH` of pulumi-operator-stack-init, which creates new stacks of a DIY backend with the passphrase secrets provider faster than `pulumi stack init`, or `none` to use `pulumi stack init`; default: the one next to this binary or else next to the pulumi CLI, if there is one"},
 			&cli.StringFlag{Name: "engine-host", EnvVars: []string{"PULUMI_OPERATOR_ENGINE_HOST"}, Destination: &cfg.engineHost,
 				Usage: "`PATH` of pulumi-operator-engine, one long-lived process that runs the ups of `watch` (and of any command that shows no progress) without a pulumi CLI process each, on a DIY backend with the passphrase secrets provider; `none` runs every up as a `pulumi up` process; default: the one next to this binary, if there is one"},
+			&cli.IntFlag{Name: "keep-history", EnvVars: []string{"PULUMI_OPERATOR_KEEP_HISTORY"}, Value: 10, Destination: &cfg.keepHistory,
+				Usage: "keep the `N` newest updates of each stack's history and checkpoint backups in a DIY backend (pruned by the engine host after each update); 0 keeps all"},
 			&cli.StringFlag{Name: "cluster-name", EnvVars: []string{"PULUMI_OPERATOR_CLUSTER_NAME"}, Destination: &cfg.clusterName,
 				Usage: "`NAME` of this cluster in stack names (a DNS label); default: the first 12 hex digits of the kube-system namespace's UID"},
 			&cli.StringFlag{Name: "log-format", EnvVars: []string{"PULUMI_OPERATOR_LOG_FORMAT"}, Value: "text", Destination: &cfg.logFormat,

@@ -119,6 +119,7 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 		PulumiPath:  pulumiPath,
 		StackInit:   stackInitPath(cfg),
 		EngineHost:  engineHostPath(cfg),
+		KeepHistory: cfg.keepHistory,
 		ClusterName: cluster,
 		Env:         env,
 		// Pulumi records a stack's secrets provider in its state at `stack init`; later

@@ -114,6 +114,7 @@ func runWatch(parent context.Context, cfg *config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerRESTClientMetrics(reg)
+	registerStateVolumeMetrics(reg, cfg.stateDir)
 	w := watcher.New(client, kube, watcher.ManagerStacks{Manager: mgr}, watcher.Options{
 		Namespace: cfg.namespace, LabelSelector: cfg.selector, Resync: cfg.resync, DigestSalt: salt,
 		ShutdownGrace: cfg.grace, OperationTimeout: cfg.operationTimeout, StaleLockTimeout: cfg.staleLock, Registry: reg, Metadata: meta,
@@ -135,6 +136,27 @@ func runWatch(parent context.Context, cfg *config) error {
 	le := cfg.lease
 	le.Namespace, le.Name = cfg.leaseNS, cfg.leaseName
 	return w.RunLeaderElected(ctx, kube, le, cfg.workers)
+}
+
+// registerStateVolumeMetrics registers the size and use of the file system that holds dir (the
+// state directory: workspaces and, by default, the file backend), read at each scrape, so that
+// a filling volume shows (and alerts: PulumiOperatorStateVolumeFilling) before it is full.
+func registerStateVolumeMetrics(reg prometheus.Registerer, dir string) {
+	gauge := func(name, help string, pick func(size, used uint64) uint64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			size, used, ok := volumeUsage(dir)
+			if !ok {
+				return 0
+			}
+			return float64(pick(size, used))
+		})
+	}
+	reg.MustRegister(
+		gauge("pulumi_operator_state_volume_size_bytes", "Size of the file system holding the state directory (--state-dir).",
+			func(size, _ uint64) uint64 { return size }),
+		gauge("pulumi_operator_state_volume_used_bytes", "Bytes used on the file system holding the state directory (--state-dir).",
+			func(_, used uint64) uint64 { return used }),
+	)
 }
 
 // readiness is what /readyz asks of the watcher (*watcher.Watcher).

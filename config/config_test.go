@@ -464,7 +464,8 @@ func TestChartTemplate(t *testing.T) {
 					alerts = append(alerts, fmt.Sprint(r.(map[string]any)["alert"]))
 				}
 			}
-			for _, a := range []string{"KindCustomHttpStalled", "KindCustomHttpNotReady", "PulumiOperatorReconcileErrors", "PulumiOperatorLockWaits"} {
+			for _, a := range []string{"KindCustomHttpStalled", "KindCustomHttpNotReady", "PulumiOperatorReconcileErrors", "PulumiOperatorLockWaits",
+				"PulumiOperatorStackLocked", "PulumiOperatorStateVolumeFilling"} {
 				if !slices.Contains(alerts, a) {
 					t.Errorf("PrometheusRule alerts %v lack %s", alerts, a)
 				}

@@ -123,6 +123,9 @@ func (m *Manager) engine(ctx context.Context, stackName, op string, program pulu
 	if err != nil {
 		return engineOutcome{}, &cliError{op: op, code: code, stdout: stdout, stderr: stderr, err: err}
 	}
+	if op == "up" || op == "refresh" {
+		m.prune(ctx, stackName) // the history entry this run wrote
+	}
 	return readEventLog(logFile)
 }
 

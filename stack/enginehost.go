@@ -121,15 +121,18 @@ type engineRequest struct {
 	Dir     string `json:"dir,omitempty"`
 	Client  string `json:"client,omitempty"`
 	Refresh bool   `json:"refresh,omitempty"`
+	Keep    int    `json:"keep,omitempty"`
 }
 
 type engineReply struct {
-	ID      int64             `json:"id"`
-	Code    int               `json:"code"`
-	Stdout  string            `json:"stdout,omitempty"`
-	Stderr  string            `json:"stderr,omitempty"`
-	Changes map[string]int    `json:"changes,omitempty"`
-	Outputs map[string]string `json:"outputs,omitempty"`
+	ID         int64             `json:"id"`
+	Code       int               `json:"code"`
+	Stdout     string            `json:"stdout,omitempty"`
+	Stderr     string            `json:"stderr,omitempty"`
+	Changes    map[string]int    `json:"changes,omitempty"`
+	Outputs    map[string]string `json:"outputs,omitempty"`
+	Pruned     int               `json:"pruned,omitempty"`
+	PruneError string            `json:"pruneError,omitempty"`
 }
 
 // useEngineHost reports whether an up of stackName with opts goes to the engine host: there is
@@ -168,7 +171,7 @@ func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, op
 	if err != nil {
 		return engineOutcome{}, &cliError{op: "up", code: 255, stderr: "error: " + err.Error(), err: err}
 	}
-	r, err := m.engineHost.do(ctx, engineRequest{Op: "up", Stack: stackName, Dir: dir, Client: client, Refresh: opts.Refresh},
+	r, err := m.engineHost.do(ctx, engineRequest{Op: "up", Stack: stackName, Dir: dir, Client: client, Refresh: opts.Refresh, Keep: m.cfg.KeepHistory},
 		phrase, m.engineHostEnv)
 	if errors.Is(err, errEngineHostStart) {
 		return engineOutcome{}, err // engine runs the CLI instead
@@ -179,7 +182,41 @@ func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, op
 	if r.Code != 0 {
 		return engineOutcome{}, &cliError{op: "up", code: r.Code, stdout: r.Stdout, stderr: r.Stderr, err: fmt.Errorf("exit status %d", r.Code)}
 	}
+	reportPrune(stackName, r)
 	return engineOutcome{changes: r.Changes, outputs: r.Outputs}, nil
+}
+
+// prune asks the engine host to keep only the Config.KeepHistory newest updates of stackName's
+// history and backups, after an operation that ran as a CLI process: best effort (the
+// operation has succeeded; the next prune catches up), so failures are only logged. Nothing
+// happens without an engine host or with KeepHistory 0.
+func (m *Manager) prune(ctx context.Context, stackName string) {
+	if m.engineHost == nil || m.cfg.KeepHistory < 1 {
+		return
+	}
+	phrase, err := m.passphrase(filepath.Join(m.cfg.WorkRoot, stackName))
+	if err != nil {
+		return
+	}
+	r, err := m.engineHost.do(ctx, engineRequest{Op: "prune", Stack: stackName, Keep: m.cfg.KeepHistory}, phrase, m.engineHostEnv)
+	if err != nil {
+		slog.Warn("could not prune the stack's history", "stack", stackName, "error", err)
+		return
+	}
+	if r.Code != 0 {
+		r.PruneError = strings.TrimSpace(r.Stderr)
+	}
+	reportPrune(stackName, r)
+}
+
+// reportPrune logs what pruning did for the reply r of stackName: a warning when it failed.
+func reportPrune(stackName string, r engineReply) {
+	switch {
+	case r.PruneError != "":
+		slog.Warn("could not prune the stack's history", "stack", stackName, "error", RedactText(r.PruneError))
+	case r.Pruned > 0:
+		slog.Debug("pruned the stack's history and backups", "stack", stackName, "files", r.Pruned)
+	}
 }
 
 // engineHostEnv is the engine host's environment: the CLI's (this process's, New's settings and

@@ -72,6 +72,11 @@ type Config struct {
 	// with the passphrase secrets provider; anywhere else, or when it fails, new stacks are
 	// made by `pulumi stack init`.
 	StackInit string
+	// KeepHistory is how many of its newest updates each stack keeps in the backend's history
+	// and backups (a DIY backend writes both on every update and never removes them). Pruning
+	// is the engine host's (pulumi-operator-engine): after each of its ups, and after an up or
+	// refresh run as a CLI process when there is an engine host. Zero keeps everything.
+	KeepHistory int
 	// EngineHost is the engine host (EngineHost, pulumi-operator-engine) that runs ups without
 	// a CLI process each: a path, which must exist; empty runs every up as a `pulumi up` CLI
 	// process. It is used only on a DIY backend with the passphrase secrets provider, and only
@@ -166,6 +171,11 @@ func New(cfg Config) (*Manager, error) {
 		// (internal/ownership). Not part of infra.ProviderEnv: it changes no plan, only what a
 		// create does when the object exists.
 		"PULUMI_K8S_UPSERT_EXISTING_OBJECTS": "true",
+		// The CLI writes a log file per run under $PULUMI_HOME/logs and prunes them only past 7
+		// days or 500 MB (pkg/v3 logging/rotation.go): an operator's runs would fill a small
+		// volume long before. One day and 16 MB bound them.
+		"PULUMI_LOG_ROTATION_MAX_AGE_DAYS": "1",
+		"PULUMI_LOG_ROTATION_MAX_TOTAL_MB": "16",
 	}
 	for k, v := range infra.ProviderEnv() {
 		env[k] = v

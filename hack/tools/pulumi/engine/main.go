@@ -20,9 +20,13 @@
 //
 //	{"id": 1, "op": "up", "stack": "<stack>", "dir": "<workspace dir>", "client": "127.0.0.1:<port>", "refresh": false}
 //	{"id": 2, "op": "init", "stack": "<stack>"}
+//	{"id": 3, "op": "prune", "stack": "<stack>", "keep": 10}
 //	{"id": 1, "cancel": true}
 //
 // init creates the stack as pulumi-operator-stack-init does (its stdout "created" or "exists").
+// prune keeps the stack's keep newest history entries and backups (prune.go); an up with keep
+// does the same after it succeeded, and its reply says how many files went ("pruned") or why
+// pruning failed ("pruneError").
 // dir is the stack's workspace directory, holding Pulumi.yaml and Pulumi.<stack>.yaml, as the
 // CLI's working directory would; client is the address of the LanguageRuntime server that serves
 // the program (the CLI's --client). A cancel asks the engine to stop request id gracefully,
@@ -80,6 +84,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/util/result"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
 	"github.com/spf13/pflag"
+	"gocloud.dev/blob"
 
 	"github.com/pulumi-operator/pulumi-operator/hack/tools/pulumi/internal/diystack"
 )
@@ -108,6 +113,9 @@ type request struct {
 	Dir     string `json:"dir,omitempty"`
 	Client  string `json:"client,omitempty"`
 	Refresh bool   `json:"refresh,omitempty"`
+	// Keep, when positive, prunes the stack's history and backups to its Keep newest updates
+	// after an up that succeeded, and is what a prune request keeps.
+	Keep int `json:"keep,omitempty"`
 }
 
 // reply is one line of the replies.
@@ -118,12 +126,19 @@ type reply struct {
 	Stderr  string            `json:"stderr,omitempty"`
 	Changes map[string]int    `json:"changes,omitempty"`
 	Outputs map[string]string `json:"outputs,omitempty"`
+	// Pruned is how many history and backup files the request deleted (Keep); PruneError why
+	// pruning failed (the up itself did not).
+	Pruned     int    `json:"pruned,omitempty"`
+	PruneError string `json:"pruneError,omitempty"`
 }
 
 // host is the state of one serve: its backend and the requests under way.
 type host struct {
 	project string
+	url     string
 	b       backend.Backend
+	// bucket is the backend's bucket, opened by the first prune.
+	bucket *blob.Bucket
 
 	mu sync.Mutex
 	// cancels holds each request's cancellation source, by request id, from its arrival to its
@@ -157,7 +172,7 @@ func serve(ctx context.Context, url, project string, in io.Reader, out io.Writer
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return 1
 	}
-	h := &host{project: project, b: b, cancels: map[int64]*cancel.Source{}, out: json.NewEncoder(out), stacks: map[string]chan struct{}{}}
+	h := &host{project: project, url: url, b: b, cancels: map[int64]*cancel.Source{}, out: json.NewEncoder(out), stacks: map[string]chan struct{}{}}
 	var wg sync.WaitGroup
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
@@ -242,13 +257,25 @@ func (h *host) run(ctx context.Context, req request, sc scope) reply {
 	switch req.Op {
 	case "up":
 		r.Changes, r.Outputs, err = h.up(ctx, req, sc, &stdout, &stderr)
+		if err == nil && req.Keep > 0 {
+			var perr error
+			if r.Pruned, perr = h.prune(ctx, req.Stack, req.Keep); perr != nil {
+				r.PruneError = perr.Error()
+			}
+		}
+	case "prune":
+		if req.Stack == "" || req.Keep < 1 {
+			err = fmt.Errorf("bad prune request: want a stack and keep of at least 1 (got %q, %d)", req.Stack, req.Keep)
+		} else {
+			r.Pruned, err = h.prune(ctx, req.Stack, req.Keep)
+		}
 	case "init":
 		var created bool
 		if created, err = h.init(ctx, req.Stack); err == nil {
 			stdout.WriteString(map[bool]string{true: "created\n", false: "exists\n"}[created])
 		}
 	default:
-		err = fmt.Errorf("unknown operation %q: this engine host runs up and init", req.Op)
+		err = fmt.Errorf("unknown operation %q: this engine host runs up, init and prune", req.Op)
 	}
 	if err != nil {
 		// As the CLI's main does (cmd.DisplayErrorMessage, cmd.ExitCodeFor): a bail has been
