@@ -188,6 +188,7 @@ func New(cfg Config) (*Manager, error) {
 	for k, v := range cfg.Env {
 		env[k] = v
 	}
+	sweepLeftovers(cfg.WorkRoot) // what runs killed before this process started left behind
 	return &Manager{cfg: cfg, cmd: cmd, env: env, procs: procs, stackInit: stackInit, engineHost: host, settled: map[string]bool{}}, nil
 }
 

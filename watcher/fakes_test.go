@@ -152,6 +152,11 @@ func (s *fakeStacks) killCh() chan struct{} {
 	return s.killed
 }
 
+func (s *fakeStacks) SweepWorkspaces(live func(string) bool) int {
+	s.j.add("sweep")
+	return 0
+}
+
 func (s *fakeStacks) Kill() int {
 	s.j.add("kill")
 	ch := s.killCh()

@@ -60,6 +60,9 @@ type Stacks interface {
 	// Kill ends every pulumi process of the operator at once (SIGKILL) and returns how many it
 	// signalled: how a leader that lost its Lease fences itself.
 	Kill() int
+	// SweepWorkspaces removes the local workspaces of stacks for which live is false, and the
+	// leftovers of killed runs; it returns how many it removed.
+	SweepWorkspaces(live func(stackName string) bool) int
 }
 
 // Options tune a Watcher. Zero values take the documented defaults.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
@@ -77,6 +78,10 @@ func (w *Watcher) run(ctx context.Context, lost <-chan struct{}, workers int) er
 	opCtx, cancelOps := context.WithCancel(context.WithoutCancel(work))
 	defer cancelOps()
 	go wait.UntilWithContext(work, w.requeueIfPluginAppeared, w.opts.PluginPoll)
+	if w.opts.Namespace == "" && w.opts.LabelSelector == "" {
+		// This process owns every stack of its cluster name: it may tell dead workspaces.
+		go wait.UntilWithContext(work, func(context.Context) { w.sweepWorkspaces() }, w.opts.Resync)
+	}
 	w.log.Info("starting workers", "workers", workers)
 	var wg sync.WaitGroup
 	for i := 0; i < workers; i++ {
@@ -184,6 +189,22 @@ func (w *Watcher) processNext(work, ctx context.Context) bool {
 	}
 	w.queue.AddRateLimited(key)
 	return true
+}
+
+// sweepWorkspaces removes the workspaces of stacks whose object is gone (deleted while its
+// finalizer was removed by hand, say), and what killed runs left behind (Stacks.SweepWorkspaces).
+func (w *Watcher) sweepWorkspaces() {
+	live := map[string]bool{}
+	for _, obj := range w.informer.GetStore().List() {
+		m, ok := obj.(metav1.Object)
+		if !ok {
+			continue
+		}
+		if name, err := w.stacks.StackName(m.GetNamespace(), m.GetName()); err == nil {
+			live[name] = true
+		}
+	}
+	w.stacks.SweepWorkspaces(func(stackName string) bool { return live[stackName] })
 }
 
 // requeueIfPluginAppeared queues every object waiting for the Kubernetes provider plugin, with
