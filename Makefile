@@ -198,6 +198,16 @@ bench: tools build image
 	hack/bench/run.sh $(BENCH_FLAGS)
 	hack/bench/realnode.sh
 
+# ---- Soak. Not a test: `make test` never runs it.
+.PHONY: soak
+
+## soak: thousands of updates on a local cluster of its own (hack/soak): the state directory, the
+## operator's and the engine host's memory, goroutines and file descriptors sampled from start to
+## end; writes .local/soak/soak.json and the soak section of docs/benchmarks.md. SOAK_FLAGS passes
+## flags (e.g. --updates 500)
+soak: tools build
+	hack/soak/run.sh $(SOAK_FLAGS)
+
 # ---- Crash safety (issue 5). `make test` runs a short TestCrashSafety (3 kills, file backend);
 # this is the long run.
 .PHONY: crash-test

@@ -251,7 +251,28 @@ func writeFile(path, content string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(content), 0o644)
+	return os.WriteFile(path, []byte(keepSoak(path, content)), 0o644)
+}
+
+// The markers of the section `make soak` (hack/soak) writes into docs/benchmarks.md.
+const (
+	soakBegin = "<!-- soak: written by make soak (hack/soak); make bench keeps it -->"
+	soakEnd   = "<!-- /soak -->"
+)
+
+// keepSoak is content with the soak section of the file at path, if it has one, appended: a
+// bench run regenerates its own figures and keeps the soak's, which take a run of their own.
+func keepSoak(path, content string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return content
+	}
+	old := string(b)
+	i, j := strings.Index(old, soakBegin), strings.Index(old, soakEnd)
+	if i < 0 || j < i {
+		return content
+	}
+	return strings.TrimRight(content, "\n") + "\n\n" + old[i:j+len(soakEnd)] + "\n"
 }
 
 // renderOnly prints the table of a results.json and writes docs from it.
