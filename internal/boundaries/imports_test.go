@@ -30,7 +30,7 @@ type rule struct {
 
 // tools are packages that measure or test the operator from outside (the benchmark, the test
 // environment); they may reach into every layer the way a user's tool would.
-var tools = []string{"hack/bench", "internal/testenv"}
+var tools = []string{"hack/bench", "hack/soak", "internal/testenv"}
 
 var rules = []rule{
 	{
