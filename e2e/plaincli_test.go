@@ -155,6 +155,14 @@ func TestPlainPulumiCLI(t *testing.T) {
 	if err != nil || dep.Spec.Replicas == nil || *dep.Spec.Replicas != 3 {
 		t.Fatalf("after the laptop's up the Deployment is %v, %v; want 3 replicas", dep.Spec.Replicas, err)
 	}
+	// The plain CLI's up waited for the rollout (the program awaits it after the update), and
+	// its objects name the live object as their owner, as the operator's do.
+	if dep.Status.ObservedGeneration != dep.Generation || dep.Status.AvailableReplicas != 3 || dep.Status.Replicas != 3 {
+		t.Errorf("the laptop's up returned before the rollout: status %+v", dep.Status)
+	}
+	if live, err := cr.Get(ctx, name, metav1.GetOptions{}); err != nil || len(dep.OwnerReferences) != 1 || dep.OwnerReferences[0].UID != live.GetUID() {
+		t.Errorf("the Deployment's ownerReferences %v, want the KindCustomHttp's UID (%v)", dep.OwnerReferences, err)
+	}
 	if out := p.operator("preview", "--from-cluster", obj); !strings.Contains(out, "no changes") {
 		t.Fatalf("after the laptop's up the operator's preview wants changes:\n%s", out)
 	}
