@@ -1650,3 +1650,31 @@ func TestCRDPrinterColumns(t *testing.T) {
 		}
 	}
 }
+
+// The operator binary accepts the command line the chart and config/ give it: a flag in the
+// wrong place (a global flag after `watch`) made the pod exit at start, with every object left
+// alone. Each rendered command runs with --help added, which parses every flag first.
+func TestManifestArgsParse(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "pulumi-operator")
+	if out, err := run(t, nil, "go", "build", "-o", bin, "."); err != nil {
+		t.Fatalf("build the operator: %v\n%s", err, out)
+	}
+	chart, err := helmTemplate(t, "--set", "passphrase=x", "--set", "metrics.secure=true", "--set", "watchNamespace=a", "--set", "labelSelector=shard=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for src, objs := range map[string][]*unstructured.Unstructured{"chart": chart, "config/default": kustomize(t, "config/default")} {
+		for _, o := range objs {
+			if o.GetKind() != "Deployment" {
+				continue
+			}
+			dep := convert[appsv1.Deployment](t, o)
+			c := dep.Spec.Template.Spec.Containers[0]
+			args := append(slices.Clone(c.Args), "--help")
+			if out, err := run(t, nil, bin, args...); err != nil {
+				t.Errorf("%s: pulumi-operator %v: %v\n%s", src, c.Args, err, out)
+			}
+		}
+	}
+}
