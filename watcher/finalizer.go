@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,8 +68,11 @@ func (w *Watcher) removeFinalizer(ctx context.Context, u *unstructured.Unstructu
 	return nil
 }
 
-// reconcileDelete destroys the stack, then removes the finalizer. A failed destroy keeps the
-// finalizer (and the object) and is retried: removing it first could orphan the objects.
+// reconcileDelete destroys the stack, waits until the objects it deleted are gone (no Pulumi
+// run awaits a deletion: infra.SkipAwait; the garbage collector removes a Deployment's pods
+// first), then removes the finalizer, so a `kubectl delete` that returns has left nothing
+// behind. A failed destroy keeps the finalizer (and the object) and is retried: removing it
+// first could orphan the objects.
 func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructured) error {
 	key := cache.MetaObjectToName(u)
 	if !hasFinalizer(u) {
@@ -83,6 +87,35 @@ func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructu
 		w.log.Info("no valid stack name, removing finalizer", "object", objectRef(u), "err", err)
 		return w.removeFinalizer(ctx, u)
 	}
+	if uid, ok := w.stackGone.Load(key); !ok || uid != u.GetUID() {
+		if err := w.destroy(ctx, u, stackName); errors.Is(err, errStackMissing) {
+			return nil // until the user acts (its status says how), or the next resync
+		} else if err != nil {
+			return err
+		}
+		w.stackGone.Store(key, u.GetUID())
+	}
+	if left := w.owned.terminating(u.GetNamespace(), u.GetName()); len(left) > 0 {
+		// Their deletion queues the object again; the backoff is the fallback.
+		return fmt.Errorf("%w: %v", errObjectsTerminating, left)
+	}
+	if err := w.removeFinalizer(ctx, u); err != nil {
+		return err
+	}
+	w.stackGone.Delete(key)
+	w.destroyed.Store(key, u.GetUID())
+	return nil
+}
+
+// errObjectsTerminating is the result of a delete whose stack is destroyed while the objects it
+// deleted are still going: the worker looks again with backoff, without a Pulumi run.
+var errObjectsTerminating = errors.New("the destroyed objects are still being deleted")
+
+// destroy runs the destroy of u's stack stackName and reports it; nil means the finalizer may
+// go once the objects are gone (the stack was destroyed, or it was missing and stackMissing
+// allows it).
+func (w *Watcher) destroy(ctx context.Context, u *unstructured.Unstructured, stackName string) error {
+	key := cache.MetaObjectToName(u)
 	w.log.Info("running destroy", "object", objectRef(u), "stack", stackName)
 	opCtx, cancel := context.WithTimeout(ctx, w.opts.OperationTimeout)
 	res, err := w.stacks.Destroy(opCtx, stackName, stack.RunOptions{})
@@ -106,15 +139,18 @@ func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructu
 		// Nothing was destroyed: objects of this object may still exist, and removing the
 		// finalizer would leave them behind (or to the garbage collector) without a word.
 		if proceed, err := w.stackMissing(ctx, u, stackName); !proceed {
+			if err == nil {
+				err = errStackMissing
+			}
 			return err
 		}
-	} else {
-		w.recorder.Eventf(u, corev1.EventTypeNormal, ReasonDestroyed, "destroyed stack %s: %v", stackName, res.Changes)
-		w.log.Info("stack destroyed", "object", objectRef(u), "stack", stackName, "changes", res.Changes)
+		return nil
 	}
-	if err := w.removeFinalizer(ctx, u); err != nil {
-		return err
-	}
-	w.destroyed.Store(key, u.GetUID())
+	w.recorder.Eventf(u, corev1.EventTypeNormal, ReasonDestroyed, "destroyed stack %s: %v", stackName, res.Changes)
+	w.log.Info("stack destroyed", "object", objectRef(u), "stack", stackName, "changes", res.Changes)
 	return nil
 }
+
+// errStackMissing stops a delete whose stack is missing until the user says what to do
+// (stackMissing); reconcileDelete returns nil for it: nothing is retried by backoff.
+var errStackMissing = errors.New("stack missing")

@@ -73,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func (m *metrics) observeReconcile(err error, d time.Duration) {
 	result := "success"
 	switch {
-	case errors.Is(err, errRolloutInProgress):
+	case errors.Is(err, errRolloutInProgress), errors.Is(err, errObjectsTerminating):
 		// The reconcile did its part; the Deployment's rollout goes on.
 	case errors.Is(err, stack.ErrLocked):
 		result = "locked"

@@ -55,6 +55,25 @@ func (o *ownedObjects) leftBehind(namespace, name string) []leftObject {
 	return out
 }
 
+// terminating lists the Deployment, Service and ConfigMap of KindCustomHttp namespace/name that
+// are being deleted (deletionTimestamp set) and still exist.
+func (o *ownedObjects) terminating(namespace, name string) []string {
+	var out []string
+	going := func(m metav1.Object) bool {
+		return m.GetDeletionTimestamp() != nil && m.GetLabels()[infra.LabelInstance] == name
+	}
+	if d, err := o.deployments.Deployments(namespace).Get(name); err == nil && going(d) {
+		out = append(out, "Deployment/"+d.Name)
+	}
+	if s, err := o.services.Services(namespace).Get(name); err == nil && going(s) {
+		out = append(out, "Service/"+s.Name)
+	}
+	if c, err := o.configMaps.ConfigMaps(namespace).Get(name + api.ConfigMapSuffix); err == nil && going(c) {
+		out = append(out, "ConfigMap/"+c.Name)
+	}
+	return out
+}
+
 // stackMissing handles the delete of u whose stack Destroy found missing. With no object of u
 // left it returns true: the finalizer may go. Otherwise it follows u's OnMissingStackAnnotation:
 // orphan (remove the objects' ownerReference to u) or delete (delete them), then true; without

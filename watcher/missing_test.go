@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -126,4 +127,39 @@ func TestUnitForeignObjectBlocksUp(t *testing.T) {
 		t.Fatalf("%d ups over a foreign object, want none", len(f.stacks.ups))
 	}
 	wantCondition(t, f.storedCR("web"), ConditionReady, metav1.ConditionFalse, ReasonObjectConflict)
+}
+
+// No destroy awaits a deletion (infra.SkipAwait): the finalizer goes only once the objects the
+// destroy deleted are gone, so a `kubectl delete` that returns has left nothing behind; the
+// wait runs no second destroy.
+func TestUnitDeleteWaitsForTheObjects(t *testing.T) {
+	f := newUnit(t, Options{})
+	u := kch("web", nil, Finalizer)
+	f.applied(u)
+	dep, _, _ := owned(t, u)
+	now := metav1.Now()
+	going := dep.DeepCopy()
+	going.DeletionTimestamp = &now
+	going.Finalizers = []string{"foregroundDeletion"}
+	f.markDeleted("web")
+	f.cacheOwned(going)
+	err := f.reconcileRaw("web")
+	if !errors.Is(err, errObjectsTerminating) || !strings.Contains(err.Error(), "Deployment/web") {
+		t.Fatalf("reconcile = %v, want a wait for Deployment/web", err)
+	}
+	if o := f.storedCR("web"); len(o.Finalizers) != 1 {
+		t.Fatalf("finalizers %v while the Deployment goes, want ours", o.Finalizers)
+	}
+	f.deliver("web")
+	_ = f.reconcileRaw("web")
+	if got := f.journal.take(); !slices.Equal(got, []string{"destroy test.ns.web"}) {
+		t.Errorf("journal %q: want one destroy", got)
+	}
+	f.deleteOwned(dep)
+	if err := f.reconcileRaw("web"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.dyn.Tracker().Get(api.GroupVersionResource, unitNS, "web"); !apierrors.IsNotFound(err) {
+		t.Errorf("the object is still there once its Deployment went (%v)", err)
+	}
 }

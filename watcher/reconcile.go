@@ -75,6 +75,7 @@ func (w *Watcher) forget(key cache.ObjectName) {
 	w.metrics.forget(key)
 	w.applied.Delete(key)
 	w.destroyed.Delete(key)
+	w.stackGone.Delete(key)
 	w.requests.forget(key)
 	w.pluginWait.remove(key)
 }

@@ -141,6 +141,10 @@ type Watcher struct {
 	// finalizer's removal must not destroy again (that destroy finds no stack, and its lock
 	// sweep would create and remove the stack once more).
 	destroyed sync.Map
+	// stackGone holds, per object, the UID whose stack this process destroyed (or found missing
+	// and was allowed to leave) while the objects it deleted may still be going: the next
+	// reconciles of the delete wait for them without another destroy.
+	stackGone sync.Map
 	// fenced holds the host names of the operator pods that led this installation before this
 	// process took the Lease (recordLeader); nil without leader election.
 	fenced atomic.Pointer[map[string]bool]

@@ -164,9 +164,10 @@ func (w *Watcher) processNext(work, ctx context.Context) bool {
 		return true
 	}
 	switch {
-	case errors.Is(err, errRolloutInProgress):
-		// Not a failure: the stack is up to date; the rollout is looked at again with backoff.
-		w.log.Debug("Deployment rolling out, will look again", "object", key.String())
+	case errors.Is(err, errRolloutInProgress), errors.Is(err, errObjectsTerminating):
+		// Not a failure: the stack is up to date (or destroyed); the Deployment's rollout (or
+		// the deleted objects' going) is looked at again with backoff.
+		w.log.Debug("waiting for the objects", "object", key.String(), "why", err.Error())
 		w.queue.AddRateLimited(key)
 		return true
 	case errors.Is(err, stack.ErrLocked):
