@@ -109,17 +109,28 @@ func forceDeleted(t *testing.T, n *node, opNS, sel, stateDir, pod, ns string) {
 	n.waitReady(t, ns, "web", reconcile)
 	uid := n.podUID(t, opNS, pod)
 
-	patchData(t, n, ns, "web", "localhost,8080\npeer,80\n")
+	// Catch an up holding its lock and stop its engine host there (when the up ended before the
+	// stop landed, the host is let go and another change tried).
 	var stopped []int
-	within(t, time.Minute, "the up holding the stack's lock, its engine host stopped", func(context.Context) (bool, error) {
-		if _, locks := stackFiles(t, stateDir); len(locks) == 0 {
-			return false, nil
-		}
+	want := ""
+	caught := n.catchUp(t, stateDir, func(attempt int) {
+		want = fmt.Sprintf("localhost,8080\npeer,%d\n", 80+attempt)
+		patchData(t, n, ns, "web", want)
+	}, func() bool {
 		stopped = signalPodProcs(uid, "pulumi-operator-engine", "", syscall.SIGSTOP)
-		return len(stopped) > 0, nil
+		if _, locks := stackFiles(t, stateDir); len(stopped) > 0 && len(locks) > 0 {
+			return true
+		}
+		for _, p := range stopped {
+			_ = syscall.Kill(p, syscall.SIGCONT)
+		}
+		return false
 	})
+	if !caught {
+		t.Fatal("never caught an up holding the stack's lock")
+	}
 	_, locks := stackFiles(t, stateDir)
-	t.Logf("up of generation 2 hung: engine host %v stopped holding %v", stopped, locks)
+	t.Logf("up hung: engine host %v stopped holding %v", stopped, locks)
 
 	zero := int64(0)
 	if err := n.kube.CoreV1().Pods(opNS).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
@@ -135,10 +146,7 @@ func forceDeleted(t *testing.T, n *node, opNS, sel, stateDir, pod, ns string) {
 		}
 		return false, nil
 	})
-	cr := n.waitReady(t, ns, "web", 60*time.Second)
-	if cr.GetGeneration() != 2 {
-		t.Errorf("generation %d, want 2", cr.GetGeneration())
-	}
+	n.waitReady(t, ns, "web", 60*time.Second)
 	ready := time.Now()
 	log := n.podLog(t, opNS, next)
 	if !strings.Contains(log, "cancelled stale lock") || !strings.Contains(log, "earlier operator pod of this installation") {
@@ -148,7 +156,7 @@ func forceDeleted(t *testing.T, n *node, opNS, sel, stateDir, pod, ns string) {
 		t.Errorf("locks left: %v", locks)
 	}
 	n.available(t, ns, "web", 2, 2*time.Minute)
-	expectBody(t, n.serviceURL(t, ns, "web")+"/config/hostports", "localhost,8080\npeer,80\n")
+	expectBody(t, n.serviceURL(t, ns, "web")+"/config/hostports", want)
 	objs := n.objectsOf(t, ns)
 	for _, o := range []string{"deployment/web", "service/web", "configmap/web-configmap"} {
 		if c := countOf(objs, o); c != 1 {

@@ -399,6 +399,33 @@ func (l *requestLoop) stop() (sent, failed int64, errs []string) {
 	return l.sent.Load(), l.failed.Load(), l.firstErrors
 }
 
+// catchUp catches an up in the middle: it makes a change (change(attempt)), then looks every 20
+// ms for the stack lock the up takes on the state volume at stateDir, and calls hold as soon as
+// there is one; hold returns whether it caught the up (false when the up ended before it could
+// act), and catchUp tries again with another change, 5 times at most. An up takes about a
+// second on the real node, no longer waiting for its rollout, so a slower look misses it.
+func (n *node) catchUp(t *testing.T, stateDir string, change func(attempt int), hold func() bool) bool {
+	t.Helper()
+	for attempt := 1; attempt <= 5; attempt++ {
+		change(attempt)
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, locks := stackFiles(t, stateDir); len(locks) > 0 {
+				if hold() {
+					return true
+				}
+				break
+			}
+		}
+		// Missed: let this up end before the next change.
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if _, locks := stackFiles(t, stateDir); len(locks) == 0 {
+				break
+			}
+		}
+	}
+	return false
+}
+
 // stackFiles lists the checkpoints (.pulumi/stacks/**/*.json) and locks
 // (.pulumi/locks/**/*.json) of the file backend on the operator's state volume at dir.
 func stackFiles(t *testing.T, dir string) (stacks, locks []string) {
