@@ -1,18 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -241,33 +240,23 @@ func leaderLoss(t *testing.T, engineHost string) {
 	}
 }
 
-// stopPulumi sends SIGSTOP to the pulumi CLI and engine host processes below pid (by /proc's
-// parent links, named by their command line) and returns their pids; it fails the test when there is none.
+// stopPulumi sends SIGSTOP to the pulumi CLI and engine host processes below pid (procfs' parent
+// links, named by their command line) and returns their pids; it fails the test when there is
+// none.
 func stopPulumi(t *testing.T, pid int) []int {
 	t.Helper()
-	parent := map[int]int{}
-	comm := map[int]string{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, name := map[int]int{}, map[int]string{}
+	for _, p := range procs {
+		if st, err := p.Stat(); err == nil {
+			parent[p.PID] = st.PPID
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
+		if argv, err := p.CmdLine(); err == nil && len(argv) > 0 {
+			name[p.PID] = filepath.Base(argv[0])
 		}
-		i, j := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-		f := strings.Fields(string(b[j+1:]))
-		if i < 0 || j < i || len(f) < 2 {
-			continue
-		}
-		comm[p] = string(b[i+1 : j])
-		if cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && len(cmdline) > 0 {
-			arg0, _, _ := bytes.Cut(cmdline, []byte{0})
-			comm[p] = filepath.Base(string(arg0)) // comm is cut at 15 bytes
-		}
-		parent[p], _ = strconv.Atoi(f[1])
 	}
 	below := func(p int) bool {
 		for q := parent[p]; q > 1; q = parent[q] {
@@ -278,11 +267,9 @@ func stopPulumi(t *testing.T, pid int) []int {
 		return false
 	}
 	var out []int
-	for p, c := range comm {
-		if below(p) && (c == "pulumi" || c == stack.EngineHost) {
-			if err := syscall.Kill(p, syscall.SIGSTOP); err == nil {
-				out = append(out, p)
-			}
+	for p, n := range name {
+		if below(p) && (n == "pulumi" || n == stack.EngineHost) && syscall.Kill(p, syscall.SIGSTOP) == nil {
+			out = append(out, p)
 		}
 	}
 	if len(out) == 0 {
@@ -291,15 +278,14 @@ func stopPulumi(t *testing.T, pid int) []int {
 	return out
 }
 
-// zombie reports whether pid has exited and waits to be reaped.
+// zombie reports whether pid has exited and waits to be reaped (or is gone).
 func zombie(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return true
 	}
-	j := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[j+1:]))
-	return len(f) > 0 && f[0] == "Z"
+	st, err := p.Stat()
+	return err != nil || st.State == "Z"
 }
 
 // leaseID is the watch command's default --leader-election-id.

@@ -3,15 +3,14 @@ package realnode
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -257,42 +256,35 @@ func (n *node) podLog(t *testing.T, ns, name string) string {
 	return string(b)
 }
 
-// hostProc is one process of the host, as /proc shows it.
+// hostProc is one process of the host, as procfs reads it.
 type hostProc struct {
 	pid, ppid int
 	argv      []string
-	cgroup    string
-	started   uint64 // clock ticks after boot
+	cgroup    string  // every cgroup path, one a line
+	started   float64 // seconds since the epoch
 }
 
 // hostProcs lists the processes of the host.
 func hostProcs() []hostProc {
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		return nil
+	}
 	var out []hostProc
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	for _, p := range procs {
+		st, err := p.Stat()
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
+		hp := hostProc{pid: p.PID, ppid: st.PPID}
+		hp.started, _ = st.StartTime()
+		hp.argv, _ = p.CmdLine()
+		if cgs, err := p.Cgroups(); err == nil {
+			for _, cg := range cgs {
+				hp.cgroup += cg.Path + "\n"
+			}
 		}
-		i := strings.LastIndexByte(string(stat), ')')
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 20 {
-			continue
-		}
-		p := hostProc{pid: pid}
-		p.ppid, _ = strconv.Atoi(f[1])
-		p.started, _ = strconv.ParseUint(f[19], 10, 64)
-		if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil {
-			p.argv = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		}
-		if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup")); err == nil {
-			p.cgroup = string(b)
-		}
-		out = append(out, p)
+		out = append(out, hp)
 	}
 	return out
 }
@@ -339,29 +331,16 @@ func podInit(uid string) int {
 }
 
 // podProcsStartedBefore lists the processes of pod uid (but its pause container) that started
-// before t.
+// before t (a second of slack for the two clocks).
 func podProcsStartedBefore(uid string, t time.Time) []int {
-	boot := bootTime()
 	var out []int
 	for _, p := range hostProcs() {
 		if !p.inPod(uid) || len(p.argv) == 0 || filepath.Base(p.argv[0]) == "pause" {
 			continue
 		}
-		if boot.Add(time.Duration(p.started) * time.Second / 100).Before(t.Add(-time.Second)) {
+		if p.started < float64(t.Add(-time.Second).Unix()) {
 			out = append(out, p.pid)
 		}
 	}
 	return out
-}
-
-// bootTime is the host's boot time (/proc/stat btime).
-func bootTime() time.Time {
-	b, _ := os.ReadFile("/proc/stat")
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "btime "); ok {
-			s, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return time.Unix(s, 0)
-		}
-	}
-	return time.Time{}
 }

@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/procfs"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -322,16 +323,14 @@ func (s *soak) sample(updates int, elapsed time.Duration, first string) Sample {
 		return nil
 	})
 	pid := s.op.Process.Pid
-	sm.OperatorRSS = statusKiB(pid, "VmRSS")
-	sm.OperatorFDs = countDir(fmt.Sprintf("/proc/%d/fd", pid))
+	sm.OperatorRSS, sm.OperatorFDs, _ = procFigures(pid)
 	sm.Goroutines = int(s.metric("go_goroutines", ""))
-	tree := descendants(pid)
-	sm.Processes = len(tree) + 1
-	for _, p := range tree {
-		if cmdline(p) == "pulumi-operator-engine" {
-			sm.HostRSS += statusKiB(p, "VmRSS")
-			sm.HostFDs += countDir(fmt.Sprintf("/proc/%d/fd", p))
-			sm.HostThreads += int(statusKiB(p, "Threads"))
+	below := tree(pid)
+	sm.Processes = len(below) + 1
+	for p, name := range below {
+		if name == "pulumi-operator-engine" {
+			rss, fds, threads := procFigures(p)
+			sm.HostRSS, sm.HostFDs, sm.HostThreads = sm.HostRSS+rss, sm.HostFDs+fds, sm.HostThreads+threads
 		}
 	}
 	sm.TmpEntries = countDir(s.tmpDir)
@@ -363,22 +362,18 @@ func (s *soak) metric(name, match string) float64 {
 	return sum
 }
 
-// statusKiB reads a "Key: N [kB]" line of /proc/<pid>/status.
-func statusKiB(pid int, key string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// procFigures are what sample reads of one process through procfs: resident memory in KiB,
+// open file descriptors, threads; zeros when the process is gone.
+func procFigures(pid int) (rssKiB int64, fds, threads int) {
+	p, err := procfs.NewProc(pid)
 	if err != nil {
-		return 0
+		return 0, 0, 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, key+":"); ok {
-			f := strings.Fields(v)
-			if len(f) > 0 {
-				n, _ := strconv.ParseInt(f[0], 10, 64)
-				return n
-			}
-		}
+	if st, err := p.Stat(); err == nil {
+		rssKiB, threads = int64(st.ResidentMemory()/1024), st.NumThreads
 	}
-	return 0
+	fds, _ = p.FileDescriptorsLen()
+	return rssKiB, fds, threads
 }
 
 func countDir(dir string) int {
@@ -389,39 +384,26 @@ func countDir(dir string) int {
 	return len(entries)
 }
 
-// cmdline is the base name of pid's argv[0].
-func cmdline(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+// tree lists pid's descendants by the base name of their argv[0] (procfs' parent links).
+func tree(pid int) map[int]string {
+	procs, err := procfs.AllProcs()
 	if err != nil {
-		return ""
+		return nil
 	}
-	arg0, _, _ := strings.Cut(string(b), "\x00")
-	return filepath.Base(arg0)
-}
-
-// descendants lists the processes below pid, from /proc's parent links.
-func descendants(pid int) []int {
-	children := map[int][]int{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
+	children, names := map[int][]int{}, map[int]string{}
+	for _, p := range procs {
+		st, err := p.Stat()
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndexByte(string(b), ')')
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 1 {
-			pp, _ := strconv.Atoi(f[1])
-			children[pp] = append(children[pp], p)
+		children[st.PPID] = append(children[st.PPID], p.PID)
+		if argv, err := p.CmdLine(); err == nil && len(argv) > 0 {
+			names[p.PID] = filepath.Base(argv[0])
 		}
 	}
-	var out []int
+	out := map[int]string{}
 	for q := children[pid]; len(q) > 0; q = q[1:] {
-		out = append(out, q[0])
+		out[q[0]] = names[q[0]]
 		q = append(q, children[q[0]]...)
 	}
 	return out
