@@ -394,9 +394,8 @@ func (f *unitFixture) events() []string {
 	}
 }
 
-// owned are the Deployment, Service and ConfigMap an up of u's spec leaves, with every
-// replica available.
-func owned(t *testing.T, u *unstructured.Unstructured) (*appsv1.Deployment, *corev1.Service, *corev1.ConfigMap) {
+// desiredOf is u's Desired.
+func desiredOf(t *testing.T, u *unstructured.Unstructured) api.Desired {
 	t.Helper()
 	cr, err := api.FromUnstructured(u)
 	if err != nil {
@@ -406,6 +405,14 @@ func owned(t *testing.T, u *unstructured.Unstructured) (*appsv1.Deployment, *cor
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+// owned are the Deployment, Service and ConfigMap an up of u's spec leaves, with every
+// replica available.
+func owned(t *testing.T, u *unstructured.Unstructured) (*appsv1.Deployment, *corev1.Service, *corev1.ConfigMap) {
+	t.Helper()
+	d := desiredOf(t, u)
 	om := func(name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Namespace: d.Namespace, Name: name, Generation: 1,
 			Labels: map[string]string{infra.LabelManagedBy: infra.ManagedBy, infra.LabelInstance: d.Name}}

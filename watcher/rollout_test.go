@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
-	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
 )
 
@@ -92,20 +91,6 @@ func TestUnitRolloutReasons(t *testing.T) {
 	// The cause goes: the Deployment's change queues the object, which is Ready by itself.
 	f.putOwned(dep)
 	check(ReasonSucceeded, nil, false)
-}
-
-// desiredOf is u's Desired.
-func desiredOf(t *testing.T, u *unstructured.Unstructured) api.Desired {
-	t.Helper()
-	cr, err := api.FromUnstructured(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := api.Resolve(cr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
 }
 
 // An up or destroy that runs past Options.OperationTimeout is cancelled: the object says so

@@ -50,15 +50,7 @@ func zombies() int {
 // As PID 1 of a PID namespace of its own (unshare, root only), the operator runs itself as a
 // child, reaps the orphans handed to it, and exits with its child's exit code.
 func TestInitReapsOrphans(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP: needs root to make a PID namespace (unshare --pid)")
-	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Skip("SKIP: needs unshare(1) (util-linux)")
-	}
-	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", os.Args[0])
-	cmd.Env = append(os.Environ(), testRole+"=operator")
+	cmd := inPIDNamespace(t, testRole+"=operator")
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	switch {
@@ -75,6 +67,18 @@ func TestInitReapsOrphans(t *testing.T) {
 
 // Without the init, the same orphan stays a zombie: the check above can fail.
 func TestOrphanIsAZombieWithoutInit(t *testing.T) {
+	cmd := inPIDNamespace(t, testRole+"=operator", ChildEnv+"=1") // never becomes the init
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 4 {
+		t.Fatalf("without the init: %v, want exit 4 (a zombie left)", err)
+	}
+}
+
+// inPIDNamespace is this test binary as PID 1 of a PID namespace of its own (unshare, root
+// only), with env added; it says SKIP where that cannot be made.
+func inPIDNamespace(t *testing.T, env ...string) *exec.Cmd {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: needs root to make a PID namespace (unshare --pid)")
 	}
@@ -83,10 +87,6 @@ func TestOrphanIsAZombieWithoutInit(t *testing.T) {
 		t.Skip("SKIP: needs unshare(1) (util-linux)")
 	}
 	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", os.Args[0])
-	cmd.Env = append(os.Environ(), testRole+"=operator", ChildEnv+"=1") // never becomes the init
-	err = cmd.Run()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 4 {
-		t.Fatalf("without the init: %v, want exit 4 (a zombie left)", err)
-	}
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
 }
