@@ -57,6 +57,7 @@ type config struct {
 	lease            watcher.LeaderElection
 	grace            time.Duration
 	staleLock        time.Duration
+	secretNamespaces cli.StringSlice
 	operationTimeout time.Duration
 }
 

@@ -319,11 +319,11 @@ func envDigests(ctx context.Context, cfg *config, docs []api.Document) error {
 				return err
 			}
 		}
-		digest, err := envsource.Digest(ctx, kube, docs[i].Desired)
+		env, err := envsource.Digest(ctx, kube, docs[i].Desired, envsource.Options{SkipForbidden: true})
 		if err != nil {
 			return fmt.Errorf("%s: %w", docs[i].Where(), err)
 		}
-		docs[i].Desired.EnvDigest = digest
+		docs[i].Desired.EnvDigest = env.Digest
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/pulumi-operator/pulumi-operator/internal/version"
 	"github.com/pulumi-operator/pulumi-operator/stack"
@@ -49,7 +50,7 @@ func pulumiCLIPath(cfg *config) (string, error) {
 
 // printVersion writes one line each: the operator's version; the pulumi CLI's (`pulumi
 // version`) and path; the Kubernetes provider plugin's and path, with the Pulumi home it was
-// looked up in. A part that is missing is reported on its line with the reason and what to do;
+// looked up in; whether the cluster of --kubeconfig has the admission policy in force. A part that is missing is reported on its line with the reason and what to do;
 // that is no error, so that `version` always answers (like `kubectl version` without a server).
 func printVersion(ctx context.Context, out io.Writer, cfg *config) error {
 	fmt.Fprintf(out, "pulumi-operator: v%s (pins pulumi v%s, Kubernetes provider v%s)\n",
@@ -69,7 +70,23 @@ func printVersion(ctx context.Context, out io.Writer, cfg *config) error {
 	} else {
 		fmt.Fprintf(out, "Kubernetes provider plugin: v%s at %s (Pulumi home %s)\n", stack.KubernetesPluginVersion, plugin, shownHome)
 	}
+	fmt.Fprintf(out, "admission policy: %s\n", clusterAdmissionStatus(ctx, cfg))
 	return nil
+}
+
+// clusterAdmissionStatus is admissionStatus on the cluster of --kubeconfig, or "unknown (no
+// cluster: ...)" when there is none to ask.
+func clusterAdmissionStatus(ctx context.Context, cfg *config) string {
+	rc, err := restConfig(cfg)
+	if err != nil {
+		return "unknown (no cluster: " + err.Error() + ")"
+	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return "unknown (no cluster: " + err.Error() + ")"
+	}
+	line, _ := admissionStatus(ctx, kube)
+	return line
 }
 
 // cliVersion is "<version> at <path>" from `<path> version`, or "not found at <path> (...)" /

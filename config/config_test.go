@@ -52,6 +52,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 	"github.com/pulumi-operator/pulumi-operator/internal/version"
 	"github.com/pulumi-operator/pulumi-operator/stack"
@@ -381,6 +382,34 @@ func TestChartTemplate(t *testing.T) {
 				t.Errorf("args %v", args)
 			}
 		}},
+		"no Secrets by default": {set: []string{"passphrase=x"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			for _, kind := range []string{"RoleBinding", "ClusterRoleBinding"} {
+				if find(objs, kind, operatorName+"-secret-reader") != nil {
+					t.Errorf("a %s grants Secrets although envFromSecrets.namespaces is empty", kind)
+				}
+			}
+			if e := envOf(deployment(t, objs), "PULUMI_OPERATOR_SECRET_NAMESPACES"); e != nil {
+				t.Errorf("PULUMI_OPERATOR_SECRET_NAMESPACES = %q without envFromSecrets.namespaces", e.Value)
+			}
+		}},
+		"Secrets of two namespaces": {set: []string{"passphrase=x", "envFromSecrets.namespaces={team-a,team-b}"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			var nss []string
+			for _, o := range objs {
+				if o.GetKind() == "RoleBinding" && o.GetName() == operatorName+"-secret-reader" {
+					nss = append(nss, o.GetNamespace())
+					if ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "name"); ref != operatorName+"-secret-reader" {
+						t.Errorf("RoleBinding in %s binds %s", o.GetNamespace(), ref)
+					}
+				}
+			}
+			if slices.Sort(nss); !slices.Equal(nss, []string{"team-a", "team-b"}) {
+				t.Errorf("secret-reader RoleBindings in %v, want team-a and team-b", nss)
+			}
+			if e := envOf(deployment(t, objs), "PULUMI_OPERATOR_SECRET_NAMESPACES"); e == nil || e.Value != "team-a,team-b" {
+				t.Errorf("PULUMI_OPERATOR_SECRET_NAMESPACES = %v, want team-a,team-b", e)
+			}
+		}},
+		"schema: Secrets of a bad namespace": {set: []string{"passphrase=x", "envFromSecrets.namespaces={Team_A}"}, wantErr: "envFromSecrets"},
 		"cluster name": {set: []string{"passphrase=x", "clusterName=prod"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
 			if find(objs, "ClusterRole", operatorName+"-cluster-name") != nil {
 				t.Error("the kube-system reader is rendered although clusterName is set")
@@ -748,6 +777,9 @@ var (
 		"RoleBinding":        {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
 		"ClusterRole":        crGVR,
 		"ClusterRoleBinding": crbGVR,
+		"ValidatingAdmissionPolicy": {Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"},
+		"ValidatingAdmissionPolicyBinding": {Group: "admissionregistration.k8s.io", Version: "v1",
+			Resource: "validatingadmissionpolicybindings"},
 	}
 )
 
@@ -1118,10 +1150,9 @@ func TestRBACAllowsWhatTheOperatorDoes(t *testing.T) {
 		access{verb: "get", group: "coordination.k8s.io", resource: "leases", ns: o, name: leaseName},
 		access{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: o, name: leaseName},
 		access{verb: "get", resource: "namespaces", name: "kube-system"},
-		// spec.envFrom: read the named Secrets, watch their metadata everywhere.
-		access{verb: "get", resource: "secrets", ns: w},
-		access{verb: "list", resource: "secrets"},
-		access{verb: "watch", resource: "secrets"},
+		// The look for the admission policy at start.
+		access{verb: "list", group: "admissionregistration.k8s.io", resource: "validatingadmissionpolicies"},
+		access{verb: "list", group: "admissionregistration.k8s.io", resource: "validatingadmissionpolicybindings"},
 	)
 	for _, r := range []struct{ group, resource string }{{"apps", "deployments"}, {"", "services"}, {"", "configmaps"}} {
 		for _, v := range []string{"get", "list", "watch", "create", "patch", "delete"} {
@@ -1137,6 +1168,11 @@ func TestRBACAllowsWhatTheOperatorDoes(t *testing.T) {
 		access{verb: "delete", group: group, resource: "kindcustomhttps", ns: w},
 		access{verb: "patch", group: group, resource: "kindcustomhttps", ns: w},
 		access{verb: "patch", group: group, resource: "kindcustomhttps", sub: "status", ns: w},
+		// No Secret at all until a namespace is granted (realRequests grants one).
+		access{verb: "get", resource: "secrets", ns: w},
+		access{verb: "list", resource: "secrets", ns: w},
+		access{verb: "watch", resource: "secrets"},
+		access{verb: "list", resource: "secrets"},
 		access{verb: "create", resource: "secrets", ns: w},
 		access{verb: "update", resource: "secrets", ns: w},
 		access{verb: "patch", resource: "secrets", ns: w},
@@ -1317,13 +1353,26 @@ func (f *rbacFixture) realRequests(t *testing.T) {
 	_, err = f.kube.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 	forbidden("get namespace default", err)
 
-	// Secrets: read one that spec.envFrom names and list their metadata, never write one.
+	// Secrets: none by default; where ClusterRole pulumi-operator-secret-reader is bound, read
+	// and list metadata there only; never write one.
+	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 	_, err = f.admin.Kube.CoreV1().Secrets(w).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s"}}, metav1.CreateOptions{})
 	ok("create a secret as admin", err)
 	_, err = f.kube.CoreV1().Secrets(w).Get(ctx, "s", metav1.GetOptions{})
-	ok("get secret", err)
-	_, err = f.meta.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).List(ctx, metav1.ListOptions{})
-	ok("list secret metadata in all namespaces", err)
+	forbidden("get secret before a grant", err)
+	_, err = f.meta.Resource(secrets).List(ctx, metav1.ListOptions{})
+	forbidden("list secret metadata in all namespaces", err)
+	f.grantSecrets(t, w)
+	poll(t, "the grant of Secrets never took effect", func(ctx context.Context) (bool, error) {
+		_, err := f.kube.CoreV1().Secrets(w).Get(ctx, "s", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	_, err = f.meta.Resource(secrets).Namespace(w).List(ctx, metav1.ListOptions{})
+	ok("list secret metadata in the granted namespace", err)
+	_, err = f.meta.Resource(secrets).List(ctx, metav1.ListOptions{})
+	forbidden("list secret metadata in all namespaces after a grant of one", err)
+	_, err = f.kube.CoreV1().Secrets(f.opNS).Get(ctx, "anything", metav1.GetOptions{})
+	forbidden("get secret in a namespace not granted", err)
 	forbidden("delete secret", f.kube.CoreV1().Secrets(w).Delete(ctx, "s", metav1.DeleteOptions{}))
 	_, err = f.kube.CoreV1().Secrets(w).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mine"}}, metav1.CreateOptions{})
 	forbidden("create secret", err)
@@ -1336,16 +1385,63 @@ func (f *rbacFixture) realRequests(t *testing.T) {
 
 // TestOperatorRunsOnItsRBAC runs the real operator binary with nothing but the ServiceAccount's
 // token: it must take the Lease, name the cluster, sync its informers, reconcile an object whose
-// envFrom names a Secret and a ConfigMap (add the finalizer, read both, write status and
+// envFrom names a Secret and a ConfigMap (add the finalizer, read what it may, write status and
 // Events, run up: Ready), and on delete destroy the stack and remove the finalizer, all without
 // a single "forbidden" in its log. The Kubernetes provider runs on the token too: create, a
-// spec change, a repaired hand-made change, destroy. Without the provider plugin the test
-// SKIPs (FAILs under CI=true): PluginMissing would prove none of that.
+// spec change, a repaired hand-made change, destroy. Twice: with the default RBAC (cluster-wide,
+// no Secret readable: the object is Ready all the same, and Event EnvSourceNotWatched says a
+// change of its Secret will not roll the pods), and as a namespaced install (the manager's role
+// bound in the one namespace it watches, where Secrets are granted: a change of the Secret rolls
+// the pods). Without the provider plugin the test SKIPs (FAILs under CI=true): PluginMissing
+// would prove none of that.
 func TestOperatorRunsOnItsRBAC(t *testing.T) {
 	cli := testenv.PulumiCLI(t)
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	t.Run("default", func(t *testing.T) { operatorRunsOnItsRBAC(t, cli, false) })
+	t.Run("namespaced", func(t *testing.T) { operatorRunsOnItsRBAC(t, cli, true) })
+}
+
+func operatorRunsOnItsRBAC(t *testing.T, cli string, namespaced bool) {
 	f := applyRBAC(t)
 	ctx := context.Background()
+	var scope []string
+	if namespaced {
+		// What the chart makes with watchNamespace and envFromSecrets.namespaces: the
+		// manager's ClusterRole bound in the watched namespace only, Secrets granted there.
+		crb := "pulumi-operator-manager-" + f.opNS
+		if err := f.admin.Kube.RbacV1().ClusterRoleBindings().Delete(ctx, crb, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("delete ClusterRoleBinding %s: %v", crb, err)
+		}
+		if _, err := f.admin.Kube.RbacV1().RoleBindings(f.workNS).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "pulumi-operator-manager"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: crb},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: operatorName, Namespace: f.opNS}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.grantSecrets(t, f.workNS)
+		scope = []string{"--namespace", f.workNS, "--secret-namespaces", f.workNS}
+		// Cluster-wide reads are gone; those of the namespace remain.
+		for _, a := range []struct {
+			attrs authorizationv1.ResourceAttributes
+			want  bool
+		}{
+			{authorizationv1.ResourceAttributes{Verb: "list", Group: api.GroupVersionResource.Group, Resource: "kindcustomhttps"}, false},
+			{authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets"}, false},
+			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: f.opNS}, false},
+			{authorizationv1.ResourceAttributes{Verb: "list", Resource: "configmaps", Namespace: f.opNS}, false},
+			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: f.workNS}, true},
+			{authorizationv1.ResourceAttributes{Verb: "watch", Group: api.GroupVersionResource.Group, Resource: "kindcustomhttps", Namespace: f.workNS}, true},
+		} {
+			attrs := a.attrs
+			poll(t, fmt.Sprintf("namespaced RBAC: %s %s in %q never became allowed=%v", attrs.Verb, attrs.Resource, attrs.Namespace, a.want),
+				func(ctx context.Context) (bool, error) {
+					r, err := f.kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+						Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}, metav1.CreateOptions{})
+					return err == nil && r.Status.Allowed == a.want, err
+				})
+		}
+	}
 	dir := t.TempDir()
 
 	bin := filepath.Join(dir, "pulumi-operator")
@@ -1363,9 +1459,9 @@ func TestOperatorRunsOnItsRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--state-dir", filepath.Join(dir, "state"), "--pulumi", cli,
+	cmd := exec.Command(bin, append([]string{"--kubeconfig", kubeconfig, "--state-dir", filepath.Join(dir, "state"), "--pulumi", cli,
 		"watch", "--leader-elect", "--label-selector", selector, "--workers", "1",
-		"--health-addr", health, "--metrics-addr=", "--shutdown-grace", "10s")
+		"--health-addr", health, "--metrics-addr=", "--shutdown-grace", "10s"}, scope...)...)
 	cmd.Dir = dir // no Pulumi.yaml: project kindcustomhttp, file backend in the state dir
 	cmd.Env = append(withoutEnv(os.Environ(), "KUBECONFIG", "PULUMI_BACKEND_URL", "WATCH_NAMESPACE", "PULUMI_OPERATOR_"),
 		"PULUMI_CONFIG_PASSPHRASE="+testPassword, "POD_NAMESPACE="+f.opNS)
@@ -1430,9 +1526,44 @@ func TestOperatorRunsOnItsRBAC(t *testing.T) {
 	})
 
 	f.waitSettled(t, crs, 1)
+	deps := f.admin.Kube.AppsV1().Deployments(f.workNS)
+	envDigest := func() string {
+		d, err := deps.Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		return d.Spec.Template.Annotations[infra.EnvDigestAnnotation]
+	}
+	notWatched := func() string {
+		evs, _ := f.admin.Kube.CoreV1().Events(f.workNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web,reason=" + watcher.ReasonEnvSourceNotWatched})
+		if evs == nil || len(evs.Items) == 0 {
+			return ""
+		}
+		return evs.Items[0].Message
+	}
+	if namespaced {
+		// The Secret is read: a change of its data rolls the pods.
+		before := envDigest()
+		if _, err := f.admin.Kube.CoreV1().Secrets(f.workNS).Patch(ctx, "web-env", types.MergePatchType,
+			[]byte(`{"stringData":{"TOKEN":"rotated"}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "a change of the granted Secret never rolled the pods", func(context.Context) (bool, error) {
+			d := envDigest()
+			return d != "" && d != before, nil
+		})
+		if m := notWatched(); m != "" {
+			t.Errorf("Event EnvSourceNotWatched although the Secret is granted: %s", m)
+		}
+	} else {
+		// No Secret may be read: Ready all the same, and the user is told what that costs.
+		poll(t, "no Event EnvSourceNotWatched naming Secret web-env", func(context.Context) (bool, error) {
+			m := notWatched()
+			return strings.Contains(m, "Secret "+f.workNS+"/web-env") && strings.Contains(m, "does not roll the pods"), nil
+		})
+	}
 	// A spec change (an update through server-side apply and the Deployment await) and a
 	// change by hand (drift: live reads, refresh, repair).
-	deps := f.admin.Kube.AppsV1().Deployments(f.workNS)
 	if d, err := deps.Get(ctx, "web", metav1.GetOptions{}); err != nil || *d.Spec.Replicas != 1 {
 		t.Fatalf("Deployment after the create: %v, %v", d, err)
 	}
@@ -1480,6 +1611,19 @@ func TestOperatorRunsOnItsRBAC(t *testing.T) {
 	}
 	if line := f.refused(); line != "" {
 		t.Errorf("the operator was refused something:\n%s", line)
+	}
+}
+
+// grantSecrets binds ClusterRole pulumi-operator-secret-reader (config/rbac) to the operator's
+// ServiceAccount in namespace ns, as its comment tells an administrator to.
+func (f *rbacFixture) grantSecrets(t *testing.T, ns string) {
+	t.Helper()
+	if _, err := f.admin.Kube.RbacV1().RoleBindings(ns).Create(context.Background(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "pulumi-operator-secret-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "pulumi-operator-secret-reader-" + f.opNS},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: operatorName, Namespace: f.opNS}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("grant Secrets of %s: %v", ns, err)
 	}
 }
 

@@ -49,7 +49,9 @@ func startOperator(t *testing.T, c *testenv.Cluster, ns string) (stateDir string
 	stateDir = filepath.Join(dir, "state")
 	cmd := exec.Command(bin, "--kubeconfig", c.Kubeconfig, "--state-dir", stateDir, "--cluster-name", "e2e",
 		"--pulumi", testenv.PulumiCLI(t), "--project-file", filepath.Join(testenv.RepoRoot(), "Pulumi.yaml"),
-		"watch", "--namespace", ns, "--workers", "2")
+		// The namespace's Secrets are granted (the admin kubeconfig may read them anyway), so
+		// that rotating one rolls the pods.
+		"watch", "--namespace", ns, "--secret-namespaces", ns, "--workers", "2")
 	cmd.Env = append(os.Environ(), "PULUMI_CONFIG_PASSPHRASE=e2e")
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs

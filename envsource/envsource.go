@@ -29,26 +29,65 @@ import (
 // enqueues the KindCustomHttp at once.
 var ErrMissing = errors.New("envFrom source not found")
 
+// Options say which envFrom sources Digest reads.
+type Options struct {
+	// ReadSecret reports whether Secrets of a namespace are read at all. nil reads every
+	// Secret. A Secret that is not read enters the digest by kind, name and prefix only, and
+	// Digest lists it in Result.Unread: its data reaches the pods (the kubelet reads it), but a
+	// change of it does not roll them. This is how the operator runs without permission to read
+	// Secrets (README "Security").
+	ReadSecret func(namespace string) bool
+	// SkipForbidden treats a Secret the API server refuses to give (403) as not read, instead
+	// of failing: what the laptop commands do, so that a user who may not read a Secret gets the
+	// digest the operator gets without that permission.
+	SkipForbidden bool
+}
+
+// Result is what Digest found.
+type Result struct {
+	// Digest is the SHA-256 (64 lowercase hex digits) of the kinds, names, prefixes, keys and
+	// data of the sources; "" when there are none.
+	Digest string
+	// Unread lists the Secrets whose data is not in Digest ("Secret <namespace>/<name>"), in
+	// spec order; nil when every source was read.
+	Unread []string
+}
+
+// unreadMarker stands in for the data of a Secret that is not read, so that reading it later
+// (a permission granted) changes the digest and rolls the pods once.
+const unreadMarker = "\x00unread"
+
 // Digest reads the ConfigMaps and Secrets named in d.EnvFrom, in d.Namespace, and returns the
-// SHA-256 (64 lowercase hex digits) of their kinds, names, prefixes, keys and data, so that a
-// change of any of them changes the digest. A ConfigMap's Data and BinaryData count alike.
-// It returns "" and reads nothing when d has no envFrom.
+// SHA-256 of their kinds, names, prefixes, keys and data, so that a change of any of them
+// changes the digest. A ConfigMap's Data and BinaryData count alike. It reads nothing when d
+// has no envFrom. Secrets are read as opts says; one not read counts by its name only.
 //
 // Errors wrap ErrMissing for an object that does not exist (the message says to create it or
 // remove it from spec.envFrom), and otherwise the API error (forbidden, unreachable).
-func Digest(ctx context.Context, kube kubernetes.Interface, d api.Desired) (string, error) {
+func Digest(ctx context.Context, kube kubernetes.Interface, d api.Desired, opts Options) (Result, error) {
 	if len(d.EnvFrom) == 0 {
-		return "", nil
+		return Result{}, nil
 	}
+	var res Result
 	h := sha256.New()
 	write := func(s string) { fmt.Fprintf(h, "%d:%s", len(s), s) } // length-prefixed: no ambiguity
 	for _, ref := range d.EnvFrom {
 		write(ref.Kind)
 		write(ref.Name)
 		write(ref.Prefix)
+		if ref.Kind == api.EnvKindSecret && opts.ReadSecret != nil && !opts.ReadSecret(d.Namespace) {
+			write(unreadMarker)
+			res.Unread = append(res.Unread, ref.Kind+" "+d.Namespace+"/"+ref.Name)
+			continue
+		}
 		data, err := read(ctx, kube, d.Namespace, ref)
 		if err != nil {
-			return "", err
+			if ref.Kind == api.EnvKindSecret && opts.SkipForbidden && apierrors.IsForbidden(err) {
+				write(unreadMarker)
+				res.Unread = append(res.Unread, ref.Kind+" "+d.Namespace+"/"+ref.Name)
+				continue
+			}
+			return Result{}, err
 		}
 		keys := make([]string, 0, len(data))
 		for k := range data {
@@ -60,7 +99,8 @@ func Digest(ctx context.Context, kube kubernetes.Interface, d api.Desired) (stri
 			write(string(data[k]))
 		}
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	res.Digest = hex.EncodeToString(h.Sum(nil))
+	return res, nil
 }
 
 // read returns the data of the Secret or ConfigMap ref names in namespace ns.

@@ -45,10 +45,11 @@ func TestDigestFormat(t *testing.T) {
 	kube := fake.NewClientset(
 		configMap("env-a", map[string]string{"MODE": "one", "A": "x"}, nil),
 		secret("creds", map[string][]byte{"PASSWORD": []byte("pw")}))
-	got, err := Digest(context.Background(), kube, desired(cmA, secB))
+	res, err := Digest(context.Background(), kube, desired(cmA, secB), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := res.Digest
 	sum := sha256.Sum256([]byte("9:ConfigMap5:env-a0:1:A1:x4:MODE3:one" + "6:Secret5:creds3:DB_8:PASSWORD2:pw"))
 	if want := hex.EncodeToString(sum[:]); got != want {
 		t.Fatalf("Digest = %s, want %s", got, want)
@@ -76,13 +77,15 @@ func TestDigestChanges(t *testing.T) {
 		"prefix":          {objects: base, refs: []api.EnvRef{cmA, {Kind: api.EnvKindSecret, Name: "creds"}}},
 		"order of source": {objects: base, refs: []api.EnvRef{secB, cmA}},
 	}
-	want, err := Digest(context.Background(), fake.NewClientset(base...), desired(cmA, secB))
+	wantRes, err := Digest(context.Background(), fake.NewClientset(base...), desired(cmA, secB), Options{})
+	want := wantRes.Digest
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := Digest(context.Background(), fake.NewClientset(tc.objects...), desired(tc.refs...))
+			res, err := Digest(context.Background(), fake.NewClientset(tc.objects...), desired(tc.refs...), Options{})
+			got := res.Digest
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,8 +102,8 @@ func TestDigestChanges(t *testing.T) {
 // Without envFrom there is no digest and nothing is read.
 func TestDigestWithoutEnvFrom(t *testing.T) {
 	kube := fake.NewClientset()
-	got, err := Digest(context.Background(), kube, desired())
-	if err != nil || got != "" {
+	res, err := Digest(context.Background(), kube, desired(), Options{})
+	if got := res.Digest; err != nil || got != "" {
 		t.Fatalf("Digest = %q, %v; want \"\", nil", got, err)
 	}
 	if a := kube.Actions(); len(a) != 0 {
@@ -121,13 +124,17 @@ func TestDigestErrors(t *testing.T) {
 		react     map[string]k8stesting.ReactionFunc // resource -> reaction to get
 		missing   bool
 		forbidden bool
-		want      []string
+		// skipForbidden is Options.SkipForbidden: it covers Secrets, never a ConfigMap.
+		skipForbidden bool
+		want          []string
 	}{
 		"missing ConfigMap": {missing: true, want: []string{"ConfigMap team-a/env-a", "does not exist", "create it or remove it from spec.envFrom"}},
 		"missing Secret": {objects: []runtime.Object{configMap("env-a", nil, nil)}, missing: true,
 			want: []string{"Secret team-a/creds", "does not exist"}},
 		"forbidden ConfigMap": {react: map[string]k8stesting.ReactionFunc{"configmaps": forbidden("configmaps")}, forbidden: true,
 			want: []string{"read ConfigMap team-a/env-a named in spec.envFrom"}},
+		"forbidden ConfigMap, SkipForbidden": {react: map[string]k8stesting.ReactionFunc{"configmaps": forbidden("configmaps")},
+			forbidden: true, skipForbidden: true, want: []string{"read ConfigMap team-a/env-a named in spec.envFrom"}},
 		"forbidden Secret": {objects: []runtime.Object{configMap("env-a", nil, nil)},
 			react: map[string]k8stesting.ReactionFunc{"secrets": forbidden("secrets")}, forbidden: true,
 			want: []string{"read Secret team-a/creds named in spec.envFrom"}},
@@ -138,8 +145,8 @@ func TestDigestErrors(t *testing.T) {
 			for resource, r := range tc.react {
 				kube.PrependReactor("get", resource, r)
 			}
-			got, err := Digest(context.Background(), kube, desired(cmA, secB))
-			if err == nil || got != "" {
+			res, err := Digest(context.Background(), kube, desired(cmA, secB), Options{SkipForbidden: tc.skipForbidden})
+			if got := res.Digest; err == nil || got != "" {
 				t.Fatalf("Digest = %q, %v; want an error", got, err)
 			}
 			if errors.Is(err, ErrMissing) != tc.missing || apierrors.IsForbidden(err) != tc.forbidden {
@@ -152,5 +159,55 @@ func TestDigestErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A Secret that is not read (Options.ReadSecret false for its namespace, or a 403 with
+// SkipForbidden) is never fetched, counts by kind, name and prefix alone, and is listed in
+// Unread; both ways give the same digest, which differs from the one with its data (a later
+// grant rolls the pods once) and does not move when its data changes. ConfigMaps are read as
+// before.
+func TestDigestUnreadSecrets(t *testing.T) {
+	objects := func(pw string) []runtime.Object {
+		return []runtime.Object{configMap("env-a", map[string]string{"MODE": "one"}, nil),
+			secret("creds", map[string][]byte{"PASSWORD": []byte(pw)})}
+	}
+	ctx := context.Background()
+	read, err := Digest(ctx, fake.NewClientset(objects("pw")...), desired(cmA, secB), Options{})
+	if err != nil || len(read.Unread) != 0 {
+		t.Fatalf("Digest reading every source = %+v, %v", read, err)
+	}
+	notHere := Options{ReadSecret: func(namespace string) bool { return namespace != ns }}
+	var digests []string
+	for _, pw := range []string{"pw", "changed"} {
+		kube := fake.NewClientset(objects(pw)...)
+		got, err := Digest(ctx, kube, desired(cmA, secB), notHere)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"Secret team-a/creds"}; strings.Join(got.Unread, ",") != strings.Join(want, ",") {
+			t.Errorf("Unread = %v, want %v", got.Unread, want)
+		}
+		for _, a := range kube.Actions() {
+			if a.GetResource().Resource == "secrets" {
+				t.Errorf("a Secret the options say not to read was fetched: %v", a)
+			}
+		}
+		digests = append(digests, got.Digest)
+	}
+	if digests[0] != digests[1] {
+		t.Errorf("the digest of an unread Secret moved with its data: %s, %s", digests[0], digests[1])
+	}
+	if digests[0] == read.Digest || len(digests[0]) != 64 {
+		t.Errorf("unread digest %q: want 64 hex digits, unlike the read one %q", digests[0], read.Digest)
+	}
+
+	kube := fake.NewClientset(objects("pw")...)
+	kube.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "creds", errors.New("rbac"))
+	})
+	got, err := Digest(ctx, kube, desired(cmA, secB), Options{SkipForbidden: true})
+	if err != nil || got.Digest != digests[0] || len(got.Unread) != 1 {
+		t.Errorf("Digest with a forbidden Secret and SkipForbidden = %+v, %v; want digest %s, one unread", got, err, digests[0])
 	}
 }

@@ -16,7 +16,7 @@ import (
 // ProgramVersion names what this program declares. Bump it whenever a change here would
 // change a stack's resources for an unchanged spec: the watcher includes it in the digest of
 // what it applied, so a bump re-runs up on every stack once, and nothing else does.
-const ProgramVersion = "4"
+const ProgramVersion = "5"
 
 // Label keys and values on every object the program declares. Selector uses only name and
 // instance (the Deployment selector is immutable); instance is the CR's name, so two
@@ -209,6 +209,9 @@ func Declare(ctx *pulumi.Context, d api.Desired) (Declared, error) {
 			Template: &corev1.PodTemplateSpecArgs{
 				Metadata: &metav1.ObjectMetaArgs{Labels: labels, Annotations: podAnnotations},
 				Spec: &corev1.PodSpecArgs{
+					// The http server never calls the Kubernetes API: no token in its pods for a
+					// compromised server to use.
+					AutomountServiceAccountToken: pulumi.Bool(false),
 					SecurityContext: &corev1.PodSecurityContextArgs{
 						RunAsNonRoot:   pulumi.Bool(true),
 						RunAsUser:      pulumi.Int(NonRootUID),

@@ -170,6 +170,10 @@ func TestProgram(t *testing.T) {
 				get(t, sc, "capabilities", "drop", 0) != "ALL" {
 				t.Errorf("container securityContext = %v", sc)
 			}
+			// The http server never calls the API server: its pods carry no token.
+			if got := get(t, dep, "spec", "template", "spec", "automountServiceAccountToken"); got != false {
+				t.Errorf("pod automountServiceAccountToken = %v, want false", got)
+			}
 			psc := get(t, dep, "spec", "template", "spec", "securityContext")
 			if get(t, psc, "runAsNonRoot") != true || get(t, psc, "seccompProfile", "type") != "RuntimeDefault" ||
 				get(t, psc, "runAsUser") != float64(NonRootUID) {

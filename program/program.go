@@ -265,11 +265,11 @@ func (s Source) Desired(ctx context.Context, connect func() (Kube, error)) (api.
 		if err != nil {
 			return d, fmt.Errorf("spec.envFrom needs the cluster: %w", err)
 		}
-		digest, err := envsource.Digest(ctx, k.Core, d)
+		env, err := envsource.Digest(ctx, k.Core, d, envsource.Options{SkipForbidden: true})
 		if err != nil {
 			return d, err
 		}
-		d.EnvDigest = digest
+		d.EnvDigest = env.Digest
 	}
 	return d, nil
 }

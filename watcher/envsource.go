@@ -2,8 +2,10 @@ package watcher
 
 import (
 	"context"
+	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -35,17 +37,15 @@ func envFromKeys(obj any) ([]string, error) {
 	return keys, nil
 }
 
-// watchEnvSources starts metadata-only informers on ConfigMaps and Secrets (names and
-// versions, never data, so the cache stays small and holds no secret) and enqueues every
-// KindCustomHttp whose envFrom names a changed object.
+// watchEnvSources starts metadata-only informers on ConfigMaps, and on the Secrets of
+// Options.SecretNamespaces, and enqueues every KindCustomHttp whose envFrom names a changed
+// object. Their caches hold names and versions only (metadata, and stripMetadata drops the
+// annotations, where kubectl apply keeps a copy of a Secret's data), never data.
 func (w *Watcher) watchEnvSources(ctx context.Context, client metadata.Interface, resync time.Duration) []cache.InformerSynced {
-	f := metadatainformer.NewFilteredSharedInformerFactory(client, resync, w.opts.Namespace, nil)
 	var synced []cache.InformerSynced
-	for kind, gvr := range map[string]schema.GroupVersionResource{
-		api.EnvKindConfigMap: {Version: "v1", Resource: "configmaps"},
-		api.EnvKindSecret:    {Version: "v1", Resource: "secrets"},
-	} {
-		inf := f.ForResource(gvr).Informer()
+	watch := func(kind string, gvr schema.GroupVersionResource, namespace string) {
+		inf := metadatainformer.NewFilteredMetadataInformer(client, gvr, namespace, resync, cache.Indexers{}, nil).Informer()
+		_ = inf.SetTransform(stripMetadata(true))
 		enqueue := func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -63,7 +63,53 @@ func (w *Watcher) watchEnvSources(ctx context.Context, client metadata.Interface
 			AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue,
 		})
 		synced = append(synced, inf.HasSynced)
+		go inf.Run(ctx.Done())
 	}
-	f.Start(ctx.Done())
+	watch(api.EnvKindConfigMap, schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, w.opts.Namespace)
+	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	for _, ns := range secretNamespaces(w.opts.Namespace, w.opts.SecretNamespaces) {
+		watch(api.EnvKindSecret, secrets, ns)
+	}
 	return synced
+}
+
+// secretNamespaces are the namespaces to watch Secrets in, "" meaning all: those of secrets
+// (Options.SecretNamespaces, "*" for all) within scope (Options.Namespace, "" for all).
+func secretNamespaces(scope string, secrets []string) []string {
+	if slices.Contains(secrets, "*") {
+		return []string{scope}
+	}
+	var out []string
+	for _, ns := range secrets {
+		if ns != "" && (scope == "" || ns == scope) && !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+// stripMetadata is an informer transform (cache.TransformFunc) that drops managedFields from
+// every object, and the kubectl.kubernetes.io/last-applied-configuration annotation, which
+// holds a whole copy of the object as it was applied: for a Secret that is its data, for the
+// others memory the operator never reads. With all, every annotation goes (the envFrom
+// sources: only their names and versions matter). Objects that are not metav1.Objects pass
+// unchanged. The informers hold the result, so it never modifies what it does not own: the
+// object is the decoded one the reflector passes, not yet in any cache.
+func stripMetadata(all bool) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		m, ok := obj.(metav1.Object)
+		if !ok {
+			return obj, nil
+		}
+		m.SetManagedFields(nil)
+		if all {
+			m.SetAnnotations(nil)
+		} else if a := m.GetAnnotations(); a != nil {
+			if _, ok := a[corev1.LastAppliedConfigAnnotation]; ok {
+				delete(a, corev1.LastAppliedConfigAnnotation)
+				m.SetAnnotations(a)
+			}
+		}
+		return obj, nil
+	}
 }

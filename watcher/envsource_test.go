@@ -39,7 +39,7 @@ func (r realProgram) Destroy(ctx context.Context, stackName string, opts stack.R
 func TestEnvFromSources(t *testing.T) {
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
 	// A long resync: only the ConfigMap and Secret informers can notice the changes in time.
-	f := startWrapped(t, Options{Resync: time.Hour}, func(p *programStacks) Stacks { return realProgram{p} })
+	f := startWrapped(t, Options{Resync: time.Hour, SecretNamespaces: []string{"*"}}, func(p *programStacks) Stacks { return realProgram{p} })
 	ctx := context.Background()
 	const secretValue = "s3cr3t-value-that-must-not-leak"
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "env-a"}, Data: map[string]string{"MODE": "one"}}

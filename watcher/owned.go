@@ -38,7 +38,8 @@ type ownedObjects struct {
 func newOwnedObjects(kube kubernetes.Interface, namespace string, resync time.Duration, enqueue func(cache.ObjectName)) *ownedObjects {
 	selector := labels.SelectorFromSet(labels.Set{infra.LabelManagedBy: infra.ManagedBy}).String()
 	f := informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(namespace),
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }))
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }),
+		informers.WithTransform(stripMetadata(false)))
 	o := &ownedObjects{kube: kube, factory: f,
 		deployments: f.Apps().V1().Deployments().Lister(),
 		services:    f.Core().V1().Services().Lister(),

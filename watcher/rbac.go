@@ -32,8 +32,11 @@ package watcher
 // patched when an Event repeats. Not events.k8s.io.
 // +kubebuilder:rbac:groups=core,resources=events,verbs=create;patch
 
-// spec.envFrom: the Secrets an object names are read (get, by envsource.Digest with the
-// watcher's client) to digest their data into the pod template, and a metadata-only informer
-// (envsource.go; list, watch: names and versions, never data) notices their changes. ConfigMaps
-// get the same from the owned-objects rule above.
-// +kubebuilder:rbac:groups=core,resources=secrets,verbs=get;list;watch
+// spec.envFrom: nothing on Secrets here. The operator reads Secrets only in the namespaces of
+// --secret-namespaces, where ClusterRole pulumi-operator-secret-reader
+// (config/rbac/secret_reader_role.yaml) is bound by whoever grants it; ConfigMaps are read with
+// the owned-objects rule above.
+
+// At start the watcher looks for the admission policy that stops the confused deputy
+// (admission.go: list, by label, both cluster-scoped and holding no data).
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=list

@@ -47,9 +47,11 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return w.stall(ctx, u, err)
 	}
-	if d.EnvDigest, err = envsource.Digest(ctx, w.kube, d); err != nil {
+	env, err := envsource.Digest(ctx, w.kube, d, envsource.Options{ReadSecret: w.readsSecrets})
+	if err != nil {
 		return w.fail(ctx, u, ReasonEnvSourceMissing, err)
 	}
+	d.EnvDigest = env.Digest
 	if cr.Spec.Suspend {
 		return w.updateStatus(ctx, u, cr.Generation, func(st *api.KindCustomHttpStatus) {
 			setCondition(st, cr.Generation, ConditionReconciling, metav1.ConditionFalse, ReasonSuspended,
@@ -63,6 +65,12 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) error {
 	if err := ownership.Check(ctx, w.kube, d); err != nil {
 		// An up would take over objects somebody else made (the provider upserts): never.
 		return w.fail(ctx, u, ReasonObjectConflict, err)
+	}
+	if len(env.Unread) > 0 {
+		// Once per up, not per reconcile: what the user must know before the pods roll.
+		w.recorder.Eventf(u, corev1.EventTypeWarning, ReasonEnvSourceNotWatched,
+			"%s: the operator may not read it (its namespace is not in --secret-namespaces), so a change of its data does not roll the pods; the pods still receive it. To roll on change, grant the operator read access in %s (README \"Security\")",
+			strings.Join(env.Unread, ", "), u.GetNamespace())
 	}
 	return w.apply(ctx, u, cr, d, stackName, p)
 }

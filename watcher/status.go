@@ -63,6 +63,10 @@ const (
 	// ReasonEnvSourceMissing: a ConfigMap or Secret named in spec.envFrom does not exist;
 	// retried with backoff and at once when it appears.
 	ReasonEnvSourceMissing = "EnvSourceMissing"
+	// ReasonEnvSourceNotWatched (an Event, Warning): spec.envFrom names a Secret the operator
+	// does not read (Options.SecretNamespaces): its data reaches the pods, but a change of it
+	// does not roll them.
+	ReasonEnvSourceNotWatched = "EnvSourceNotWatched"
 	// ReasonObjectConflict: a Deployment, Service or ConfigMap of the object's names exists
 	// that the operator did not make for it; nothing runs until it is gone (retried with
 	// backoff). The message names it.

@@ -10,6 +10,7 @@ package watcher
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,6 +98,12 @@ type Options struct {
 	// change of a spec.envFrom source rolls the pods within seconds; without it such a change
 	// is noticed at the next resync.
 	Metadata metadata.Interface
+	// SecretNamespaces are the namespaces whose Secrets the operator may read (get, and list
+	// and watch of their metadata): "*" is every namespace. A Secret named in spec.envFrom
+	// elsewhere is not read at all; its data still reaches the pods, but a change of it does not
+	// roll them (envsource.Options.ReadSecret; Event EnvSourceNotWatched). Empty (the default):
+	// no Secret is read, so the operator needs no permission on Secrets (README "Security").
+	SecretNamespaces []string
 	// FindPlugin, when set, reports where the Kubernetes provider plugin is
 	// (stack.Manager.KubernetesPlugin; an error when it is absent). Objects whose up failed
 	// with stack.ErrPluginMissing are then retried within PluginPoll of the plugin appearing,
@@ -172,6 +179,8 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 	inf := dynamicinformer.NewFilteredDynamicInformer(client, api.GroupVersionResource, opts.Namespace,
 		opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, envFromIndex: envFromKeys},
 		func(lo *metav1.ListOptions) { lo.LabelSelector = opts.LabelSelector })
+	// The cache holds no managedFields and no last-applied copy of any object (stripMetadata).
+	_ = inf.Informer().SetTransform(stripMetadata(false))
 	retry := retryLimiter()
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
@@ -243,6 +252,12 @@ func (w *Watcher) enqueue(obj any) {
 		return
 	}
 	w.queue.Add(name)
+}
+
+// readsSecrets reports whether the watcher reads the Secrets of namespace ns
+// (Options.SecretNamespaces).
+func (w *Watcher) readsSecrets(ns string) bool {
+	return slices.Contains(w.opts.SecretNamespaces, "*") || slices.Contains(w.opts.SecretNamespaces, ns)
 }
 
 // objectRef is the "namespace/name" of an object, for log attributes and error messages.

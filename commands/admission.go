@@ -1,0 +1,50 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/pulumi-operator/pulumi-operator/watcher"
+)
+
+// admissionCheckTimeout bounds the look for the admission policy: two lists of a few
+// cluster-scoped objects. A slower API server is reported as unknown, never waited for.
+const admissionCheckTimeout = 10 * time.Second
+
+// admissionStatus is the line `version` prints and `watch` logs about the admission policy
+// (watcher.AdmissionPolicy): "<name> (bound, Deny)", "NOT INSTALLED: <what to do>" or
+// "unknown (<why>)", with installed true only for the first.
+func admissionStatus(ctx context.Context, kube kubernetes.Interface) (line string, installed bool) {
+	ctx, cancel := context.WithTimeout(ctx, admissionCheckTimeout)
+	defer cancel()
+	name, err := watcher.AdmissionPolicy(ctx, kube)
+	switch {
+	case err == nil:
+		return name + " (bound, Deny)", true
+	case errors.Is(err, watcher.ErrNoAdmissionPolicy):
+		return "NOT INSTALLED: " + err.Error(), false
+	case apierrors.IsForbidden(err):
+		// A namespaced install: its role is bound in one namespace and cannot list
+		// cluster-scoped objects. Said without the API's wording, which logs read as a failure.
+		return "unknown (these credentials may not list ValidatingAdmissionPolicies, as in a namespaced install; look with " +
+			"`kubectl get validatingadmissionpolicies -l " + watcher.AdmissionPolicyLabel + "=" + watcher.AdmissionPolicyValue + "`)", false
+	default:
+		return "unknown (" + err.Error() + ")", false
+	}
+}
+
+// checkAdmission logs at start whether the admission policy is in force: a warning, which a
+// user sees in the operator's log, when it is absent or cannot be looked up.
+func checkAdmission(ctx context.Context, kube kubernetes.Interface) {
+	line, ok := admissionStatus(ctx, kube)
+	if ok {
+		slog.Info("admission policy in force", "policy", line)
+		return
+	}
+	slog.Warn("admission policy not in force: whoever may write a KindCustomHttp can hand its pods any Secret of its namespace", "policy", line)
+}
