@@ -91,7 +91,7 @@ func (c *trackedCommand) Run(ctx context.Context, workdir string, stdin io.Reade
 	}
 	cmd := exec.CommandContext(ctx, c.path, args...)
 	cmd.Dir = workdir
-	env := append(os.Environ(), additionalEnv...)
+	env := append(operatorEnv(), additionalEnv...)
 	env = append(env, "PULUMI_AUTOMATION_API=true")
 	cmd.Env = pathFirst(env, filepath.Dir(c.path))
 	var stdout, stderr bytes.Buffer
