@@ -142,7 +142,11 @@ func TestAdmissionPolicy(t *testing.T) {
 			refused: []string{"ConfigMap settings", "bob may not get"}},
 		// a1 exists (alice's): bob changes its replicas and keeps its reference.
 		"bob updates alice's object, keeping its reference": {user: "bob", update: true,
-			obj: func() *unstructured.Unstructured { o := kch(ns, "a1", "", "Secret/allowed"); o.Object["spec"].(map[string]any)["replicaCount"] = int64(3); return o }()},
+			obj: func() *unstructured.Unstructured {
+				o := kch(ns, "a1", "", "Secret/allowed")
+				o.Object["spec"].(map[string]any)["replicaCount"] = int64(3)
+				return o
+			}()},
 		"bob adds a reference to alice's object": {user: "bob", update: true, obj: kch(ns, "a1", "", "Secret/allowed", "Secret/private"),
 			refused: []string{"Secret private", "bob may not get"}},
 	}

@@ -772,11 +772,11 @@ var (
 	crbGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}
 	crGVR  = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
 	gvrs   = map[string]schema.GroupVersionResource{
-		"ServiceAccount":     {Version: "v1", Resource: "serviceaccounts"},
-		"Role":               {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
-		"RoleBinding":        {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
-		"ClusterRole":        crGVR,
-		"ClusterRoleBinding": crbGVR,
+		"ServiceAccount":            {Version: "v1", Resource: "serviceaccounts"},
+		"Role":                      {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
+		"RoleBinding":               {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
+		"ClusterRole":               crGVR,
+		"ClusterRoleBinding":        crbGVR,
 		"ValidatingAdmissionPolicy": {Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"},
 		"ValidatingAdmissionPolicyBinding": {Group: "admissionregistration.k8s.io", Version: "v1",
 			Resource: "validatingadmissionpolicybindings"},
