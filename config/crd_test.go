@@ -1,6 +1,7 @@
 // The generated CRD on a real apiserver: the rules its markers declare reject what they should
 // (watcher's TestCRDValidation covers port, replicaCount, serviceType, containerPort and the
-// name), and what the hand-written CRD before it admitted is still admitted, spec and status.
+// name; TestCRDBounds every bound at and one past its limit), and what the hand-written CRD
+// before it admitted is still admitted, spec and status.
 package config_test
 
 import (
@@ -86,5 +87,92 @@ func TestCRDAdmission(t *testing.T) {
 	}
 	if r, _, _ := unstructured.NestedString(got.Object, "status", "lastUpdate", "result"); r != "failed" {
 		t.Errorf("status after the update: %v", got.Object["status"])
+	}
+}
+
+// boundKeys returns n configMapData keys of 8 characters, each with value v.
+func boundKeys(n int, v string) map[string]any {
+	m := make(map[string]any, n)
+	for i := range n {
+		m[fmt.Sprintf("key-%04d", i)] = v
+	}
+	return m
+}
+
+// TestCRDBounds: every bound of the spec admits its limit and rejects one past it with the
+// apiserver's message naming the field, the same limits as api/v1's TestValidateBounds, so that
+// admission and `pulumi-operator up -f` refuse the same specs.
+func TestCRDBounds(t *testing.T) {
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	ns := c.Namespace(t)
+	crs := c.Client.Resource(api.GroupVersionResource).Namespace(ns)
+	ctx := context.Background()
+
+	mib := api.MaxConfigMapDataBytes
+	tests := map[string]struct {
+		field              string
+		atLimit, pastLimit any
+		want               string // in the message past the limit, besides the field's path
+	}{
+		"replicacount-max": {"replicaCount", int64(5000), int64(5001),
+			"should be less than or equal to 5000"},
+		"replicacount-min": {"replicaCount", int64(0), int64(-1),
+			"should be greater than or equal to 0"},
+		"port-max": {"port", int64(65535), int64(65536),
+			"should be less than or equal to 65535"},
+		"port-min": {"port", int64(1), int64(0),
+			"should be greater than or equal to 1"},
+		"containerport-max": {"containerPort", int64(65535), int64(65536),
+			"should be less than or equal to 65535"},
+		"containerport-min": {"containerPort", int64(1), int64(0),
+			"should be greater than or equal to 1"},
+		"configmapdata-keys": {"configMapData", boundKeys(1024, "v"), boundKeys(1025, "v"),
+			"must have at most 1024 items"},
+		"configmapdata-size": {"configMapData",
+			map[string]any{"big": strings.Repeat("x", mib)}, map[string]any{"big": strings.Repeat("x", mib+1)},
+			"the values of configMapData may hold at most 1048576 characters (1 MiB) in all"},
+		// The size is the values' sum, keys not counted (a ConfigMap's rule).
+		"configmapdata-size-of-all-values": {"configMapData",
+			boundKeys(1024, strings.Repeat("x", mib/1024)), boundKeys(1024, strings.Repeat("x", mib/1024+1)),
+			"the values of configMapData may hold at most 1048576 characters (1 MiB) in all"},
+		"image-length": {"image", strings.Repeat("a", 1024), strings.Repeat("a", 1025),
+			"may not be more than 1024"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			object := func(name string, v any) *unstructured.Unstructured {
+				spec := map[string]any{"replicaCount": int64(1), "port": int64(80), tc.field: v}
+				return &unstructured.Unstructured{Object: map[string]any{
+					"apiVersion": api.GroupVersion.String(), "kind": api.Kind,
+					"metadata": map[string]any{"name": name}, "spec": spec,
+				}}
+			}
+			// Validate, which `pulumi-operator up -f` runs, agrees with admission.
+			resolve := func(u *unstructured.Unstructured) error {
+				u = u.DeepCopy()
+				u.SetNamespace(ns)
+				o, err := api.FromUnstructured(u)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = api.Resolve(o)
+				return err
+			}
+			at, past := object(name+"-at", tc.atLimit), object(name+"-past", tc.pastLimit)
+			if _, err := crs.Create(ctx, at, metav1.CreateOptions{}); err != nil {
+				t.Errorf("at the limit: create = %v, want it admitted", err)
+			}
+			if err := resolve(at); err != nil {
+				t.Errorf("at the limit: Resolve = %v, want it accepted as the apiserver does", err)
+			}
+			_, err := crs.Create(ctx, past, metav1.CreateOptions{})
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec."+tc.field+":") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("past the limit: create = %.600v, want Invalid naming spec.%s with %q", err, tc.field, tc.want)
+			}
+			if err := resolve(past); err == nil || !strings.Contains(err.Error(), "spec."+tc.field) {
+				t.Errorf("past the limit: Resolve = %.600v, want it refused naming spec.%s as the apiserver does", err, tc.field)
+			}
+		})
 	}
 }

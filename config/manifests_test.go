@@ -277,6 +277,9 @@ func TestCRDKeepsTheOriginalContract(t *testing.T) {
 	if envFrom.Items == nil || !slices.Equal(rules(*envFrom.Items), []string{"has(self.configMapRef) != has(self.secretRef)"}) {
 		t.Errorf("spec.envFrom items lost their CEL rule: %+v", envFrom.Items)
 	}
+	if got := rules(spec.Properties["configMapData"]); len(got) != 1 || !strings.HasSuffix(got[0], "<= 1048576") {
+		t.Errorf("spec.configMapData's CEL rules are %q, want the one bounding its values to 1 MiB", got)
+	}
 }
 
 // grants lists what RBAC rules allow, one "verb group/resource[/name]" or "verb url" per

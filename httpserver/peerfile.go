@@ -15,6 +15,11 @@ import (
 // thousands of peers, far beyond any sensible file. A larger file is reported as unreadable.
 const maxPeerFileBytes = 1 << 20
 
+// maxLoggedLineErrors is how many invalid lines are logged, one record each, per change of the
+// file; the rest are counted in one record. A file may hold tens of thousands of lines past
+// maxPeers, and a record each would flood the log at every change.
+const maxLoggedLineErrors = 32
+
 // errPeerFileTooLarge is returned by readPeerFile for a file over maxPeerFileBytes.
 var errPeerFileTooLarge = fmt.Errorf("peer file larger than %d bytes", maxPeerFileBytes)
 
@@ -66,7 +71,8 @@ func (s *Server) peerLoop(ctx context.Context) {
 
 // checkPeerFile reads the peer file and reports whether the peers to ping changed and a round
 // should run now. Each state is logged once when it is entered: the file missing, a read error,
-// and for new content the invalid lines and a summary. Unchanged content logs nothing.
+// and for new content the invalid lines (the first maxLoggedLineErrors) and a summary.
+// Unchanged content logs nothing.
 func (s *Server) checkPeerFile() (changed bool) {
 	s.fileChecks.Add(1)
 	path := s.opts.ConfigPath
@@ -96,8 +102,12 @@ func (s *Server) checkPeerFile() (changed bool) {
 		return false
 	}
 	peers, bad := ParsePeers(data)
-	for _, e := range bad {
+	for _, e := range bad[:min(len(bad), maxLoggedLineErrors)] {
 		s.log.Warn("invalid peer line", "path", path, "line", e.Line, "text", e.Text, "reason", e.Reason)
+	}
+	if len(bad) > maxLoggedLineErrors {
+		s.log.Warn("more invalid peer lines not logged", "path", path, "count", len(bad)-maxLoggedLineErrors,
+			"from_line", bad[maxLoggedLineErrors].Line)
 	}
 	s.log.Info("peer file loaded", "path", path, "peers", len(peers), "invalid_lines", len(bad))
 	old := s.file.peers

@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -128,6 +130,63 @@ func TestMalformedPeerFile(t *testing.T) {
 	check("after new content", 4, 2)
 	if last := rec.find("invalid peer line")[3]; last.attrs["line"] != "2" || last.attrs["text"] != "x,y" {
 		t.Errorf("new bad line logged as %v, want line 2, text x,y", last.attrs)
+	}
+}
+
+// TestPeerCap: a peer file listing more than maxPeers peers gets the first maxPeers pinged and
+// given series, the rest counted as invalid lines, and the log names the first
+// maxLoggedLineErrors of them and counts the others in one record.
+func TestPeerCap(t *testing.T) {
+	const extra = maxLoggedLineErrors + 12
+	// Distinct loopback addresses on a closed port: every ping is refused at once.
+	port := closedPort(t).Port
+	var content strings.Builder
+	var peers []Peer
+	for i := range maxPeers + extra {
+		p := Peer{fmt.Sprintf("127.0.%d.%d", 1+i/250, 1+i%250), port}
+		peers = append(peers, p)
+		content.WriteString(line(p))
+	}
+	s, rec := newServer(t, Options{Interval: time.Hour, Timeout: 2 * time.Second})
+	writePeerFile(t, s.opts.ConfigPath, content.String())
+	start(t, s, rec)
+	waitFor(t, "the first round", func() bool { return s.Rounds() == 1 && len(s.LastResults()) >= maxPeers })
+
+	results := s.LastResults()
+	for i, p := range peers {
+		if _, pinged := results[p]; pinged != (i < maxPeers) {
+			t.Errorf("peer %d (%s) pinged = %v, want %v", i+1, p, pinged, i < maxPeers)
+		}
+	}
+	page := scrape(t, s)
+	series := 0
+	for _, l := range strings.Split(page, "\n") {
+		if strings.HasPrefix(l, metricPings+"{") {
+			series++
+		}
+	}
+	if series != 2*maxPeers {
+		t.Errorf("%d series of %s, want %d (success and failure of each peer pinged)", series, metricPings, 2*maxPeers)
+	}
+	if v, _ := metricValue(page, metricPeers, nil); v != maxPeers {
+		t.Errorf("%s = %v, want %d", metricPeers, v, maxPeers)
+	}
+	if v, _ := metricValue(page, metricInvalid, nil); v != extra {
+		t.Errorf("%s = %v, want %d", metricInvalid, v, extra)
+	}
+
+	logged := rec.find("invalid peer line")
+	if len(logged) != maxLoggedLineErrors {
+		t.Fatalf("%d \"invalid peer line\" logs, want %d", len(logged), maxLoggedLineErrors)
+	}
+	if first := logged[0].attrs; first["line"] != strconv.Itoa(maxPeers+1) || first["reason"] != reasonTooMany {
+		t.Errorf("first invalid line logged as %v, want line %d with reason %q", first, maxPeers+1, reasonTooMany)
+	}
+	rest := rec.find("more invalid peer lines not logged")
+	if len(rest) != 1 || rest[0].attrs["count"] != strconv.Itoa(extra-maxLoggedLineErrors) ||
+		rest[0].attrs["from_line"] != strconv.Itoa(maxPeers+maxLoggedLineErrors+1) {
+		t.Errorf("the lines not logged were logged as %v, want one record counting %d from line %d",
+			rest, extra-maxLoggedLineErrors, maxPeers+maxLoggedLineErrors+1)
 	}
 }
 

@@ -26,6 +26,15 @@ func (p Peer) URL() string {
 	return "http://" + p.String() + "/ping"
 }
 
+// maxPeers is the most peers pinged: the first maxPeers valid lines of the peer file. Each
+// peer has series of its own on /metrics (two of http_server_peer_pings_total and a histogram of
+// len(prometheus.DefBuckets)+3 in http_server_peer_ping_duration_seconds), so the cap bounds what
+// every pod exposes and Prometheus stores whatever the file holds (the file alone allows tens of
+// thousands of lines): 16 series a peer, 4096 at the cap. It also bounds a round: with every
+// peer unreachable it lasts ceil(maxPeers/maxConcurrentPings) timeouts. 256 is far more than
+// the few peers a server checks (the original operator's sample lists one).
+const maxPeers = 256
+
 // Reasons a peer file line is rejected, the Reason of a LineError.
 const (
 	reasonNoComma   = "missing comma between host and port"
@@ -33,6 +42,7 @@ const (
 	reasonBadHost   = "host contains white space or one of / ? # @ \\"
 	reasonBadPort   = "port is not a number from 1 to 65535"
 	reasonDuplicate = "duplicate peer"
+	reasonTooMany   = "more than 256 peers, not pinged"
 )
 
 // LineError is one invalid line of the peer file.
@@ -54,10 +64,12 @@ func (e LineError) Error() string {
 // (so CRLF files work); blank lines and lines starting with '#' are skipped. The line is split
 // on its first comma, as the original server did; host and port are trimmed. The host must be
 // non-empty and free of characters that would change the URL; the port a decimal number from
-// 1 to 65535. A repeated host:port is reported once more as a duplicate and pinged once.
+// 1 to 65535. A repeated host:port is reported once more as a duplicate and pinged once. Valid
+// lines past the first maxPeers peers are reported as too many and not pinged.
 //
-// It returns the valid peers in file order and one LineError per invalid line; both may be
-// empty. It never fails as a whole: good lines are used even when others are bad.
+// It returns the valid peers in file order, at most maxPeers, and one LineError per invalid
+// line; both may be empty. It never fails as a whole: good lines are used even when others
+// are bad.
 func ParsePeers(data []byte) ([]Peer, []LineError) {
 	var (
 		peers []Peer
@@ -70,8 +82,12 @@ func ParsePeers(data []byte) ([]Peer, []LineError) {
 			continue
 		}
 		p, reason := parsePeerLine(line)
-		if reason == "" && seen[p] {
+		switch {
+		case reason != "":
+		case seen[p]:
 			reason = reasonDuplicate
+		case len(peers) == maxPeers:
+			reason = reasonTooMany
 		}
 		if reason != "" {
 			bad = append(bad, LineError{Line: i + 1, Text: line, Reason: reason})

@@ -1,11 +1,26 @@
 package httpserver
 
 import (
+	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 )
 
+// peerLines returns n peer lines "peer-<from+i>,80" and their peers.
+func peerLines(from, n int) (string, []Peer) {
+	var b strings.Builder
+	var peers []Peer
+	for i := from; i < from+n; i++ {
+		fmt.Fprintf(&b, "peer-%d,80\n", i)
+		peers = append(peers, Peer{fmt.Sprintf("peer-%d", i), 80})
+	}
+	return b.String(), peers
+}
+
 func TestParsePeers(t *testing.T) {
+	capLines, capPeers := peerLines(0, maxPeers)
 	tests := map[string]struct {
 		in    string
 		peers []Peer
@@ -49,6 +64,30 @@ func TestParsePeers(t *testing.T) {
 			in:    "::1,80\n[fe80::1],81\n",
 			peers: []Peer{{"::1", 80}, {"fe80::1", 81}},
 		},
+		"maxPeers peers, all pinged": {
+			in:    capLines,
+			peers: capPeers,
+		},
+		"the peer past maxPeers not pinged": {
+			in:    capLines + "# more\n\nlast,80\n",
+			peers: capPeers,
+			bad:   []LineError{{maxPeers + 3, "last,80", reasonTooMany}},
+		},
+		// Only peers pinged count: bad lines and duplicates before the cap take no place.
+		"bad lines and duplicates do not count toward maxPeers": {
+			in:    "peer-0,80\nnocomma\n" + capLines,
+			peers: capPeers,
+			bad:   []LineError{{2, "nocomma", reasonNoComma}, {3, "peer-0,80", reasonDuplicate}},
+		},
+		"past maxPeers a bad line keeps its reason, a pinged peer is a duplicate": {
+			in:    capLines + "x\npeer-1,80\nnew,80\n",
+			peers: capPeers,
+			bad: []LineError{
+				{maxPeers + 1, "x", reasonNoComma},
+				{maxPeers + 2, "peer-1,80", reasonDuplicate},
+				{maxPeers + 3, "new,80", reasonTooMany},
+			},
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -60,6 +99,13 @@ func TestParsePeers(t *testing.T) {
 				t.Errorf("bad lines = %v, want %v", bad, tc.bad)
 			}
 		})
+	}
+}
+
+// The reason of a line past the cap states the cap (a constant cannot be built from maxPeers).
+func TestReasonTooManyNamesTheCap(t *testing.T) {
+	if !strings.Contains(reasonTooMany, " "+strconv.Itoa(maxPeers)+" ") {
+		t.Fatalf("reasonTooMany %q does not say %d", reasonTooMany, maxPeers)
 	}
 }
 

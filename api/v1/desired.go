@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -23,14 +24,41 @@ const (
 	DefaultContainerPort int32 = 8080
 	// DefaultServiceType is used when spec.serviceType is empty.
 	DefaultServiceType = ServiceTypeClusterIP
-	// MaxConfigMapDataBytes bounds the summed size of configMapData keys and values: the
-	// apiserver rejects a ConfigMap over 1 MiB (k8s.io/kubernetes validation.MaxSecretSize,
-	// which ConfigMaps share).
-	MaxConfigMapDataBytes = 1024 * 1024
 	// ConfigMountPath is where the ConfigMap's keys appear as files in each pod.
 	ConfigMountPath = "/config"
 	// ConfigMapSuffix is appended to the CR's name to name its ConfigMap, as the original did.
 	ConfigMapSuffix = "-configmap"
+)
+
+// Bounds of the spec. The CRD's markers (types.go) state the same numbers, so the apiserver
+// refuses at admission what Validate refuses in a file (`pulumi-operator up -f`); each is as
+// generous as what Kubernetes itself would accept downstream, so no manifest that could ever
+// have worked is refused.
+const (
+	// MaxReplicaCount bounds spec.replicaCount. Kubernetes puts no bound on a Deployment's
+	// replicas, but its scalability thresholds stop at clusters of 5000 nodes: one http-server
+	// pod per node of the largest cluster it supports. The bound also caps the pods the watcher
+	// lists while a rollout is under way (internal/rollout).
+	MaxReplicaCount = 5000
+	// MaxPort bounds spec.port and spec.containerPort (from 1): a TCP port is 16 bits, the range
+	// the apiserver takes for a Service's and a container's port.
+	MaxPort = 65535
+	// MaxConfigMapDataBytes bounds the summed size in bytes of configMapData's values: the
+	// apiserver rejects a ConfigMap whose values hold more than 1 MiB, keys not counted
+	// (k8s.io/kubernetes validation.ValidateConfigMap, core.MaxSecretSize).
+	MaxConfigMapDataBytes = 1024 * 1024
+	// MaxConfigMapDataKeys bounds the number of configMapData keys. Kubernetes bounds only a
+	// ConfigMap's size, not its keys; each key is a file under /config that the kubelet writes
+	// again on every update, and 1024 files is far beyond what a server's configuration needs.
+	MaxConfigMapDataKeys = 1024
+	// MaxConfigMapKeyLength is the longest configMapData key, in characters: the apiserver's
+	// own limit for a ConfigMap key (validation.IsConfigMapKey, a DNS-1123 subdomain's 253).
+	MaxConfigMapKeyLength = 253
+	// MaxImageLength bounds spec.image, in characters. Kubernetes puts no bound on a
+	// container's image, but an image reference (github.com/distribution/reference) has a name
+	// of at most 255 characters (NameTotalLengthMax), a tag of at most 128 and a digest of 71
+	// (sha256) or 135 (sha512): 520 in all; 1024 leaves room for longer digests.
+	MaxImageLength = 1024
 )
 
 // Desired is a KindCustomHttp's validated desired state with every default filled in: the
@@ -170,19 +198,26 @@ func Validate(obj *KindCustomHttp) field.ErrorList {
 	spec := field.NewPath("spec")
 	s := obj.Spec
 	if s.ReplicaCount == nil {
-		errs = append(errs, field.Required(spec.Child("replicaCount"), "set the number of pods, 0 or more"))
-	} else if *s.ReplicaCount < 0 {
-		errs = append(errs, field.Invalid(spec.Child("replicaCount"), *s.ReplicaCount, "must be 0 or more"))
+		errs = append(errs, field.Required(spec.Child("replicaCount"), fmt.Sprintf("set the number of pods, 0 to %d", MaxReplicaCount)))
+	} else if *s.ReplicaCount < 0 || *s.ReplicaCount > MaxReplicaCount {
+		errs = append(errs, field.Invalid(spec.Child("replicaCount"), *s.ReplicaCount,
+			fmt.Sprintf("must be between 0 and %d", MaxReplicaCount)))
 	}
 	if s.Port == nil {
-		errs = append(errs, field.Required(spec.Child("port"), "set the Service port, 1 to 65535"))
+		errs = append(errs, field.Required(spec.Child("port"), fmt.Sprintf("set the Service port, 1 to %d", MaxPort)))
 	} else {
 		errs = append(errs, validatePort(spec.Child("port"), *s.Port)...)
 	}
 	if s.ContainerPort != nil {
 		errs = append(errs, validatePort(spec.Child("containerPort"), *s.ContainerPort)...)
 	}
-	if s.Image != "" && strings.TrimSpace(s.Image) != s.Image || strings.ContainsAny(s.Image, " \t\r\n") {
+	// Characters, as the CRD's maxLength counts them; a value this long is not echoed back.
+	if n := utf8.RuneCountInString(s.Image); n > MaxImageLength {
+		errs = append(errs, tooLong(spec.Child("image"), fmt.Sprintf(
+			"may not be more than %d characters (it has %d)", MaxImageLength, n)))
+	} else if strings.TrimSpace(s.Image) != s.Image || strings.ContainsAny(s.Image, " \t\n\f\r") {
+		// The set is RE2's \s, that of the CRD's pattern; TrimSpace adds the Unicode spaces a
+		// copied reference may end with.
 		errs = append(errs, field.Invalid(spec.Child("image"), s.Image, "an image reference has no white space"))
 	}
 	switch s.ServiceType {
@@ -224,30 +259,53 @@ func validateEnvFrom(p *field.Path, list []EnvFromSource) field.ErrorList {
 }
 
 func validatePort(p *field.Path, port int32) field.ErrorList {
-	if port < 1 || port > 65535 {
-		return field.ErrorList{field.Invalid(p, port, "must be between 1 and 65535")}
+	if port < 1 || port > MaxPort {
+		return field.ErrorList{field.Invalid(p, port, fmt.Sprintf("must be between 1 and %d", MaxPort))}
 	}
 	return nil
 }
 
-// validateConfigMapData applies the apiserver's own ConfigMap key rule (each key becomes a
-// file name under /config) and size limit, in a stable order so messages do not flap.
+// tooLong is a "Too long" error with detail as its message: field.TooLong's own says bytes
+// where the CRD counts characters, and cannot say what to change.
+func tooLong(p *field.Path, detail string) *field.Error {
+	e := field.TooLong(p, nil, -1)
+	e.Detail = detail
+	return e
+}
+
+// validateConfigMapData applies the apiserver's own ConfigMap rules (validation.ValidateConfigMap:
+// each key a file name under /config, at most 1 MiB of values in bytes) and MaxConfigMapDataKeys,
+// in a stable order so messages do not flap. Over MaxConfigMapDataKeys keys it reports the
+// count alone, so the message stays short whatever the map holds.
 func validateConfigMapData(p *field.Path, data map[string]string) field.ErrorList {
+	if len(data) > MaxConfigMapDataKeys {
+		e := field.TooMany(p, len(data), MaxConfigMapDataKeys)
+		e.Detail = fmt.Sprintf("may have at most %d keys (each key is a file under %s)", MaxConfigMapDataKeys, ConfigMountPath)
+		return field.ErrorList{e}
+	}
 	var errs field.ErrorList
 	keys := make([]string, 0, len(data))
 	size := 0
 	for k, v := range data {
 		keys = append(keys, k)
-		size += len(k) + len(v)
+		size += len(v)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
 		for _, msg := range validation.IsConfigMapKey(k) {
-			errs = append(errs, field.Invalid(p.Key(k), k, msg+" (each key becomes a file name under "+ConfigMountPath+")"))
+			// A key over the length limit is shown by its start, so that the message stays short
+			// whatever the key (it is in the message twice, as path and as value).
+			shown := k
+			if len(shown) > MaxConfigMapKeyLength {
+				shown = shown[:64] + "..."
+			}
+			errs = append(errs, field.Invalid(p.Key(shown), shown, msg+" (each key becomes a file name under "+ConfigMountPath+")"))
 		}
 	}
 	if size > MaxConfigMapDataBytes {
-		errs = append(errs, field.TooLong(p, fmt.Sprintf("%d bytes", size), MaxConfigMapDataBytes))
+		errs = append(errs, tooLong(p, fmt.Sprintf(
+			"the values may hold at most %d bytes (1 MiB) in all, the limit of a ConfigMap; they hold %d",
+			MaxConfigMapDataBytes, size)))
 	}
 	return errs
 }

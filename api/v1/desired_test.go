@@ -2,6 +2,7 @@ package v1
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -86,7 +87,7 @@ func TestValidateRejects(t *testing.T) {
 		message string
 	}{
 		"missing replicaCount":     {func(o *KindCustomHttp) { o.Spec.ReplicaCount = nil }, "spec.replicaCount", "Required"},
-		"negative replicaCount":    {func(o *KindCustomHttp) { o.Spec.ReplicaCount = i32(-1) }, "spec.replicaCount", "0 or more"},
+		"negative replicaCount":    {func(o *KindCustomHttp) { o.Spec.ReplicaCount = i32(-1) }, "spec.replicaCount", "between 0 and 5000"},
 		"missing port":             {func(o *KindCustomHttp) { o.Spec.Port = nil }, "spec.port", "Required"},
 		"port zero":                {func(o *KindCustomHttp) { o.Spec.Port = i32(0) }, "spec.port", "between 1 and 65535"},
 		"port too high":            {func(o *KindCustomHttp) { o.Spec.Port = i32(70000) }, "spec.port", "between 1 and 65535"},
@@ -95,13 +96,10 @@ func TestValidateRejects(t *testing.T) {
 		"image with space":         {func(o *KindCustomHttp) { o.Spec.Image = "nginx latest" }, "spec.image", "white space"},
 		"configMapData key slash":  {func(o *KindCustomHttp) { o.Spec.ConfigMapData = map[string]string{"a/b": "x"} }, "spec.configMapData[a/b]", "file name"},
 		"configMapData key dotdot": {func(o *KindCustomHttp) { o.Spec.ConfigMapData = map[string]string{"..": "x"} }, "spec.configMapData[..]", "file name"},
-		"configMapData too large": {func(o *KindCustomHttp) {
-			o.Spec.ConfigMapData = map[string]string{"big": strings.Repeat("x", MaxConfigMapDataBytes)}
-		}, "spec.configMapData", "may not be more than"},
-		"name with dot":       {func(o *KindCustomHttp) { o.Name = "web.v2" }, "metadata.name", "Service's name"},
-		"name too long":       {func(o *KindCustomHttp) { o.Name = strings.Repeat("a", 64) }, "metadata.name", "63"},
-		"name starting digit": {func(o *KindCustomHttp) { o.Name = "1web" }, "metadata.name", "alphabetic"},
-		"no namespace":        {func(o *KindCustomHttp) { o.Namespace = "" }, "metadata.namespace", "namespaced"},
+		"name with dot":            {func(o *KindCustomHttp) { o.Name = "web.v2" }, "metadata.name", "Service's name"},
+		"name too long":            {func(o *KindCustomHttp) { o.Name = strings.Repeat("a", 64) }, "metadata.name", "63"},
+		"name starting digit":      {func(o *KindCustomHttp) { o.Name = "1web" }, "metadata.name", "alphabetic"},
+		"no namespace":             {func(o *KindCustomHttp) { o.Namespace = "" }, "metadata.namespace", "namespaced"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -115,6 +113,107 @@ func TestValidateRejects(t *testing.T) {
 			msg := err.Error()
 			if !strings.Contains(msg, tc.field) || !strings.Contains(msg, tc.message) {
 				t.Fatalf("error %q does not name field %q with %q", msg, tc.field, tc.message)
+			}
+		})
+	}
+}
+
+// keys returns n configMapData keys of the given length, each with value v.
+func keys(n, length int, v string) map[string]string {
+	m := make(map[string]string, n)
+	for i := range n {
+		k := fmt.Sprintf("k%d", i)
+		m[k+strings.Repeat("x", length-len(k))] = v
+	}
+	return m
+}
+
+// TestValidateBounds: each bound of the spec admits its limit and rejects one past it, with a
+// message naming the field and the limit. config/crd_test.go checks the same limits against
+// the CRD on a real apiserver.
+func TestValidateBounds(t *testing.T) {
+	mib := MaxConfigMapDataBytes
+	tests := map[string]struct {
+		atLimit, pastLimit func(*KindCustomHttp)
+		field, message     string
+	}{
+		"replicaCount at most 5000": {
+			func(o *KindCustomHttp) { o.Spec.ReplicaCount = i32(5000) },
+			func(o *KindCustomHttp) { o.Spec.ReplicaCount = i32(5001) },
+			"spec.replicaCount", "between 0 and 5000"},
+		"replicaCount at least 0": {
+			func(o *KindCustomHttp) { o.Spec.ReplicaCount = i32(0) },
+			func(o *KindCustomHttp) { o.Spec.ReplicaCount = i32(-1) },
+			"spec.replicaCount", "between 0 and 5000"},
+		"port at most 65535": {
+			func(o *KindCustomHttp) { o.Spec.Port = i32(65535) },
+			func(o *KindCustomHttp) { o.Spec.Port = i32(65536) },
+			"spec.port", "between 1 and 65535"},
+		"port at least 1": {
+			func(o *KindCustomHttp) { o.Spec.Port = i32(1) },
+			func(o *KindCustomHttp) { o.Spec.Port = i32(0) },
+			"spec.port", "between 1 and 65535"},
+		"containerPort at most 65535": {
+			func(o *KindCustomHttp) { o.Spec.ContainerPort = i32(65535) },
+			func(o *KindCustomHttp) { o.Spec.ContainerPort = i32(65536) },
+			"spec.containerPort", "between 1 and 65535"},
+		"containerPort at least 1": {
+			func(o *KindCustomHttp) { o.Spec.ContainerPort = i32(1) },
+			func(o *KindCustomHttp) { o.Spec.ContainerPort = i32(0) },
+			"spec.containerPort", "between 1 and 65535"},
+		"configMapData at most 1024 keys": {
+			func(o *KindCustomHttp) { o.Spec.ConfigMapData = keys(1024, 8, "v") },
+			func(o *KindCustomHttp) { o.Spec.ConfigMapData = keys(1025, 8, "v") },
+			"spec.configMapData", "at most 1024 keys"},
+		"configMapData keys at most 253 characters": {
+			func(o *KindCustomHttp) { o.Spec.ConfigMapData = keys(1, 253, "v") },
+			func(o *KindCustomHttp) { o.Spec.ConfigMapData = keys(1, 254, "v") },
+			"spec.configMapData[k0", "no more than 253 characters"},
+		"configMapData values at most 1 MiB": {
+			func(o *KindCustomHttp) { o.Spec.ConfigMapData = map[string]string{"big": strings.Repeat("x", mib)} },
+			func(o *KindCustomHttp) { o.Spec.ConfigMapData = map[string]string{"big": strings.Repeat("x", mib+1)} },
+			"spec.configMapData", "at most 1048576 bytes"},
+		// Keys are not counted, as the apiserver does not count them for a ConfigMap.
+		"configMapData values at most 1 MiB over 1024 keys": {
+			func(o *KindCustomHttp) { o.Spec.ConfigMapData = keys(1024, 253, strings.Repeat("x", mib/1024)) },
+			func(o *KindCustomHttp) {
+				o.Spec.ConfigMapData = keys(1024, 253, strings.Repeat("x", mib/1024))
+				o.Spec.ConfigMapData["k0"+strings.Repeat("x", 251)] += "x"
+			},
+			"spec.configMapData", "at most 1048576 bytes"},
+		// Bytes, not characters: "é" is two bytes in UTF-8.
+		"configMapData values at most 1 MiB in bytes": {
+			func(o *KindCustomHttp) { o.Spec.ConfigMapData = map[string]string{"big": strings.Repeat("é", mib/2)} },
+			func(o *KindCustomHttp) {
+				o.Spec.ConfigMapData = map[string]string{"big": strings.Repeat("é", mib/2) + "x"}
+			},
+			"spec.configMapData", "at most 1048576 bytes"},
+		"image at most 1024 characters": {
+			func(o *KindCustomHttp) { o.Spec.Image = strings.Repeat("a", 1024) },
+			func(o *KindCustomHttp) { o.Spec.Image = strings.Repeat("a", 1025) },
+			"spec.image", "not be more than 1024 characters"},
+		// Characters, as the CRD's maxLength counts them.
+		"image at most 1024 characters, not bytes": {
+			func(o *KindCustomHttp) { o.Spec.Image = strings.Repeat("é", 1024) },
+			func(o *KindCustomHttp) { o.Spec.Image = strings.Repeat("é", 1025) },
+			"spec.image", "not be more than 1024 characters"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o := valid()
+			tc.atLimit(o)
+			if _, err := Resolve(o); err != nil {
+				t.Errorf("at the limit: Resolve = %v, want it accepted", err)
+			}
+			o = valid()
+			tc.pastLimit(o)
+			_, err := Resolve(o)
+			var ise *InvalidSpecError
+			if !errors.As(err, &ise) {
+				t.Fatalf("past the limit: Resolve error = %v, want *InvalidSpecError", err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, tc.field) || !strings.Contains(msg, tc.message) || len(msg) > 1024 {
+				t.Fatalf("past the limit: error %.1100q does not name field %q with %q in a short message", msg, tc.field, tc.message)
 			}
 		})
 	}

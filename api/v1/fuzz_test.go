@@ -43,8 +43,9 @@ func FuzzConvertAndValidate(f *testing.F) {
 			}
 			return
 		}
-		if d.Port < 1 || d.Port > 65535 || d.ContainerPort < 1 || d.ContainerPort > 65535 || d.ReplicaCount < 0 ||
-			d.Image == "" || d.ServiceType == "" || d.Name == "" || d.Namespace == "" {
+		if d.Port < 1 || d.Port > MaxPort || d.ContainerPort < 1 || d.ContainerPort > MaxPort || d.ReplicaCount < 0 ||
+			d.ReplicaCount > MaxReplicaCount || len(d.ConfigMapData) > MaxConfigMapDataKeys ||
+			d.Image == "" || len([]rune(d.Image)) > MaxImageLength || d.ServiceType == "" || d.Name == "" || d.Namespace == "" {
 			t.Fatalf("Resolve accepted an invalid spec: %+v", d)
 		}
 	})

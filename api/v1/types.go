@@ -90,8 +90,17 @@ type KindCustomHttp struct {
 // from their zero value (a user may ask for 0 replicas; port 0 is never valid and is caught by
 // validation).
 type KindCustomHttpSpec struct {
-	// replicaCount is the number of http-server pods, 0 or more. Required.
+	// The bounds below are the constants of desired.go (MaxReplicaCount, MaxPort,
+	// MaxConfigMapDataKeys, MaxConfigMapDataBytes, MaxImageLength), whose comments say where
+	// each comes from; markers take only literals. Validate checks the same. The CEL rule on
+	// configMapData counts characters: counting bytes (bytes(v).size()) costs, in the
+	// apiserver's static estimate, a tenth of the longest value possible for each of the 1024
+	// keys, which is over its CEL budget for a CRD.
+
+	// replicaCount is the number of http-server pods, 0 to 5000 (a pod per node of the largest
+	// cluster Kubernetes supports). Required.
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=5000
 	ReplicaCount *int32 `json:"replicaCount"`
 	// port is the Service port, 1 to 65535. Required.
 	// +kubebuilder:validation:Minimum=1
@@ -99,11 +108,19 @@ type KindCustomHttpSpec struct {
 	Port *int32 `json:"port"`
 	// configMapData is copied into ConfigMap <name>-configmap and mounted as files under
 	// /config in each pod, one file per key. Key "hostports" holds the peers to ping, one
-	// "host,port" a line. Keys and values together at most 1 MiB (a ConfigMap's limit).
+	// "host,port" a line. At most 1024 keys, each a file name ([-._a-zA-Z0-9]+, at most 253
+	// characters, not "." or ".."), and values of at most 1 MiB (1048576 bytes) in all, the
+	// limit of a ConfigMap. The apiserver counts that size in characters at admission; the
+	// operator counts it in bytes, as the apiserver does for the ConfigMap, and stalls an object
+	// whose multi-byte characters take it over.
+	// +kubebuilder:validation:MaxProperties=1024
+	// +kubebuilder:validation:XValidation:rule="self.map(k, self[k].size()).sum() <= 1048576",message="the values of configMapData may hold at most 1048576 characters (1 MiB) in all, the limit of a ConfigMap"
 	ConfigMapData map[string]string `json:"configMapData,omitempty"`
-	// image is the http-server container image, without white space. Default: this project's
-	// http server (cmd/http-server) at the operator's version (DefaultImage).
+	// image is the http-server container image, without white space, at most 1024 characters
+	// (an image reference has at most 520). Default: this project's http server
+	// (cmd/http-server) at the operator's version (DefaultImage).
 	// +kubebuilder:validation:Pattern=`^[^\s]+$`
+	// +kubebuilder:validation:MaxLength=1024
 	Image string `json:"image,omitempty"`
 	// containerPort is the port the server listens on inside the pod and the Service's target,
 	// 1 to 65535. Default 8080, where the http server listens (the original operator targeted
