@@ -126,7 +126,13 @@ func runWatch(parent context.Context, cfg *config) error {
 		if metricsTLSConfig, err = metricsTLS(cfg.metricsCertDir); err != nil {
 			return err
 		}
-		metricsHandler = newMetricsAuth(kube, metricsHandler)
+		// The reviews' own client: a flood of tokens then draws on its rate limit, not on the
+		// one that renews the Lease (metricsauth.go).
+		reviews, err := newMetricsReviewClient(rc)
+		if err != nil {
+			return err
+		}
+		metricsHandler = newMetricsAuth(reviews, metricsHandler)
 	}
 	serveTLS(ctx, cfg.metricsAddr, "/metrics", metricsHandler, metricsTLSConfig)
 	serve(ctx, cfg.healthAddr, "/", healthHandler(w, cfg.leaderElect))

@@ -26,6 +26,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -212,6 +213,17 @@ type operatorConfig struct {
 // every process it left is killed, and on failure its log is printed.
 func newOperator(t *testing.T, cfg operatorConfig) *operator {
 	t.Helper()
+	// The operator refuses a backend URL with a password (stack.ErrCredentialsInURL): the
+	// password of the test's PostgreSQL goes in PGPASSWORD, as the chart gives it.
+	if u, err := url.Parse(cfg.backendURL); err == nil && cfg.backendURL != "" {
+		if password, ok := u.User.Password(); ok {
+			u.User = url.User(u.User.Username())
+			cfg.backendURL = u.String()
+			env := map[string]string{"PGPASSWORD": password}
+			maps.Copy(env, cfg.env)
+			cfg.env = env
+		}
+	}
 	args := []string{"--kubeconfig", cfg.kubeconfig, "--state-dir", cfg.stateDir, "--cluster-name", cfg.cluster,
 		"--pulumi", testenv.PulumiCLI(t), "--project-file", filepath.Join(testenv.RepoRoot(), "Pulumi.yaml")}
 	if cfg.backendURL != "" && !cfg.urlInEnv {
@@ -512,6 +524,21 @@ func (o *operator) processCommandLines() []string {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
 		if err == nil {
 			out = append(out, strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return out
+}
+
+// processEnvirons returns the environment of each of the operator's processes but the
+// operator itself (whose environment the test wrote), by command line (NULs as spaces), each
+// environment's entries joined by newlines.
+func (o *operator) processEnvirons() map[string]string {
+	out := map[string]string{}
+	for _, p := range taggedPIDs(o.tag, o.pid()) {
+		env, err1 := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p))
+		cmd, err2 := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+		if err1 == nil && err2 == nil {
+			out[strings.ReplaceAll(string(cmd), "\x00", " ")] = strings.ReplaceAll(string(env), "\x00", "\n")
 		}
 	}
 	return out

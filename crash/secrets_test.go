@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -25,13 +24,14 @@ import (
 )
 
 // TestPassphraseNeverLeaks runs the operator with a distinctive passphrase (from a file, as a
-// mounted Secret gives it) and a backend URL with a distinctive database password (in
-// PULUMI_BACKEND_URL, as a Secret gives it), and drives an object through create, an invalid
+// mounted Secret gives it), a distinctive database password (in PGPASSWORD, as a Secret gives
+// it; the URL in PULUMI_BACKEND_URL) and a planted token of another tool in its environment, and drives an object through create, an invalid
 // spec, a failure for a wrong database password (a second operator run with it), a failure for
 // a stopped database, recovery and delete. Neither secret, nor the wrong password, may appear in
 // the operators' logs, in any version of the object (status) the apiserver held, in any Event,
-// or on the command line of any process the operator started; on disk, only where it rests by
-// design (see secretsAtRest), while the stack exists and after it is gone.
+// on the command line of any process the operator started, or in the environment of one (the
+// planted token and the passphrase; provider plugins included); nor on disk (secretsAtRest), while
+// the stack exists and after it is gone.
 //
 // It needs PostgreSQL (PULUMI_TEST_POSTGRES_URL says it is set up; the test starts a private
 // server with its own password through hack/postgres-up.sh).
@@ -41,6 +41,7 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 	dbPassword := "Db!" + randomHex(8) + "~pw"
 	wrongPassword := "Wrong!" + randomHex(8)
 	passphrase := "Phrase-" + randomHex(8) + " with spaces"
+	ciToken := "ci-token-" + randomHex(12)
 	pg := startPostgres(t, dbPassword)
 	// Every spelling: as set, as hack/postgres-up.sh encodes it in the URL ("!" as %21), and
 	// the random part alone, which any spelling contains.
@@ -54,6 +55,9 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 		"the wrong database password's random part": wrongPassword[6:],
 		"the passphrase":                            passphrase,
 		"the passphrase's random part":              passphrase[7:23],
+		// In the operator's environment, but no business of Pulumi's (another tool's token):
+		// the operator keeps it to itself (stack.childEnv), so no process it starts has it.
+		"the planted CI token": ciToken,
 	}
 	wrong, err := url.Parse(pg.url)
 	if err != nil {
@@ -72,7 +76,7 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 	}
 	stateDir := t.TempDir()
 	cfg := operatorConfig{name: "operator", kubeconfig: c.Kubeconfig, backendURL: pg.url, urlInEnv: true, stateDir: stateDir,
-		cluster: "leak", namespace: ns, env: map[string]string{"PULUMI_CONFIG_PASSPHRASE_FILE": passFile}}
+		cluster: "leak", namespace: ns, env: map[string]string{"PULUMI_CONFIG_PASSPHRASE_FILE": passFile, "CI_DEPLOY_TOKEN": ciToken}}
 	op := newOperator(t, cfg)
 	cfg.name, cfg.backendURL = "wrong-password", wrong.String()
 	opWrong := newOperator(t, cfg)
@@ -88,9 +92,12 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 		deleteAllAndWait(t, c, ns, 3*time.Minute)
 	})
 
-	// Command lines of every process the operators start, sampled while they run.
+	// Command lines and environments of every process the operators start (the CLI, the
+	// engine host, the provider plugins, the program), sampled while they run.
 	var cmdMu sync.Mutex
 	cmdlines := map[string]bool{}
+	environs := map[string]bool{}
+	pluginEnvirons := 0
 	sampling, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
 	go func() {
@@ -100,6 +107,14 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 				for _, l := range o.processCommandLines() {
 					cmdMu.Lock()
 					cmdlines[l] = true
+					cmdMu.Unlock()
+				}
+				for cmdline, env := range o.processEnvirons() {
+					cmdMu.Lock()
+					if !environs[env] && strings.Contains(cmdline, "pulumi-resource-kubernetes") {
+						pluginEnvirons++
+					}
+					environs[env] = true
 					cmdMu.Unlock()
 				}
 			}
@@ -203,8 +218,16 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 	for l := range cmdlines {
 		cmds = append(cmds, l)
 	}
+	var envs []string
+	for e := range environs {
+		envs = append(envs, e)
+	}
+	if pluginEnvirons == 0 {
+		t.Error("no provider plugin's environment was sampled: the search of the environments proves nothing")
+	}
 	cmdMu.Unlock()
 	haystacks := map[string]string{
+		"the environments of the operators' processes (/proc/<pid>/environ), plugins included": strings.Join(envs, "\n"),
 		"the operator's log":                            op.logs.String(),
 		"the wrong-password operator's log":             opWrong.logs.String(),
 		"the object's versions (status)":                objects(),
@@ -216,13 +239,18 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 			t.Errorf("%s: nothing recorded", where)
 		}
 		for what, secret := range secrets {
+			if strings.HasPrefix(where, "the environments") && strings.Contains(what, "database password") {
+				// PGPASSWORD is on the allow-list (stack.childEnv): the engine host and the
+				// CLI need it to open the backend, and their plugins inherit it.
+				continue
+			}
 			if i := strings.Index(hay, secret); i >= 0 {
 				t.Errorf("%s shows %s: ...%s...", where, what, strings.ReplaceAll(context60(hay, i, len(secret)), secret, "<"+what+">"))
 			}
 		}
 	}
-	t.Logf("looked for %d secrets in %d log bytes, %d object bytes, %d Event bytes and %d command lines",
-		len(secrets), len(op.logs.String())+len(opWrong.logs.String()), len(objects()), len(events), len(cmds))
+	t.Logf("looked for %d secrets in %d log bytes, %d object bytes, %d Event bytes, %d command lines and %d process environments (%d of provider plugins)",
+		len(secrets), len(op.logs.String())+len(opWrong.logs.String()), len(objects()), len(events), len(cmds), len(envs), pluginEnvirons)
 
 	atRest.check(t, "after the delete")
 }
@@ -236,14 +264,9 @@ func context60(s string, i, n int) string {
 // secretsAtRest searches the places on disk where a secret could come to rest for the secrets
 // of TestPassphraseNeverLeaks (what -> value), and fails the test for each one found where it
 // has no business being. The places, and what each may hold:
-//   - the operator's state directory (--state-dir, a volume): nothing, except that the
-//     workspace of each stack holds the Pulumi.yaml through which the operator hands the CLI the
-//     backend URL (stack.Manager's workspaceOptions; the CLI reads the URL from there), so a
-//     password in that URL rests in workspaces/<stack>/Pulumi.yaml, as backend.url. That is by
-//     design of a URL that carries a password: the README ("Credentials out of the URL") says
-//     so and gives PGPASSWORD as the way to keep it off the volume. So the database password,
-//     right or wrong (each operator wrote its own URL there), may be that value and nothing
-//     else; the passphrase may be nowhere.
+//   - the operator's state directory (--state-dir, a volume): nothing. The password is never in
+//     the URL (the operator refuses one that holds it: newOperator moves it to PGPASSWORD), and
+//     the workspaces' Pulumi.yaml names no backend (the CLI reads PULUMI_BACKEND_URL).
 //   - the operator's Pulumi home (the CLI's workspace settings and logs; not plugins/, which
 //     holds binaries): nothing. The CLI's logs there are encrypted ("PLOG" files): a search of
 //     the plain bytes cannot see into them.
@@ -263,7 +286,6 @@ type secretsAtRest struct {
 func (a secretsAtRest) check(t *testing.T, when string) []string {
 	t.Helper()
 	var workspaceFiles []string
-	var byDesign []string
 	_ = filepath.WalkDir(a.stateDir, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return nil
@@ -277,35 +299,19 @@ func (a secretsAtRest) check(t *testing.T, when string) []string {
 		if parts[0] == "workspaces" {
 			workspaceFiles = append(workspaceFiles, rel)
 		}
-		rest := b // what must hold no database password
 		if len(parts) == 3 && parts[0] == "workspaces" && parts[2] == "Pulumi.yaml" {
-			var err error
-			var backendURL string
-			if rest, backendURL, err = withoutBackendURL(b); err != nil {
-				t.Errorf("%s: %s: %v", when, rel, err)
-				return nil
-			}
-			for what, secret := range a.secrets {
-				if strings.Contains(what, "database password") && strings.Contains(backendURL, secret) {
-					byDesign = append(byDesign, rel+" ("+what+")")
-				}
+			// The CLI reads the backend from PULUMI_BACKEND_URL: the workspace names none.
+			if backendURL, err := backendOf(b); err != nil || backendURL != "" {
+				t.Errorf("%s: %s names backend %q (%v), want none", when, rel, stack.RedactURL(backendURL), err)
 			}
 		}
 		for what, secret := range a.secrets {
-			hay := rest
-			if !strings.Contains(what, "database password") {
-				hay = b
-			}
-			if bytes.Contains(hay, []byte(secret)) {
+			if bytes.Contains(b, []byte(secret)) {
 				t.Errorf("%s: file %s in the state directory holds %s", when, rel, what)
 			}
 		}
 		return nil
 	})
-	if len(byDesign) > 0 {
-		sort.Strings(byDesign)
-		t.Logf("%s: by design, the backend URL of workspace Pulumi.yaml files holds a database password: %v", when, byDesign)
-	}
 
 	homeFiles := 0
 	_ = filepath.WalkDir(a.pulumiHome, func(p string, d os.DirEntry, err error) error {
@@ -347,20 +353,15 @@ func (a secretsAtRest) check(t *testing.T, when string) []string {
 	return workspaceFiles
 }
 
-// withoutBackendURL returns a Pulumi.yaml without its backend.url, and that URL.
-func withoutBackendURL(b []byte) ([]byte, string, error) {
+// backendOf returns the backend.url of a Pulumi.yaml, "" when it names none.
+func backendOf(b []byte) (string, error) {
 	var doc map[string]any
 	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return nil, "", fmt.Errorf("read as YAML: %w", err)
+		return "", fmt.Errorf("read as YAML: %w", err)
 	}
 	backend, _ := doc["backend"].(map[string]any)
 	backendURL, _ := backend["url"].(string)
-	delete(backend, "url")
-	rest, err := yaml.Marshal(doc)
-	if err != nil {
-		return nil, "", err
-	}
-	return rest, backendURL, nil
+	return backendURL, nil
 }
 
 // pulumiHomeOf is the Pulumi home the operator's CLI runs with: the Manager's default for the

@@ -188,6 +188,9 @@ func New(cfg Config) (*Manager, error) {
 	for k, v := range cfg.Env {
 		env[k] = v
 	}
+	// The backend reaches the CLI through its environment only, never through the workspace's
+	// Pulumi.yaml on the state volume (workspaceOptions).
+	env["PULUMI_BACKEND_URL"] = cfg.BackendURL
 	sweepLeftovers(cfg.WorkRoot) // what runs killed before this process started left behind
 	return &Manager{cfg: cfg, cmd: cmd, env: env, procs: procs, stackInit: stackInit, engineHost: host, settled: map[string]bool{}}, nil
 }
@@ -261,7 +264,34 @@ func checkSecretsProvider(p string) error {
 		p, strings.Join(secretsProviderSchemes, "://, "))
 }
 
-// prepareBackend checks the backend URL and creates a file:// backend's directory.
+// ErrCredentialsInURL means the backend URL carries a password or another credential (in its
+// user part or a query parameter such as password=, sslpassword=, sig=, secret_key=).
+// Credentials go in the environment, where the backend's driver reads them, and so never rest
+// on disk or show on a command line.
+var ErrCredentialsInURL = errors.New("backend URL holds a credential")
+
+// credentialsInURL returns an ErrCredentialsInURL error that says where to put the credential,
+// or nil.
+func credentialsInURL(u *url.URL) error {
+	_, hasPassword := u.User.Password()
+	if !hasPassword && !secretQuery.MatchString("?"+u.RawQuery) {
+		return nil
+	}
+	where := "in the backend's own environment variable"
+	switch u.Scheme {
+	case "postgres", "postgresql":
+		where = "in PGPASSWORD (Secret key pgpassword; chart value backendCredentials.pgpassword)"
+	case "s3":
+		where = "in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (Secret keys aws-access-key-id, aws-secret-access-key; chart values backendCredentials.*)"
+	case "azblob":
+		where = "in AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN (extraEnv from a Secret)"
+	}
+	return fmt.Errorf("configure stack manager: %w: %s: Pulumi and the workspaces on the state volume would keep it in clear; remove it from the URL and give it %s",
+		ErrCredentialsInURL, RedactURL(u.String()), where)
+}
+
+// prepareBackend checks the backend URL (no credentials in it: credentialsInURL) and creates a
+// file:// backend's directory.
 func prepareBackend(raw string) (string, error) {
 	if raw == "" {
 		return "", errors.New("configure stack manager: empty backend URL")
@@ -269,6 +299,9 @@ func prepareBackend(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
 		return "", fmt.Errorf("configure stack manager: backend URL %q: want file:///dir, postgres://, s3://, gs://, azblob:// or https://", RedactURL(raw))
+	}
+	if err := credentialsInURL(u); err != nil {
+		return "", err
 	}
 	if u.Scheme != "file" {
 		return raw, nil

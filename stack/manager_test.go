@@ -174,9 +174,19 @@ func TestPrepareBackend(t *testing.T) {
 		"empty":            {raw: "", wantErr: "empty backend URL"},
 		"no scheme":        {raw: "my-bucket", wantErr: "want file:///dir, postgres://"},
 		"file without dir": {raw: "file://", wantErr: "names no directory"},
+		// Credentials in the URL: refused, saying where they go, never showing them.
+		"postgres password": {raw: "postgres://u:hunter2@db:5432/pulumi", wantErr: "remove it from the URL and give it in PGPASSWORD"},
+		"postgres password parameter": {raw: "postgres://u@db/pulumi?sslmode=require&password=hunter2",
+			wantErr: "backend URL holds a credential: postgres://u@db/pulumi?sslmode=require&password=xxxxx"},
+		"s3 secret key": {raw: "s3://b?endpoint=h&secret_key=hunter2", wantErr: "AWS_SECRET_ACCESS_KEY"},
+		"azure sas":     {raw: "azblob://c?sig=hunter2", wantErr: "AZURE_STORAGE_SAS_TOKEN"},
+		"gcs password":  {raw: "gs://u:hunter2@b", wantErr: "the backend's own environment variable"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := prepareBackend(tc.raw)
+			if err != nil && strings.Contains(err.Error(), "hunter2") {
+				t.Fatalf("the error shows the credential: %v", err)
+			}
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("prepareBackend(%q) = %q, %v; want an error containing %q", tc.raw, got, err, tc.wantErr)

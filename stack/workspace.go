@@ -35,8 +35,8 @@ func scratchName(prefix string) string {
 
 // workspaceOptions are the options of a local workspace for stackName (program emptyProgram): its
 // own directory WorkRoot/<stackName> (created here), so that two stacks never share workspace
-// files; the CLI, project, backend, secrets provider, environment and Pulumi home of the
-// Manager.
+// files; the CLI, project, secrets provider, environment (the backend's URL included) and Pulumi
+// home of the Manager.
 func (m *Manager) workspaceOptions(stackName string) ([]auto.LocalWorkspaceOption, error) {
 	dir := filepath.Join(m.cfg.WorkRoot, stackName)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -45,7 +45,8 @@ func (m *Manager) workspaceOptions(stackName string) ([]auto.LocalWorkspaceOptio
 	proj := workspace.Project{
 		Name:    tokens.PackageName(m.cfg.Project),
 		Runtime: workspace.NewProjectRuntimeInfo("go", nil),
-		Backend: &workspace.ProjectBackend{URL: m.cfg.BackendURL},
+		// No backend here: the CLI reads it from PULUMI_BACKEND_URL (Manager.env), so the
+		// Pulumi.yaml auto writes into the workspace names none.
 	}
 	opts := []auto.LocalWorkspaceOption{
 		auto.WorkDir(dir),

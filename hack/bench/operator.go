@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,8 +65,18 @@ func (b *bench) startOperator(ctx context.Context, s operatorSpec) (*operator, e
 	if s.labelSelector != "" {
 		args = append(args, "--label-selector", s.labelSelector)
 	}
+	var pgPassword string
 	if s.backendURL != "" {
-		args = append([]string{"--backend-url", s.backendURL}, args...)
+		// The operator refuses a URL with a password: it goes in PGPASSWORD.
+		backendURL := s.backendURL
+		if u, err := url.Parse(backendURL); err == nil {
+			if p, ok := u.User.Password(); ok {
+				pgPassword = p
+				u.User = url.User(u.User.Username())
+				backendURL = u.String()
+			}
+		}
+		args = append([]string{"--backend-url", backendURL}, args...)
 	}
 	if s.stackInit != "" {
 		args = append([]string{"--stack-init", s.stackInit}, args...)
@@ -87,6 +98,9 @@ func (b *bench) startOperator(ctx context.Context, s operatorSpec) (*operator, e
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "PULUMI_CONFIG_PASSPHRASE=bench", "PULUMI_OPERATOR_BACKEND_URL=", "PULUMI_BACKEND_URL=")
+	if pgPassword != "" {
+		cmd.Env = append(cmd.Env, "PGPASSWORD="+pgPassword)
+	}
 	for k, v := range s.env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
