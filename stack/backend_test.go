@@ -274,7 +274,7 @@ func TestBackendDown(t *testing.T) {
 		"postgres": {
 			backend: stateBackend{url: "postgres://pulumi@" + addr + "/pulumi?sslmode=disable&connect_timeout=5",
 				env: map[string]string{"PGPASSWORD": secret}},
-			want:    []string{"PostgreSQL", addr},
+			want: []string{"PostgreSQL", addr},
 		},
 		"s3": {
 			backend: stateBackend{
