@@ -111,10 +111,12 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 				}
 				for cmdline, env := range o.processEnvirons() {
 					cmdMu.Lock()
-					if !environs[env] && strings.Contains(cmdline, "pulumi-resource-kubernetes") {
+					// The command line first, so that a finding names the process.
+					entry := "process " + cmdline + ":\n" + env
+					if !environs[entry] && strings.Contains(cmdline, "pulumi-resource-kubernetes") {
 						pluginEnvirons++
 					}
-					environs[env] = true
+					environs[entry] = true
 					cmdMu.Unlock()
 				}
 			}

@@ -58,3 +58,8 @@ func allowedChildVar(name string) bool {
 
 // operatorEnv is childEnv of this process's environment.
 func operatorEnv() []string { return childEnv(os.Environ()) }
+
+// Environ is the environment ("NAME=value" entries) for any process the operator starts that
+// runs Pulumi code, as childEnvNames and childEnvPrefixes allow it from this process's own: what
+// the commands use for a `pulumi version` of their own.
+func Environ() []string { return operatorEnv() }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -349,10 +350,31 @@ func pulumiCommand(path, workRoot string, procs *processSet) (auto.PulumiCommand
 			return nil, fmt.Errorf("link pulumi CLI: %w", err)
 		}
 	}
-	cmd, err := auto.NewPulumiCommand(&auto.PulumiCommandOptions{Root: root})
+	cli := filepath.Join(root, "bin", "pulumi")
+	version, err := cliVersionOf(cli)
 	if err != nil {
 		return nil, fmt.Errorf("run pulumi CLI %s: %w", abs, err)
 	}
-	// auto's command checked the version; the runs are trackedCommand's.
-	return &trackedCommand{path: filepath.Join(root, "bin", "pulumi"), version: cmd.Version(), procs: procs}, nil
+	return &trackedCommand{path: cli, version: version, procs: procs}, nil
+}
+
+// cliVersionOf runs `<cli> version` with the allow-listed environment (Environ) and returns the
+// version it prints. It is what auto.NewPulumiCommand does, written out because auto runs it
+// with this process's whole environment. The Automation API of this module speaks to CLIs of
+// its own major version only (auto's check): another major is an error that says so.
+func cliVersionOf(cli string) (semver.Version, error) {
+	cmd := exec.Command(cli, "version")
+	cmd.Env = append(Environ(), "PULUMI_SKIP_UPDATE_CHECK=true")
+	out, err := cmd.Output()
+	if err != nil {
+		return semver.Version{}, fmt.Errorf("`pulumi version`: %w", err)
+	}
+	v, err := semver.ParseTolerant(strings.TrimSpace(string(out)))
+	if err != nil {
+		return semver.Version{}, fmt.Errorf("`pulumi version` printed %q: %w", strings.TrimSpace(string(out)), err)
+	}
+	if want := semver.MustParse(PinnedCLIVersion); v.Major != want.Major {
+		return semver.Version{}, fmt.Errorf("pulumi CLI v%s: the operator needs major version %d (it pins v%s)", v, want.Major, PinnedCLIVersion)
+	}
+	return v, nil
 }
