@@ -95,7 +95,9 @@ func clusterAdmissionStatus(ctx context.Context, cfg *config) string {
 func cliVersion(ctx context.Context, path string) string {
 	ctx, cancel := context.WithTimeout(ctx, cliVersionTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "version").Output()
+	cmd := exec.CommandContext(ctx, path, "version")
+	cmd.Env = stack.Environ() // as every pulumi process the operator starts
+	out, err := cmd.Output()
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Sprintf("not found at %s (%v; build the pinned CLI with `make tools` or pass --pulumi)", path, err)
 	}
