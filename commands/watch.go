@@ -39,6 +39,8 @@ func watchCommand(cfg *config) *cli.Command {
 				Usage: "`N` objects reconciled at once (each runs one pulumi process and its provider plugin: ~250 MiB; about the number of cores)"},
 			&cli.DurationFlag{Name: "resync", EnvVars: []string{"PULUMI_OPERATOR_RESYNC"}, Value: 10 * time.Minute, Destination: &cfg.resync,
 				Usage: "informer resync `PERIOD`; an unchanged object starts no Pulumi run"},
+			&cli.StringSliceFlag{Name: "secret-namespaces", EnvVars: []string{"PULUMI_OPERATOR_SECRET_NAMESPACES"}, Destination: &cfg.secretNamespaces,
+				Usage: "read Secrets named in spec.envFrom only in `NAMESPACES` (comma-separated; * for all), where the operator must be granted get, list and watch on Secrets; elsewhere their changes do not roll the pods (Event EnvSourceNotWatched). Default: none, no permission on Secrets needed"},
 			&cli.StringFlag{Name: "label-selector", EnvVars: []string{"PULUMI_OPERATOR_LABEL_SELECTOR"}, Destination: &cfg.selector,
 				Usage: "reconcile only KindCustomHttps matching `SELECTOR` (sharding across several operators)"},
 			&cli.StringFlag{Name: "health-addr", EnvVars: []string{"PULUMI_OPERATOR_HEALTH_ADDR"}, Value: ":8081", Destination: &cfg.healthAddr,
@@ -111,6 +113,7 @@ func runWatch(parent context.Context, cfg *config) error {
 	} else {
 		slog.Info("Kubernetes provider plugin found", "path", p)
 	}
+	checkAdmission(ctx, kube)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerRESTClientMetrics(reg)
@@ -118,7 +121,8 @@ func runWatch(parent context.Context, cfg *config) error {
 	w := watcher.New(client, kube, watcher.ManagerStacks{Manager: mgr}, watcher.Options{
 		Namespace: cfg.namespace, LabelSelector: cfg.selector, Resync: cfg.resync, DigestSalt: salt,
 		ShutdownGrace: cfg.grace, OperationTimeout: cfg.operationTimeout, StaleLockTimeout: cfg.staleLock, Registry: reg, Metadata: meta,
-		FindPlugin: mgr.KubernetesPlugin,
+		SecretNamespaces: cfg.secretNamespaces.Value(),
+		FindPlugin:       mgr.KubernetesPlugin,
 	})
 	var metricsHandler http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	var metricsTLSConfig *tls.Config

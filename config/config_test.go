@@ -314,9 +314,9 @@ func TestChartTemplate(t *testing.T) {
 				t.Errorf("image %s, want the appVersion", c.Image)
 			}
 		}},
-		"backend URL": {set: []string{"passphrase=x", "backendURL=postgres://u:p@db:5432/pulumi"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+		"backend URL": {set: []string{"passphrase=x", "backendURL=postgres://u@db:5432/pulumi"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
 			s := convert[corev1.Secret](t, mustFind(t, objs, "Secret", secretName))
-			if s.StringData["backend-url"] != "postgres://u:p@db:5432/pulumi" {
+			if s.StringData["backend-url"] != "postgres://u@db:5432/pulumi" {
 				t.Errorf("Secret data = %v", s.StringData)
 			}
 			e := envOf(deployment(t, objs), "PULUMI_BACKEND_URL")
@@ -438,6 +438,8 @@ func TestChartTemplate(t *testing.T) {
 		"schema: grace not integer": {set: []string{"passphrase=x", "shutdownGraceSeconds=soon"}, wantErr: "at '/shutdownGraceSeconds': got string, want integer"},
 		"schema: cluster name":      {set: []string{"passphrase=x", "clusterName=Prod_1"}, wantErr: "at '/clusterName'"},
 		"schema: backend URL":       {set: []string{"passphrase=x", "backendURL=db.example:5432"}, wantErr: "at '/backendURL'"},
+		"schema: password in the backend URL": {set: []string{"passphrase=x", "backendURL=postgres://u:hunter2@db:5432/pulumi"},
+			wantErr: "at '/backendURL'"},
 		"extras": {set: []string{"passphrase=x", "extraArgs[0]=--resync=5m", "extraVolumes[0].name=ca", "extraVolumes[0].configMap.name=ca-bundle",
 			"extraVolumeMounts[0].name=ca", "extraVolumeMounts[0].mountPath=/etc/ssl/extra", "shutdownGraceSeconds=40",
 			"podAnnotations.team=web", "nodeSelector.disk=ssd", "tolerations[0].key=dedicated", "tolerations[0].operator=Exists"},
