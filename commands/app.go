@@ -58,6 +58,7 @@ type config struct {
 	grace            time.Duration
 	staleLock        time.Duration
 	secretNamespaces cli.StringSlice
+	previousPhrase   string
 	operationTimeout time.Duration
 }
 
@@ -87,6 +88,8 @@ func App() *cli.App {
 				Usage: "Pulumi state backend `URL` (file://DIR, postgres://, s3://, ...); default: Pulumi.yaml's backend, else file://<state-dir>/backend"},
 			&cli.StringFlag{Name: "secrets-provider", EnvVars: []string{"PULUMI_OPERATOR_SECRETS_PROVIDER"}, Value: "passphrase", Destination: &cfg.secrets,
 				Usage: "secrets provider of new stacks: `passphrase` (PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE) or a KMS URL (awskms://, azurekeyvault://, gcpkms://, hashivault://; credentials from the provider's usual environment)"},
+			&cli.StringFlag{Name: "previous-passphrase-file", EnvVars: []string{"PULUMI_OPERATOR_PREVIOUS_PASSPHRASE_FILE"}, Destination: &cfg.previousPhrase,
+				Usage: "`FILE` holding the passphrase the stacks were encrypted with before the current one: every up, refresh and destroy first re-encrypts a stack that still needs it (passphrase rotation; see rotate-passphrase)"},
 			&cli.StringFlag{Name: "project-file", EnvVars: []string{"PULUMI_OPERATOR_PROJECT_FILE"}, Value: "Pulumi.yaml", Destination: &cfg.projectFile,
 				Usage: "Pulumi project `FILE` giving the project name and backend; a missing default file means project " + DefaultProject},
 			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"PULUMI_OPERATOR_STATE_DIR"}, Value: filepath.Join(home, ".pulumi-operator"), Destination: &cfg.stateDir,
@@ -127,6 +130,7 @@ func App() *cli.App {
 			destroyCommand(cfg, of),
 			stacksCommand(cfg, of),
 			reconcileCommand(cfg),
+			rotatePassphraseCommand(cfg),
 			versionCommand(cfg),
 			completionCommand(),
 		},

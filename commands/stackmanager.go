@@ -124,7 +124,8 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 		Env:         env,
 		// Pulumi records a stack's secrets provider in its state at `stack init`; later
 		// runs use that one, so the flag only matters for new stacks.
-		SecretsProvider: cfg.secrets,
+		SecretsProvider:        cfg.secrets,
+		PreviousPassphraseFile: absList(cfg.previousPhrase),
 	})
 	if err != nil {
 		return nil, "", err

@@ -382,6 +382,23 @@ func TestChartTemplate(t *testing.T) {
 				t.Errorf("args %v", args)
 			}
 		}},
+		"passphrase rotation": {set: []string{"passphrase=new", "passphraseRotation.previousPassphrase=old"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			if s := convert[corev1.Secret](t, mustFind(t, objs, "Secret", secretName)); s.StringData["previous-passphrase"] != "old" || s.StringData["passphrase"] != "new" {
+				t.Errorf("Secret data = %v", s.StringData)
+			}
+			d := deployment(t, objs)
+			if e := envOf(d, "PULUMI_OPERATOR_PREVIOUS_PASSPHRASE_FILE"); e == nil || e.Value != "/etc/pulumi-operator/secrets/previous-passphrase" {
+				t.Errorf("PULUMI_OPERATOR_PREVIOUS_PASSPHRASE_FILE = %v", e)
+			}
+			if items := volume(d, "secrets").Secret.Items; len(items) != 2 || items[1].Key != "previous-passphrase" {
+				t.Errorf("secrets volume items = %v, want passphrase and previous-passphrase", items)
+			}
+		}},
+		"no passphrase rotation by default": {set: []string{"passphrase=x"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			if e := envOf(deployment(t, objs), "PULUMI_OPERATOR_PREVIOUS_PASSPHRASE_FILE"); e != nil {
+				t.Errorf("PULUMI_OPERATOR_PREVIOUS_PASSPHRASE_FILE = %q without passphraseRotation", e.Value)
+			}
+		}},
 		"no Secrets by default": {set: []string{"passphrase=x"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
 			for _, kind := range []string{"RoleBinding", "ClusterRoleBinding"} {
 				if find(objs, kind, operatorName+"-secret-reader") != nil {

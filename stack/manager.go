@@ -83,6 +83,11 @@ type Config struct {
 	// process. It is used only on a DIY backend with the passphrase secrets provider, and only
 	// for ups that want no progress output (the watcher's; see useEngineHost).
 	EngineHost string
+	// PreviousPassphraseFile, when set, names a file holding the passphrase the stacks were
+	// encrypted with before the current one (PULUMI_CONFIG_PASSPHRASE[_FILE]): every up, refresh
+	// and destroy first re-encrypts a stack it opens under the current one (rotate.go). Read at
+	// each use, as the current one is.
+	PreviousPassphraseFile string
 }
 
 // Manager runs Pulumi operations on the stacks of one project and backend. It is safe for

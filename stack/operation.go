@@ -120,6 +120,15 @@ func (m *Manager) ready(ctx context.Context, stackName string, create bool) (rec
 // found is ready's. A failed run marks the stack as possibly holding pending operations and
 // returns the classified error, "<op> stack <name>: ...".
 func (m *Manager) operate(ctx context.Context, stackName string, create bool, res *Result, run func() (engineOutcome, error)) (out engineOutcome, found bool, err error) {
+	if res.Operation != "preview" {
+		// With a previous passphrase configured: the stack's secrets under the current one
+		// first (rotate.go), before anything reads its state; a no-op otherwise, and for a
+		// stack that does not exist yet.
+		if _, err := m.reencrypt(ctx, stackName); err != nil && !auto.IsSelectStack404Error(err) {
+			res.End = time.Now()
+			return out, true, fmt.Errorf("%s stack %s: %w", res.Operation, stackName, err)
+		}
+	}
 	res.Recovered, found, err = m.ready(ctx, stackName, create)
 	if err != nil || !found {
 		res.End = time.Now()
