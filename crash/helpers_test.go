@@ -691,8 +691,16 @@ func openBackend(t *testing.T, rawURL, cluster, passphrase string) *backend {
 		// connection for a listing and waits for a second (pkg/backend/diy/postgres ListPaged).
 		"PULUMI_DIY_BACKEND_PARALLEL": "1",
 	}
+	// The Manager refuses a URL with a password (stack.ErrCredentialsInURL): PGPASSWORD.
+	mgrURL := rawURL
+	if u, err := url.Parse(rawURL); err == nil {
+		if password, ok := u.User.Password(); ok {
+			u.User = url.User(u.User.Username())
+			mgrURL, env["PGPASSWORD"] = u.String(), password
+		}
+	}
 	mgr, err := stack.New(stack.Config{
-		Project: "kindcustomhttp", BackendURL: rawURL, WorkRoot: t.TempDir(), PulumiPath: testenv.PulumiCLI(t),
+		Project: "kindcustomhttp", BackendURL: mgrURL, WorkRoot: t.TempDir(), PulumiPath: testenv.PulumiCLI(t),
 		ClusterName: cluster, Env: env,
 	})
 	if err != nil {

@@ -113,7 +113,7 @@ func (m *Manager) engine(ctx context.Context, stackName, op string, program pulu
 	// (auto sets it for every run too).
 	env := make([]string, 0, len(m.env)+2)
 	env = append(env, "PULUMI_DEBUG_COMMANDS=true")
-	for k, v := range m.env {
+	for k, v := range m.cliEnv() {
 		env = append(env, k+"="+v)
 	}
 	if m.cfg.PulumiHome != "" {

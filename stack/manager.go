@@ -194,11 +194,20 @@ func New(cfg Config) (*Manager, error) {
 	for k, v := range cfg.Env {
 		env[k] = v
 	}
-	// The backend reaches the CLI through its environment only, never through the workspace's
-	// Pulumi.yaml on the state volume (workspaceOptions).
-	env["PULUMI_BACKEND_URL"] = cfg.BackendURL
 	sweepLeftovers(cfg.WorkRoot) // what runs killed before this process started left behind
 	return &Manager{cfg: cfg, cmd: cmd, env: env, procs: procs, stackInit: stackInit, engineHost: host, settled: map[string]bool{}}, nil
+}
+
+// cliEnv is what every CLI run of the Manager adds to its environment: Config.Env and the
+// Manager's settings (m.env), and the backend's URL, which reaches the CLI this way only, never
+// through the workspace's Pulumi.yaml on the state volume (workspaceOptions).
+func (m *Manager) cliEnv() map[string]string {
+	env := make(map[string]string, len(m.env)+1)
+	for k, v := range m.env {
+		env[k] = v
+	}
+	env["PULUMI_BACKEND_URL"] = m.cfg.BackendURL
+	return env
 }
 
 // Kill ends every pulumi process the Manager runs now, engine hosts and CLI runs alike, with

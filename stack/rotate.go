@@ -170,7 +170,7 @@ func (m *Manager) exportDeployment(ctx context.Context, stackName string) (map[s
 	var err error
 	for _, phrase := range phrases {
 		env := []string{"PULUMI_CONFIG_PASSPHRASE=" + phrase, "PULUMI_CONFIG_PASSPHRASE_FILE="}
-		for k, v := range m.env {
+		for k, v := range m.cliEnv() {
 			if k != "PULUMI_CONFIG_PASSPHRASE" && k != "PULUMI_CONFIG_PASSPHRASE_FILE" {
 				env = append(env, k+"="+v)
 			}

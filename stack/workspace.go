@@ -53,7 +53,7 @@ func (m *Manager) workspaceOptions(stackName string) ([]auto.LocalWorkspaceOptio
 		auto.Pulumi(m.cmd),
 		auto.Project(proj),
 		auto.SecretsProvider(m.cfg.SecretsProvider),
-		auto.EnvVars(m.env),
+		auto.EnvVars(m.cliEnv()),
 		auto.Program(emptyProgram),
 	}
 	if m.cfg.PulumiHome != "" {
