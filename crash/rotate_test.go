@@ -48,6 +48,15 @@ func TestPassphraseRotation(t *testing.T) {
 			namespace: ns, env: env, engineHost: engineHost})
 	}
 
+	both := map[string]string{"PULUMI_CONFIG_PASSPHRASE_FILE": newFile, "PULUMI_OPERATOR_PREVIOUS_PASSPHRASE_FILE": oldFile}
+	// Whatever step the test ends at, an operator that opens every stack destroys them; the
+	// others are stopped by then (cleanups run last-registered first).
+	cleaner := operatorWith("cleanup", both)
+	t.Cleanup(func() {
+		cleaner.start()
+		deleteAllAndWait(t, c, ns, 5*time.Minute)
+	})
+
 	before := operatorWith("passphrase-A", map[string]string{"PULUMI_CONFIG_PASSPHRASE_FILE": oldFile})
 	before.start()
 	live := map[string]spec{}
@@ -60,9 +69,7 @@ func TestPassphraseRotation(t *testing.T) {
 	}
 	t.Logf("%d objects Ready under passphrase A in %s", n, waitConverged(t, c, ns, live, nil, 5*time.Minute).Round(time.Second))
 	before.stop()
-	t.Cleanup(func() { deleteAllAndWait(t, c, ns, 5*time.Minute) })
 
-	both := map[string]string{"PULUMI_CONFIG_PASSPHRASE_FILE": newFile, "PULUMI_OPERATOR_PREVIOUS_PASSPHRASE_FILE": oldFile}
 	rotating := operatorWith("passphrase-B-previous-A", both)
 	rotating.start()
 
@@ -137,7 +144,7 @@ func TestPassphraseRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitConverged(t, c, ns, live, nil, 5*time.Minute)
+	t.Logf("an operator with passphrase B alone updated all %d stacks in %s", n, waitConverged(t, c, ns, live, nil, 5*time.Minute).Round(time.Second))
 	if n := countLines(after.logs.String(), "incorrect passphrase"); n > 0 {
 		t.Errorf("the operator with passphrase B alone logged %d incorrect-passphrase lines", n)
 	}
