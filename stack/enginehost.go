@@ -222,7 +222,7 @@ func reportPrune(stackName string, r engineReply) {
 // engineHostEnv is the engine host's environment: the CLI's (this process's, allow-listed by childEnv, New's settings and
 // Config.Env over it, PULUMI_HOME) and the backend URL, which the host reads from there.
 func (m *Manager) engineHostEnv() []string {
-	env := operatorEnv()
+	env := without(operatorEnv(), m.drop)
 	for k, v := range m.env {
 		env = append(env, k+"="+v)
 	}

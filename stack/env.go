@@ -59,7 +59,7 @@ func allowedChildVar(name string) bool {
 // operatorEnv is childEnv of this process's environment.
 func operatorEnv() []string { return childEnv(os.Environ()) }
 
-// Environ is the environment ("NAME=value" entries) for any process the operator starts that
-// runs Pulumi code, as childEnvNames and childEnvPrefixes allow it from this process's own: what
-// the commands use for a `pulumi version` of their own.
-func Environ() []string { return operatorEnv() }
+// Environ is the environment ("NAME=value" entries) for a pulumi process that opens no backend
+// and no stack, such as `pulumi version`: what childEnvNames and childEnvPrefixes allow of this
+// process's own, without the credential variables (credentialVars).
+func Environ() []string { return without(operatorEnv(), credentialVars) }

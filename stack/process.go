@@ -71,6 +71,8 @@ type trackedCommand struct {
 	path    string // absolute
 	version semver.Version
 	procs   *processSet
+	// drop are variables of this process's environment the runs do not get (Manager.drop).
+	drop []string
 }
 
 var _ auto.PulumiCommand = (*trackedCommand)(nil)
@@ -91,7 +93,7 @@ func (c *trackedCommand) Run(ctx context.Context, workdir string, stdin io.Reade
 	}
 	cmd := exec.CommandContext(ctx, c.path, args...)
 	cmd.Dir = workdir
-	env := append(operatorEnv(), additionalEnv...)
+	env := append(without(operatorEnv(), c.drop), additionalEnv...)
 	env = append(env, "PULUMI_AUTOMATION_API=true")
 	cmd.Env = pathFirst(env, filepath.Dir(c.path))
 	var stdout, stderr bytes.Buffer

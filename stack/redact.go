@@ -4,7 +4,9 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 )
 
 // RedactURL hides a password in a URL, and the values of its secret query parameters
@@ -49,7 +51,32 @@ func redactPasswords(s string) string {
 			s = strings.ReplaceAll(s, v, "xxxxx")
 		}
 	}
+	redactions.Lock()
+	defer redactions.Unlock()
+	for _, v := range redactions.values {
+		s = strings.ReplaceAll(s, v, "xxxxx")
+	}
 	return s
+}
+
+// redactions are credentials redactPasswords hides besides those of the environment: ones a
+// Manager took out of its children's environment (movePGPassword).
+var redactions struct {
+	sync.Mutex
+	values []string
+}
+
+// addRedaction has redactPasswords hide v from now on (when it is at least minCredentialLen
+// long).
+func addRedaction(v string) {
+	if len(v) < minCredentialLen {
+		return
+	}
+	redactions.Lock()
+	defer redactions.Unlock()
+	if !slices.Contains(redactions.values, v) {
+		redactions.values = append(redactions.values, v)
+	}
 }
 
 // RedactText is s (any text: an error, a log line) with the password and secret query values of

@@ -81,7 +81,7 @@ func (m *Manager) initStack(ctx context.Context, stackName string) (created, exi
 	}
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, m.stackInit, m.cfg.Project, stackName)
-	cmd.Env = operatorEnv()
+	cmd.Env = without(operatorEnv(), m.drop)
 	for k, v := range m.env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
