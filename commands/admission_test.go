@@ -1,0 +1,62 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/pulumi-operator/pulumi-operator/watcher"
+)
+
+// TestAdmissionStatus: the line `version` prints and `watch` logs for each answer the API server
+// can give (the real one is in config/admission_test.go; a fake client forces the refusals): a
+// bound policy, none, a binding that only warns, a namespaced install's refusal, another error.
+func TestAdmissionStatus(t *testing.T) {
+	labels := map[string]string{watcher.AdmissionPolicyLabel: watcher.AdmissionPolicyValue}
+	policy := &admissionv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: labels}}
+	binding := func(actions ...admissionv1.ValidationAction) *admissionv1.ValidatingAdmissionPolicyBinding {
+		return &admissionv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "b", Labels: labels},
+			Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "p", ValidationActions: actions}}
+	}
+	fail := func(err error) k8stesting.ReactionFunc {
+		return func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, err }
+	}
+	tests := map[string]struct {
+		objects   []runtime.Object
+		react     k8stesting.ReactionFunc
+		want      string
+		installed bool
+	}{
+		"bound":                {objects: []runtime.Object{policy, binding(admissionv1.Deny)}, want: "p (bound, Deny)", installed: true},
+		"none":                 {want: "NOT INSTALLED: no admission policy checks who may reference Secrets"},
+		"a policy unbound":     {objects: []runtime.Object{policy}, want: "NOT INSTALLED"},
+		"a binding that warns": {objects: []runtime.Object{policy, binding(admissionv1.Warn)}, want: "NOT INSTALLED"},
+		"namespaced install": {react: fail(apierrors.NewForbidden(schema.GroupResource{Resource: "validatingadmissionpolicies"}, "", errors.New("rbac"))),
+			want: "unknown (these credentials may not list ValidatingAdmissionPolicies"},
+		"API down": {react: fail(errors.New("connection refused")), want: "unknown (list ValidatingAdmissionPolicies: connection refused)"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			kube := fake.NewClientset(tc.objects...)
+			if tc.react != nil {
+				kube.PrependReactor("list", "validatingadmissionpolicies", tc.react)
+			}
+			line, installed := admissionStatus(context.Background(), kube)
+			if !strings.Contains(line, tc.want) || installed != tc.installed {
+				t.Errorf("admissionStatus = %q, %v; want %q, %v", line, installed, tc.want, tc.installed)
+			}
+			if strings.Contains(strings.ToLower(line), "forbidden") {
+				t.Errorf("the line %q says forbidden, which log searches read as a failure", line)
+			}
+		})
+	}
+}
