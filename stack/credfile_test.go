@@ -11,11 +11,12 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
-// TestPGPasswordInMemoryFile: a postgres:// backend's password, from Config.Env or from this
+// TestCredentialsInMemoryFile: a postgres:// backend's password, from Config.Env or from this
 // process's environment, reaches the processes the Manager starts as PGPASSFILE, a file in
 // memory only with mode 0600 holding one escaped line, never as PGPASSWORD; it is redacted from
-// then on. Another backend keeps PGPASSWORD as it is.
-func TestPGPasswordInMemoryFile(t *testing.T) {
+// then on. An s3:// backend's keys go the same way, as AWS_SHARED_CREDENTIALS_FILE. Another
+// backend keeps the variables as they are.
+func TestCredentialsInMemoryFile(t *testing.T) {
 	const password = `pa:ss\word-7f3e`
 	cli := testenv.PulumiCLI(t)
 	dir := t.TempDir()
@@ -79,6 +80,22 @@ func TestPGPasswordInMemoryFile(t *testing.T) {
 			}
 		})
 	}
+	t.Run("s3", func(t *testing.T) {
+		m := newManager(t, "s3://bucket?endpoint=127.0.0.1:1", map[string]string{"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+			"AWS_SECRET_ACCESS_KEY": "secret-key-5e1d", "AWS_SESSION_TOKEN": "session-9c2a", "AWS_PROFILE": "ops"})
+		seen := cliEnviron(t, m)
+		for _, v := range []string{"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_SESSION_TOKEN=", "secret-key-5e1d", "session-9c2a"} {
+			if strings.Contains(seen, v) {
+				t.Errorf("a CLI run sees %s", v)
+			}
+		}
+		path := m.cliEnv()["AWS_SHARED_CREDENTIALS_FILE"]
+		b, err := os.ReadFile(path)
+		want := "[ops]\naws_access_key_id = AKIDEXAMPLE\naws_secret_access_key = secret-key-5e1d\naws_session_token = session-9c2a\n"
+		if err != nil || string(b) != want || !strings.Contains(seen, "AWS_SHARED_CREDENTIALS_FILE="+path) {
+			t.Errorf("credentials file %s = %q, %v; want %q", path, b, err, want)
+		}
+	})
 	t.Run("another backend", func(t *testing.T) {
 		m := newManager(t, "file://"+t.TempDir(), map[string]string{"PGPASSWORD": password})
 		if env := m.cliEnv(); env["PGPASSWORD"] != password || env["PGPASSFILE"] != "" {

@@ -103,11 +103,11 @@ type Manager struct {
 	stackInit string
 	// salt is the passphrase salt of the stacks the helper makes (salt.go).
 	salt stackSalt
-	// pgpass is the memory file holding a postgres:// backend's password (credfile.go), kept
+	// credentials is the memory file holding the backend's credentials (credfile.go), kept
 	// open for as long as the Manager lives; drop the variables its children's environment
 	// leaves out because of it.
-	pgpass *os.File
-	drop   []string
+	credentials *os.File
+	drop        []string
 	// engineHost runs ups without a CLI process each (enginehost.go); nil for the CLI.
 	engineHost *engineHost
 
@@ -200,12 +200,12 @@ func New(cfg Config) (*Manager, error) {
 		env[k] = v
 	}
 	sweepLeftovers(cfg.WorkRoot) // what runs killed before this process started left behind
-	pgpass, drop := movePGPassword(cfg.BackendURL, env)
+	credentials, drop := moveCredentials(cfg.BackendURL, env)
 	if tc, ok := cmd.(*trackedCommand); ok {
 		tc.drop = drop
 	}
 	return &Manager{cfg: cfg, cmd: cmd, env: env, procs: procs, stackInit: stackInit, engineHost: host, settled: map[string]bool{},
-		pgpass: pgpass, drop: drop}, nil
+		credentials: credentials, drop: drop}, nil
 }
 
 // cliEnv is what every CLI run of the Manager adds to its environment: Config.Env and the

@@ -60,7 +60,7 @@ func redactPasswords(s string) string {
 }
 
 // redactions are credentials redactPasswords hides besides those of the environment: ones a
-// Manager took out of its children's environment (movePGPassword).
+// Manager took out of its children's environment (moveCredentials).
 var redactions struct {
 	sync.Mutex
 	values []string
