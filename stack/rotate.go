@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/config"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
@@ -148,26 +149,26 @@ func reencryptDeployment(ctx context.Context, d map[string]any, old config.Decry
 	return n, nil
 }
 
-// exportDeployment returns stackName's deployment, decoded (numbers kept as json.Number), and
-// its version. `pulumi stack export` decrypts the state to check it, so it runs with the current
+// exportDeployment returns stackName, opened, and its deployment, decoded (numbers kept as
+// json.Number), and the deployment's version. `pulumi stack export` decrypts the state to check it, so it runs with the current
 // passphrase and, when that one is refused, with the previous one.
-func (m *Manager) exportDeployment(ctx context.Context, stackName string) (map[string]any, int, error) {
-	if _, err := m.open(ctx, stackName, false); err != nil {
-		return nil, 0, err
+func (m *Manager) exportDeployment(ctx context.Context, stackName string) (auto.Stack, map[string]any, int, error) {
+	st, err := m.open(ctx, stackName, false)
+	if err != nil {
+		return st, nil, 0, err
 	}
 	dir := filepath.Join(m.cfg.WorkRoot, stackName)
 	phrases := []string{}
 	for _, get := range []func() (string, error){func() (string, error) { return m.passphrase(dir) }, m.previousPassphrase} {
 		p, err := get()
 		if err != nil {
-			return nil, 0, err
+			return st, nil, 0, err
 		}
 		if p != "" {
 			phrases = append(phrases, p)
 		}
 	}
 	var out string
-	var err error
 	for _, phrase := range phrases {
 		env := []string{"PULUMI_CONFIG_PASSPHRASE=" + phrase, "PULUMI_CONFIG_PASSPHRASE_FILE="}
 		for k, v := range m.cliEnv() {
@@ -182,31 +183,31 @@ func (m *Manager) exportDeployment(ctx context.Context, stackName string) (map[s
 		}
 		// The CLI's only word for a wrong passphrase (pkg/v3 secrets/passphrase).
 		if !strings.Contains(stderr, "incorrect passphrase") {
-			return nil, 0, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, fmt.Errorf("%w: %s", err, RedactText(stderr))))
+			return st, nil, 0, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, fmt.Errorf("%w: %s", err, RedactText(stderr))))
 		}
 		err = ErrIncorrectPassphrase
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("export stack %s: %w: neither the passphrase nor the previous one (--previous-passphrase-file) opens it", stackName, err)
+		return st, nil, 0, fmt.Errorf("export stack %s: %w: neither the passphrase nor the previous one (--previous-passphrase-file) opens it", stackName, err)
 	}
 	var ud apitype.UntypedDeployment
 	if err := json.Unmarshal([]byte(out), &ud); err != nil {
-		return nil, 0, fmt.Errorf("read the export of stack %s: %w", stackName, err)
+		return st, nil, 0, fmt.Errorf("read the export of stack %s: %w", stackName, err)
 	}
 	var d map[string]any
 	dec := json.NewDecoder(bytes.NewReader(ud.Deployment))
 	dec.UseNumber()
 	if err := dec.Decode(&d); err != nil {
-		return nil, 0, fmt.Errorf("read the deployment of stack %s: %w", stackName, err)
+		return st, nil, 0, fmt.Errorf("read the deployment of stack %s: %w", stackName, err)
 	}
-	return d, ud.Version, nil
+	return st, d, ud.Version, nil
 }
 
 // PassphraseOf reports which passphrase opens stackName's secrets: PassphraseCurrent,
 // PassphrasePrevious or PassphraseNone. It only reads (an export of the state). Errors:
 // ErrIncorrectPassphrase when neither opens them; the export's.
 func (m *Manager) PassphraseOf(ctx context.Context, stackName string) (PassphraseState, error) {
-	d, _, err := m.exportDeployment(ctx, stackName)
+	_, d, _, err := m.exportDeployment(ctx, stackName)
 	if err != nil {
 		return "", err
 	}
@@ -249,7 +250,7 @@ func (m *Manager) reencrypt(ctx context.Context, stackName string) (bool, error)
 	if m.cfg.PreviousPassphraseFile == "" {
 		return false, nil
 	}
-	d, version, err := m.exportDeployment(ctx, stackName)
+	st, d, version, err := m.exportDeployment(ctx, stackName)
 	if err != nil {
 		return false, err
 	}
@@ -292,11 +293,7 @@ func (m *Manager) reencrypt(ctx context.Context, stackName string) (bool, error)
 	if err := m.setWorkspaceSalt(dir, stackName, newSalt); err != nil {
 		return false, err
 	}
-	s, err := m.open(ctx, stackName, false)
-	if err != nil {
-		return false, err
-	}
-	if err := s.Import(ctx, apitype.UntypedDeployment{Version: version, Deployment: raw}); err != nil {
+	if err := st.Import(ctx, apitype.UntypedDeployment{Version: version, Deployment: raw}); err != nil {
 		return false, fmt.Errorf("import the re-encrypted stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	slog.Info("re-encrypted the stack's secrets with the current passphrase", "stack", stackName, "secrets", n)
