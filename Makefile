@@ -191,9 +191,9 @@ test: controller-gen
 ## bench: figures against targets on a local cluster of its own (.local/bench-cluster): a new CR
 ## to Ready, bursts of 100 CRs, idle over 1000, drift repair, a change (also on PostgreSQL), each
 ## against the floor of its `pulumi up` engine run; writes .local/bench/results.json and
-## docs/benchmarks.md (~45 min on 2 cores). BENCH_FLAGS passes flags to hack/bench (e.g.
-## --phases latency,drift,change). Then, on a real node, a new CR to its first GET through its
-## Service (hack/bench/realnode.sh; SKIP where no node can run).
+## docs/benchmarks.md (which says how long the run took). BENCH_FLAGS passes flags to hack/bench,
+## a module of its own (e.g. --phases latency,drift,change). Then, on a real node, a new CR to its
+## first GET through its Service (hack/bench/realnode.sh; SKIP where no node can run).
 bench: tools build image
 	hack/bench/run.sh $(BENCH_FLAGS)
 	hack/bench/realnode.sh
@@ -201,12 +201,12 @@ bench: tools build image
 # ---- Soak. Not a test: `make test` never runs it.
 .PHONY: soak
 
-## soak: thousands of updates on a local cluster of its own (hack/soak): the state directory, the
-## operator's and the engine host's memory, goroutines and file descriptors sampled from start to
-## end; writes .local/soak/soak.json and the soak section of docs/benchmarks.md. SOAK_FLAGS passes
-## flags (e.g. --updates 500)
+## soak: thousands of updates on a local cluster of its own (hack/bench/soak): the state
+## directory, the operator's and the engine host's memory, goroutines and file descriptors sampled
+## from start to end; writes .local/soak/soak.json and the soak section of docs/benchmarks.md.
+## SOAK_FLAGS passes flags (e.g. --updates 500)
 soak: tools build
-	hack/soak/run.sh $(SOAK_FLAGS)
+	hack/bench/soak/run.sh $(SOAK_FLAGS)
 
 # ---- Crash safety (issue 5). `make test` runs a short TestCrashSafety (3 kills, file backend);
 # this is the long run.

@@ -53,6 +53,9 @@ go test -count=1 -timeout 30m -v "$@" >"${log}" 2>&1 || status=$?
 # reach; built with the CLI's flags (-trimpath, no cgo) so that it reuses the CLI's packages.
 if [[ -n "${all:-}" ]]; then
 	(cd hack/tools/pulumi && CGO_ENABLED=0 go test -trimpath -count=1 -v ./stackinit/ ./engine/) >>"${log}" 2>&1 || status=$?
+	# The benchmark and the soak are a module of their own (hack/bench/go.mod), which ./... does
+	# not reach either.
+	(cd hack/bench && go test -count=1 -v ./...) >>"${log}" 2>&1 || status=$?
 fi
 # Package results and failures in full; passing test lines only as a count.
 grep -E '^(ok|FAIL|---|panic:|\s+\S+_test\.go:[0-9]+:)|^\s+--- ' "${log}" | grep -v -- '--- PASS' || true

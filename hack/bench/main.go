@@ -1,9 +1,12 @@
-// Command bench measures pulumi-operator against a local simulated cluster (issue 8): a new
-// CR to Ready, bursts of 100 CRs at several worker counts, an idle operator over many
-// unchanged CRs, drift repair and a change, each against a floor measured side by side in the
-// same run (the same program through stack.Manager.Up, or its CPU cost). It prints a table of
-// every figure against its target (MET / NOT MET), writes the results as JSON and renders
-// docs/benchmarks.md.
+// Command bench measures pulumi-operator against a local simulated cluster: a new CR to Ready,
+// bursts of 100 CRs at several worker counts, an idle operator over many unchanged CRs, drift
+// repair and a change, each against a floor measured side by side in the same run (the same
+// program through stack.Manager.Up, or its CPU cost). It prints a table of every figure against
+// its target (MET / NOT MET), writes the results as JSON and renders docs/benchmarks.md.
+//
+// It and the soak (soak/) are a module of their own (go.mod here), which replaces the operator's
+// module with the checkout it sits in: what only they use (procfs, expfmt) is no dependency of
+// the operator's.
 //
 // `make bench` runs it through hack/bench/run.sh, which starts a cluster of its own and
 // builds the operator. Exit codes: 0 the run finished (whatever the figures), 1 something
@@ -254,7 +257,8 @@ func writeFile(path, content string) error {
 	return os.WriteFile(path, []byte(keepSoak(path, content)), 0o644)
 }
 
-// The markers of the section `make soak` (hack/soak) writes into docs/benchmarks.md.
+// The markers of the section `make soak` (hack/bench/soak) writes into docs/benchmarks.md. Their
+// text is matched as it stands in docs/benchmarks.md: the same constants are in soak/main.go.
 const (
 	soakBegin = "<!-- soak: written by make soak (hack/soak); make bench keeps it -->"
 	soakEnd   = "<!-- /soak -->"

@@ -3,11 +3,12 @@
 # from `make cluster`'s and `make test`'s), runs hack/bench against it with the operator built
 # by `make build` and the pinned pulumi CLI, and stops and purges the cluster. Prints a table of
 # every figure against its target; writes .local/bench/results.json and docs/benchmarks.md.
-# Takes about 45 minutes on 2 cores (most of it creating the 1000 idle objects). When an earlier
-# run's results are there, the doc shows how far apart the two runs are (--previous).
+# Most of a run is creating the 1000 idle objects; docs/benchmarks.md says how long the last run
+# took. When an earlier run's results are there, the doc shows how far apart the two runs are
+# (--previous). The bench is a module of its own (hack/bench/go.mod), built from there.
 #
 # Usage: hack/bench/run.sh [bench flags...]   (e.g. --phases latency,drift,change --samples 7;
-#                                              `go run ./hack/bench -h` lists them)
+#                                              `cd hack/bench && go run . -h` lists them)
 # Exit status: 0 the run finished (whatever the figures say), 1 something broke, 3 SKIP: the
 # Kubernetes provider plugin is not installed.
 set -euo pipefail
@@ -21,7 +22,7 @@ export CLUSTER_CONTROLLER_MANAGER_PORT=61257 CLUSTER_SCHEDULER_PORT=61259 CLUSTE
 OUT="${REPO_ROOT}/.local/bench"
 mkdir -p "${OUT}"
 
-go build -o "${OUT}/bench" ./hack/bench
+go build -C hack/bench -o "${OUT}/bench" .
 status=0
 "${OUT}/bench" --preflight || status=$?
 if [[ "${status}" -ne 0 ]]; then
@@ -38,8 +39,8 @@ teardown
 trap teardown EXIT
 pg_env="$(hack/postgres-up.sh)"
 eval "${pg_env}"
-# A cluster-up right after stopping a busy cluster has been seen to fail once (etcd exiting at
-# start, nothing logged); one more attempt after a clean stop has always worked.
+# A cluster-up right after stopping a busy cluster can fail (etcd exiting at start, nothing
+# logged); one more attempt after a clean stop gets past it.
 if ! hack/cluster-up.sh; then
 	echo "bench: cluster-up failed; stopping what is left and trying once more" >&2
 	teardown

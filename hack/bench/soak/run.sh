@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # `make soak`: starts a local simulated cluster of its own (.local/soak-cluster, ports apart from
-# the others'), runs hack/soak against it with the operator built by `make build` and the
+# the others'), runs hack/bench/soak against it with the operator built by `make build` and the
 # pinned pulumi CLI, and stops and purges the cluster. Writes .local/soak/soak.json and the soak
-# section of docs/benchmarks.md. About 30-40 minutes for the default 2000 updates on 2 cores.
+# section of docs/benchmarks.md, which says how long the last run took. The soak is a package of
+# the bench's module (hack/bench/go.mod), built from there.
 #
-# Usage: hack/soak/run.sh [soak flags...]   (e.g. --updates 500; `go run ./hack/soak -h` lists them)
+# Usage: hack/bench/soak/run.sh [soak flags...]   (e.g. --updates 500;
+#                                                  `cd hack/bench && go run ./soak -h` lists them)
 set -euo pipefail
 
-REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "${REPO_ROOT}"
 
 export CLUSTER_DIR="${REPO_ROOT}/.local/soak-cluster"
@@ -15,7 +17,7 @@ export CLUSTER_ETCD_PORT=53790 CLUSTER_ETCD_PEER_PORT=53800 CLUSTER_APISERVER_PO
 export CLUSTER_CONTROLLER_MANAGER_PORT=51257 CLUSTER_SCHEDULER_PORT=51259 CLUSTER_KWOK_PORT=51250
 OUT="${REPO_ROOT}/.local/soak"
 mkdir -p "${OUT}"
-go build -o "${OUT}/soak" ./hack/soak
+go build -C hack/bench -o "${OUT}/soak" ./soak
 
 teardown() { hack/cluster-down.sh --purge >/dev/null 2>&1 || true; }
 teardown
