@@ -19,14 +19,13 @@ WORKERS ?= 2
 
 all: build
 
-## build: the operator binary, bin/pulumi-operator, its stack-init helper,
-## bin/pulumi-operator-stack-init, and its engine host, bin/pulumi-operator-engine (both built in
-## the pinned CLI's module: stack.StackInitHelper, stack.EngineHost)
-# CGO_ENABLED=0 -trimpath as in the Dockerfile: `make image` shares this build cache.
+## build: the operator binary, bin/pulumi-operator, and its engine host, bin/pulumi-operator-engine
+## (built in the agent module, beside the pinned CLI: stack.EngineHost)
+# CGO_ENABLED=0 -trimpath as in the Dockerfile: `make image` shares this build cache. -s -w
+# (no symbol table, no DWARF) as there too; stack traces keep their function names and lines.
 build:
-	CGO_ENABLED=0 go build -trimpath -o $(BIN)/pulumi-operator .
-	cd hack/tools/pulumi && CGO_ENABLED=0 go build -trimpath -o $(BIN)/pulumi-operator-stack-init ./stackinit
-	cd hack/tools/pulumi && CGO_ENABLED=0 go build -trimpath -o $(BIN)/pulumi-operator-engine ./engine
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/pulumi-operator .
+	cd agent && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/pulumi-operator-engine ./cmd/engine-host
 
 ## tools: the pinned pulumi CLI and its plugins, the local cluster's binaries, controller-gen and MinIO
 ## (S3 backend tests).
@@ -45,8 +44,8 @@ plugins: $(BIN)/pulumi
 	hack/install-plugins.sh $(BIN)
 
 # The Automation API refuses a CLI that reports no version, hence the -X.
-$(BIN)/pulumi: hack/tools/pulumi/go.mod hack/tools/pulumi/go.sum
-	cd hack/tools/pulumi && CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$(PULUMI_VERSION)" \
+$(BIN)/pulumi: agent/go.mod agent/go.sum
+	cd agent && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$(PULUMI_VERSION)" \
 		-o $(BIN)/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 	@touch $(BIN)/pulumi
 

@@ -2,7 +2,12 @@ module github.com/pulumi-operator/pulumi-operator
 
 go 1.26.0
 
+// The engine host's protocol (agent/protocol): a module of its own, standard library only, that the
+// agent module imports too. Replaced by its directory: it is released with this repository.
+replace github.com/pulumi-operator/pulumi-operator/agent/protocol => ./agent/protocol
+
 require (
+	github.com/pulumi-operator/pulumi-operator/agent/protocol v0.0.0-00010101000000-000000000000
 	github.com/blang/semver v3.5.1+incompatible
 	github.com/moby/patternmatcher v0.6.1
 	github.com/prometheus/client_golang v1.25.0

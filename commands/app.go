@@ -32,7 +32,7 @@ type config struct {
 	projectFile  string
 	stateDir     string
 	pulumiPath   string
-	stackInit    string // stack.Config.StackInit: the stack-init helper's path, "none", or "" to look for it
+	stackInit    string // the retired --stack-init: set only to be warned about
 	engineHost   string // --engine-host: the engine host's path, "none", or "" to look for it (engineHostPath)
 	keepHistory  int    // --keep-history: stack.Config.KeepHistory
 	clusterName  string
@@ -96,8 +96,10 @@ func App() *cli.App {
 				Usage: "`DIR` for per-stack workspaces and the default file backend"},
 			&cli.StringFlag{Name: "pulumi", EnvVars: []string{"PULUMI_OPERATOR_PULUMI"}, Destination: &cfg.pulumiPath,
 				Usage: "pulumi CLI `PATH`; default: the pinned CLI next to this binary"},
-			&cli.StringFlag{Name: "stack-init", EnvVars: []string{"PULUMI_OPERATOR_STACK_INIT"}, Destination: &cfg.stackInit,
-				Usage: "`PATH` of pulumi-operator-stack-init, which creates new stacks of a DIY backend with the passphrase secrets provider faster than `pulumi stack init`, or `none` to use `pulumi stack init`; default: the one next to this binary or else next to the pulumi CLI, if there is one"},
+			// Kept so that command lines and manifests that set it keep working: the stack-init
+			// helper is gone, the engine host creates new stacks (stackManager warns).
+			&cli.StringFlag{Name: "stack-init", EnvVars: []string{"PULUMI_OPERATOR_STACK_INIT"}, Destination: &cfg.stackInit, Hidden: true,
+				Usage: "no longer used: new stacks are created by the engine host (--engine-host), or by `pulumi stack init` without one"},
 			&cli.StringFlag{Name: "engine-host", EnvVars: []string{"PULUMI_OPERATOR_ENGINE_HOST"}, Destination: &cfg.engineHost,
 				Usage: "`PATH` of pulumi-operator-engine, one long-lived process that runs the ups of `watch` (and of any command that shows no progress) without a pulumi CLI process each, on a DIY backend with the passphrase secrets provider; `none` runs every up as a `pulumi up` process; default: the one next to this binary, if there is one"},
 			&cli.IntFlag{Name: "keep-history", EnvVars: []string{"PULUMI_OPERATOR_KEEP_HISTORY"}, Value: 10, Destination: &cfg.keepHistory,

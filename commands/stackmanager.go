@@ -99,6 +99,10 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 	if err != nil {
 		return nil, "", err
 	}
+	if cfg.stackInit != "" {
+		slog.Warn("--stack-init (PULUMI_OPERATOR_STACK_INIT) is no longer used and is ignored: the engine host creates new stacks, or `pulumi stack init` without one (--engine-host none)",
+			"stack-init", cfg.stackInit)
+	}
 	cluster := cfg.clusterName
 	if cluster == "" {
 		var err error
@@ -117,7 +121,6 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 		BackendURL:  backend,
 		WorkRoot:    filepath.Join(cfg.stateDir, "workspaces"),
 		PulumiPath:  pulumiPath,
-		StackInit:   stackInitPath(cfg),
 		EngineHost:  engineHostPath(cfg),
 		KeepHistory: cfg.keepHistory,
 		ClusterName: cluster,
@@ -161,16 +164,6 @@ func absList(list string) string {
 		}
 	}
 	return strings.Join(parts, string(os.PathListSeparator))
-}
-
-// stackInitPath is stack.Config.StackInit for cfg: --stack-init when given, else the helper
-// next to this binary when it is there (the image and bin/ hold both), else "" (stack.New
-// then looks next to the pulumi CLI).
-func stackInitPath(cfg *config) string {
-	if cfg.stackInit != "" {
-		return cfg.stackInit
-	}
-	return besideExecutable(stack.StackInitHelper)
 }
 
 // engineHostPath is stack.Config.EngineHost for cfg: --engine-host when given ("" for none),

@@ -729,8 +729,8 @@ func TestVersionsAgree(t *testing.T) {
 			match(t, "go.mod", goMod, `(?m)^go (\d+\.\d+)(?:\.\d+)?$`)},
 		{"Dockerfile PULUMI_VERSION vs Makefile PULUMI_VERSION", dockerPulumi,
 			match(t, "Makefile", makefile, `(?m)^PULUMI_VERSION :?= *(\S+)$`)},
-		{"Dockerfile PULUMI_VERSION vs hack/tools/pulumi/go.mod github.com/pulumi/pulumi/pkg/v3", dockerPulumi,
-			match(t, "hack/tools/pulumi/go.mod", pulumiMod, `(?m)^\s*github\.com/pulumi/pulumi/pkg/v3 (\S+)`)},
+		{"Dockerfile PULUMI_VERSION vs agent/go.mod github.com/pulumi/pulumi/pkg/v3", dockerPulumi,
+			match(t, "agent/go.mod", pulumiMod, `(?m)^\s*github\.com/pulumi/pulumi/pkg/v3 (\S+)`)},
 		{"Dockerfile KUBERNETES_PLUGIN_VERSION vs go.mod github.com/pulumi/pulumi-kubernetes/sdk/v4", dockerPlugin,
 			match(t, "go.mod", goMod, `(?m)^\s*github\.com/pulumi/pulumi-kubernetes/sdk/v4 (\S+)`)},
 		// controller-gen writes the CRD with the apiextensions types of its own Kubernetes

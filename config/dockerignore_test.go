@@ -34,7 +34,7 @@ func TestDockerignore(t *testing.T) {
 		"go.mod":                   false,
 		"Dockerfile":               false,
 		"Pulumi.yaml":              false,
-		"hack/tools/pulumi/go.mod": false,
+		"agent/go.mod": false,
 		"commands/app.go":          false,
 		".local/plugins/pulumi-resource-kubernetes-v4.33.0-linux-amd64.tar.gz": false,
 		".local/passphrase":                  true, // make run's dev passphrase

@@ -49,10 +49,12 @@ if [[ $# -eq 0 || "$*" == "./..." ]]; then
 fi
 status=0
 go test -count=1 -timeout 30m -v "$@" >"${log}" 2>&1 || status=$?
-# The stack-init helper and the engine host are in the pinned CLI's module (Makefile build), which ./... does not
-# reach; built with the CLI's flags (-trimpath, no cgo) so that it reuses the CLI's packages.
+# The engine host and its protocol are in the agent module and its protocol module (Makefile
+# build), which ./... does not reach; built with the CLI's flags (-trimpath, no cgo) so that it
+# reuses the CLI's packages.
 if [[ -n "${all:-}" ]]; then
-	(cd hack/tools/pulumi && CGO_ENABLED=0 go test -trimpath -count=1 -v ./stackinit/ ./engine/) >>"${log}" 2>&1 || status=$?
+	(cd agent && CGO_ENABLED=0 go test -trimpath -count=1 -v ./...) >>"${log}" 2>&1 || status=$?
+	(cd agent/protocol && go test -count=1 -v ./...) >>"${log}" 2>&1 || status=$?
 	# The benchmark and the soak are a module of their own (hack/bench/go.mod), which ./... does
 	# not reach either.
 	(cd hack/bench && go test -count=1 -v ./...) >>"${log}" 2>&1 || status=$?

@@ -19,6 +19,8 @@ import (
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
 
 // Why this file runs the CLI itself instead of auto.Stack.Up, Refresh and Destroy: those run
@@ -59,11 +61,24 @@ func (e *cliError) Unwrap() error { return e.err }
 // (backenderr.StackNotFoundError), the same pattern auto.IsSelectStack404Error matches.
 var noStack = regexp.MustCompile(`no stack named.*found`)
 
-// stackNotFound reports whether err is a CLI run of this package that failed because the
-// stack does not exist (removed behind this Manager's back, e.g. `pulumi stack rm`).
+// stackNotFound reports whether err is a CLI run or engine host request of this package that
+// failed because the stack does not exist (removed behind this Manager's back, e.g. `pulumi
+// stack rm`).
 func stackNotFound(err error) bool {
+	var re *replyError
+	if errors.As(err, &re) {
+		return re.kind == protocol.KindStackMissing
+	}
 	var ce *cliError
 	return errors.As(err, &ce) && noStack.MatchString(ce.stderr)
+}
+
+// newReplyError is the failed reply r of an op request as an error.
+func newReplyError(op string, r protocol.Reply) *replyError {
+	return &replyError{
+		cliError: &cliError{op: op, code: r.Code, stdout: r.Stdout, stderr: r.Stderr, err: fmt.Errorf("exit status %d", r.Code)},
+		kind:     r.Kind, locks: r.Locks,
+	}
 }
 
 // lockedByAnother reports whether err is a CLI run of this package that found the stack
@@ -155,11 +170,8 @@ func parseEventLog(r io.Reader) (engineOutcome, error) {
 		}
 		switch {
 		case e.SummaryEvent != nil:
-			out.changes = make(map[string]int, len(e.SummaryEvent.ResourceChanges))
-			for op, n := range e.SummaryEvent.ResourceChanges {
-				out.changes[string(op)] = n
-			}
-		case e.ResOutputsEvent != nil && e.ResOutputsEvent.Metadata.Type == "pulumi:pulumi:Stack" &&
+			out.changes = protocol.Changes(e.SummaryEvent.ResourceChanges)
+		case e.ResOutputsEvent != nil && e.ResOutputsEvent.Metadata.Type == protocol.StackType &&
 			e.ResOutputsEvent.Metadata.New != nil && !e.ResOutputsEvent.Planning:
 			outs := e.ResOutputsEvent.Metadata.New.Outputs
 			out.outputs = make(map[string]string, len(outs))
@@ -178,14 +190,12 @@ func parseEventLog(r io.Reader) (engineOutcome, error) {
 // resource.SecretSig as its value).
 const secretSig = "4dabf18193072939515e22adb298388d"
 
-// outputString is how Result.Outputs shows one output value: "[secret]" for a secret.
+// outputString is how Result.Outputs shows one output value of an event log: the engine host's
+// rule (protocol.OutputString), a secret told by its signature key.
 func outputString(v any) string {
-	if m, ok := v.(map[string]any); ok {
-		if _, secret := m[secretSig]; secret {
-			return "[secret]"
-		}
-	}
-	return fmt.Sprint(v)
+	m, ok := v.(map[string]any)
+	_, secret := m[secretSig]
+	return protocol.OutputString(v, ok && secret)
 }
 
 // runtimeServer serves one program to the engine: the LanguageRuntime gRPC service that the

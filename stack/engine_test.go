@@ -73,11 +73,9 @@ func TestParseEventLog(t *testing.T) {
 
 // countingManager is newManager with the real pulumi CLI behind a wrapper that appends each
 // run's arguments to a file, for counting CLI runs; runs returns the runs since the last call
-// (without `pulumi version`, which New runs once).
-//
-// stackInit is Config.StackInit, except "beside": then a wrapper of the real stack-init helper
-// sits beside the CLI's wrapper, where New finds it, and logs each run as "stack-init-helper".
-func countingManager(t *testing.T, stackInit string) (m *Manager, backend string, runs func() []string) {
+// (without `pulumi version`, which New runs once). It has no engine host (hostManager adds
+// one): every operation is a CLI run, new stacks are made by `pulumi stack init`.
+func countingManager(t *testing.T) (m *Manager, backend string, runs func() []string) {
 	t.Helper()
 	real := testenv.PulumiCLI(t)
 	dir := t.TempDir()
@@ -92,13 +90,6 @@ func countingManager(t *testing.T, stackInit string) (m *Manager, backend string
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if stackInit == "beside" {
-		helper := fmt.Sprintf("#!/bin/sh\nprintf 'stack-init-helper\\n' >> %q\nexec %q \"$@\"\n", log, testenv.StackInitHelper(t))
-		if err := os.WriteFile(filepath.Join(filepath.Dir(wrapper), StackInitHelper), []byte(helper), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		stackInit = ""
-	}
 	backend = filepath.Join(dir, "backend")
 	m, err := New(Config{
 		Project:     "kindcustomhttp",
@@ -108,7 +99,6 @@ func countingManager(t *testing.T, stackInit string) (m *Manager, backend string
 		PulumiHome:  DefaultPulumiHome(real),
 		ClusterName: "test",
 		Env:         map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test-passphrase"},
-		StackInit:   stackInit,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -151,13 +141,13 @@ func countingManager(t *testing.T, stackInit string) (m *Manager, backend string
 	return m, backend, runs
 }
 
-// TestOneCLIRunPerOperation (issue 14): on a stack this process knows, up, preview, refresh
-// and destroy are each one CLI run, the engine's, and an up's outputs and summary come from
-// its event log; a new stack costs one run of the stack-init helper (found beside the CLI)
-// more, no `stack init`; a process that has not seen an existing stack (a restart) looks for
-// pending operations once (`stack export`) after the helper found the stack.
+// TestOneCLIRunPerOperation: on a stack this process knows, up, preview, refresh and destroy
+// are each one CLI run, the engine's, and an up's outputs and summary come from its event log;
+// a new stack costs one `pulumi stack init` more (without an engine host; with one it costs no
+// CLI run: TestEngineHostUp); a process that has not seen an existing stack (a restart) looks
+// for pending operations once (`stack export`).
 func TestOneCLIRunPerOperation(t *testing.T) {
-	m, backendDir, runs := countingManager(t, "beside")
+	m, backendDir, runs := countingManager(t)
 	ctx := context.Background()
 	name, err := m.StackName("peerns", "web")
 	if err != nil {
@@ -174,7 +164,7 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	expect("up of a new stack", "stack-init-helper", "up")
+	expect("up of a new stack", "stack init", "up")
 	// The CLI runs with ChildGOGC (when the test's own environment sets no GOGC).
 	wantGOGC := ChildGOGC
 	if v, ok := os.LookupEnv("GOGC"); ok {
@@ -217,12 +207,12 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 	expect("refresh", "refresh")
 
 	// A second Manager is a restarted operator: it has not looked at the stack yet.
-	restarted, _, restartedRuns := countingManager(t, "beside")
+	restarted, _, restartedRuns := countingManager(t)
 	restarted.cfg.BackendURL, restarted.cfg.WorkRoot = m.cfg.BackendURL, m.cfg.WorkRoot
 	if _, err := restarted.Up(ctx, name, secretProgram("bye"), RunOptions{}); err != nil {
 		t.Fatalf("up after a restart: %v", err)
 	}
-	if got, want := restartedRuns(), []string{"stack-init-helper", "stack select", "stack export", "up"}; !slices.Equal(got, want) {
+	if got, want := restartedRuns(), []string{"stack init", "stack select", "stack export", "up"}; !slices.Equal(got, want) {
 		t.Fatalf("up after a restart ran %q, want %q", got, want)
 	}
 	runs()

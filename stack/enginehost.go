@@ -14,14 +14,16 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
 
-// EngineHost is the file name of the engine host, pulumi-operator-engine
-// (hack/tools/pulumi/engine, built by `make build` into bin/ and shipped in the image beside the
-// pulumi CLI): one long-lived process that runs the Manager's `pulumi up` engine runs with the
-// same pkg/v3 code as the CLI's `up`, without a CLI process per run. An up then skips the CLI's
-// start (~0.2 CPU s) and, after a stack's first, its passphrase key derivation (~0.19 CPU s);
-// see its package comment and docs/benchmarks.md for what that buys.
+// EngineHost is the file name of the engine host, pulumi-operator-engine (agent/cmd/engine-host,
+// built by `make build` into bin/ and shipped in the image beside the pulumi CLI): one
+// long-lived process that runs the Manager's `pulumi up` engine runs with the same pkg/v3 code as
+// the CLI's `up`, without a CLI process per run, and creates new stacks. An up then skips the
+// CLI's start and, after a stack's first, its passphrase key derivation; docs/design/engine-host.md
+// says why, docs/benchmarks.md what that buys. The protocol is package agent/protocol.
 const EngineHost = "pulumi-operator-engine"
 
 // NoEngineHost is the value of pulumi-operator's --engine-host that turns the engine host off:
@@ -30,16 +32,16 @@ const NoEngineHost = "none"
 
 // engineHostRuns is how many requests one engine host process serves before the Manager
 // replaces it (the next request starts a new one; the old one exits once its requests have
-// finished). pkg/v3 leaves ~6 goroutines and ~0.2 MB behind per update in a long-lived process
-// (a language-runtime connection it never closes: hack/experiments/inprocess-engine), so a
-// process is not kept forever; 200 runs bound that to ~40 MB, and a new process costs one
-// start (~0.1 s) and one key derivation per stack it then opens.
+// finished). pkg/v3 leaves a few goroutines and a fraction of a MiB behind per update in a
+// long-lived process (a language-runtime connection it never closes: docs/design/engine-host.md),
+// so a process is not kept forever; 200 runs bound that to tens of MiB, and a new process costs
+// one start and one key derivation per stack it then opens.
 const engineHostRuns = 200
 
 // engineHostIdle is how long an engine host process lives without a request before the
-// Manager stops it: its ~100-250 MiB (pkg/v3, the engine, what four runs at once left on its
-// heap) go back once a burst is over, and an idle operator is the operator process alone. The
-// next up starts a new one (~0.1 s) and derives each stack's key again, once.
+// Manager stops it: its memory (pkg/v3, the engine, what concurrent runs left on its heap) goes
+// back once a burst is over, and an idle operator is the operator process alone. The next up
+// starts a new one and derives each stack's key again, once.
 const engineHostIdle = 30 * time.Second
 
 // engineHostCancelGrace is how long a cancelled run (its context ended: a deadline, a shutdown)
@@ -56,11 +58,11 @@ var errEngineHostHung = errors.New("engine host run hung")
 var errEngineHostStart = errors.New("start the engine host")
 
 // engineHostFor resolves Config.EngineHost for cfg (BackendURL already checked): nil when
-// unset or when the engine host cannot serve cfg's stacks (helperCanCreate's rule: a DIY backend
+// unset or when the engine host cannot serve cfg's stacks (engineHostCanServe's rule: a DIY backend
 // and the passphrase secrets provider, which are what it is tested with). An explicit path
 // that does not exist is an error, so that a typo fails at start.
 func engineHostFor(cfg Config, procs *processSet) (*engineHost, error) {
-	if cfg.EngineHost == "" || !helperCanCreate(cfg) {
+	if cfg.EngineHost == "" || !engineHostCanServe(cfg) {
 		return nil, nil
 	}
 	abs, err := filepath.Abs(cfg.EngineHost)
@@ -98,10 +100,10 @@ type engineProc struct {
 	stdin io.WriteCloser
 
 	mu      sync.Mutex
-	waiting map[int64]chan engineReply // by request id
-	runs    int                        // requests sent
-	retired bool                       // takes no more requests; exits once waiting is empty
-	hung    bool                       // holds an abandoned run: killed, not closed, once waiting is empty
+	waiting map[int64]chan protocol.Reply // by request id
+	runs    int                           // requests sent
+	retired bool                          // takes no more requests; exits once waiting is empty
+	hung    bool                          // holds an abandoned run: killed, not closed, once waiting is empty
 	exited  bool
 	// idleTimer retires the process engineHost.idle after its last request finished; nil
 	// while requests run.
@@ -109,30 +111,35 @@ type engineProc struct {
 	stderr    *tailWriter
 }
 
-// engineRequest and engineReply are the engine host's protocol (its package comment). They
-// mirror its request and reply types, which live in the pinned CLI's module
-// (hack/tools/pulumi/engine) and cannot be shared with this one: the operator does not link
-// pkg/v3, and the engine host does not link the operator.
-type engineRequest struct {
-	ID      int64  `json:"id"`
-	Cancel  bool   `json:"cancel,omitempty"`
-	Op      string `json:"op,omitempty"`
-	Stack   string `json:"stack,omitempty"`
-	Dir     string `json:"dir,omitempty"`
-	Client  string `json:"client,omitempty"`
-	Refresh bool   `json:"refresh,omitempty"`
-	Keep    int    `json:"keep,omitempty"`
+// replyError is a failed engine host reply: the CLI's text for people (a *cliError, which logs
+// and summaries read alike for both paths) and the reply's kind and locks, which decide what the
+// failure is (classify, stackNotFound) without reading the text.
+type replyError struct {
+	*cliError
+	kind  protocol.ErrorKind
+	locks []protocol.Lock
 }
 
-type engineReply struct {
-	ID         int64             `json:"id"`
-	Code       int               `json:"code"`
-	Stdout     string            `json:"stdout,omitempty"`
-	Stderr     string            `json:"stderr,omitempty"`
-	Changes    map[string]int    `json:"changes,omitempty"`
-	Outputs    map[string]string `json:"outputs,omitempty"`
-	Pruned     int               `json:"pruned,omitempty"`
-	PruneError string            `json:"pruneError,omitempty"`
+func (e *replyError) Unwrap() error { return e.cliError }
+
+// operationError is e as classify's result: ErrLocked (with its locks), ErrPluginMissing or
+// ErrBackendUnavailable by the reply's kind; any other kind is a plain failure.
+func (e *replyError) operationError() *OperationError {
+	oe := &OperationError{Err: redactErr(e), Summary: summarize(redactPasswords(e.Error()))}
+	switch e.kind {
+	case protocol.KindLocked:
+		oe.kind = ErrLocked
+		for _, l := range e.locks {
+			oe.Locks = append(oe.Locks, Lock{User: l.Username, Host: l.Hostname, Pid: l.Pid, Created: l.Timestamp})
+		}
+	case protocol.KindBackendUnreachable:
+		oe.kind = ErrBackendUnavailable
+	case protocol.KindPluginMissing:
+		oe.kind = ErrPluginMissing
+		oe.Summary = pluginMissingSummary(oe.Summary)
+	}
+	oe.Summary = clip(oe.Summary)
+	return oe
 }
 
 // useEngineHost reports whether an up of stackName with opts goes to the engine host: there is
@@ -160,8 +167,8 @@ func (m *Manager) lookupEnv(k string) (string, bool) {
 }
 
 // engineHostUp is engine's up through the engine host: the same run, reported the same way (a
-// failure is a *cliError holding what the CLI would have printed), except that a host that
-// cannot be started is errEngineHostStart, nothing having run.
+// failure is a *replyError holding what the CLI would have printed, and the reply's kind), except
+// that a host that cannot be started is errEngineHostStart, nothing having run.
 func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, opts RunOptions) (engineOutcome, error) {
 	dir := filepath.Join(m.cfg.WorkRoot, stackName)
 	// A passphrase changed since the host started (a rotated Secret) must be seen as the CLI
@@ -171,7 +178,7 @@ func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, op
 	if err != nil {
 		return engineOutcome{}, &cliError{op: "up", code: 255, stderr: "error: " + err.Error(), err: err}
 	}
-	r, err := m.engineHost.do(ctx, engineRequest{Op: "up", Stack: stackName, Dir: dir, Client: client, Refresh: opts.Refresh, Keep: m.cfg.KeepHistory},
+	r, err := m.engineHost.do(ctx, protocol.Request{Op: protocol.OpUp, Stack: stackName, Dir: dir, Client: client, Refresh: opts.Refresh, Keep: m.cfg.KeepHistory},
 		phrase, m.engineHostEnv)
 	if errors.Is(err, errEngineHostStart) {
 		return engineOutcome{}, err // engine runs the CLI instead
@@ -180,7 +187,7 @@ func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, op
 		return engineOutcome{}, &cliError{op: "up", code: -1, stderr: "error: " + err.Error(), err: err}
 	}
 	if r.Code != 0 {
-		return engineOutcome{}, &cliError{op: "up", code: r.Code, stdout: r.Stdout, stderr: r.Stderr, err: fmt.Errorf("exit status %d", r.Code)}
+		return engineOutcome{}, newReplyError("up", r)
 	}
 	reportPrune(stackName, r)
 	return engineOutcome{changes: r.Changes, outputs: r.Outputs}, nil
@@ -198,7 +205,7 @@ func (m *Manager) prune(ctx context.Context, stackName string) {
 	if err != nil {
 		return
 	}
-	r, err := m.engineHost.do(ctx, engineRequest{Op: "prune", Stack: stackName, Keep: m.cfg.KeepHistory}, phrase, m.engineHostEnv)
+	r, err := m.engineHost.do(ctx, protocol.Request{Op: protocol.OpPrune, Stack: stackName, Keep: m.cfg.KeepHistory}, phrase, m.engineHostEnv)
 	if err != nil {
 		slog.Warn("could not prune the stack's history", "stack", stackName, "error", err)
 		return
@@ -210,7 +217,7 @@ func (m *Manager) prune(ctx context.Context, stackName string) {
 }
 
 // reportPrune logs what pruning did for the reply r of stackName: a warning when it failed.
-func reportPrune(stackName string, r engineReply) {
+func reportPrune(stackName string, r protocol.Reply) {
 	switch {
 	case r.PruneError != "":
 		slog.Warn("could not prune the stack's history", "stack", stackName, "error", RedactText(r.PruneError))
@@ -238,25 +245,25 @@ func (m *Manager) engineHostEnv() []string {
 // and still waits for the reply, as the CLI path waits for a CLI it interrupted: the run then
 // writes its state and releases its lock. Errors: the host could not be started, or it exited
 // before replying (killed, crashed): the run's outcome is then unknown, as a killed CLI's.
-func (h *engineHost) do(ctx context.Context, req engineRequest, phrase string, env func() []string) (engineReply, error) {
+func (h *engineHost) do(ctx context.Context, req protocol.Request, phrase string, env func() []string) (protocol.Reply, error) {
 	p, id, ch, err := h.send(req, phrase, env)
 	if err != nil {
-		return engineReply{}, err
+		return protocol.Reply{}, err
 	}
 	defer h.finished(p, id)
 	select {
 	case r, ok := <-ch:
 		if !ok {
-			return engineReply{}, p.exitError()
+			return protocol.Reply{}, p.exitError()
 		}
 		return r, nil
 	case <-ctx.Done():
 	}
-	_ = p.write(engineRequest{ID: id, Cancel: true}) // a process that cannot read it is going: ch closes
+	_ = p.write(protocol.Request{ID: id, Cancel: true}) // a process that cannot read it is going: ch closes
 	select {
 	case r, ok := <-ch:
 		if !ok {
-			return engineReply{}, p.exitError()
+			return protocol.Reply{}, p.exitError()
 		}
 		return r, nil
 	case <-time.After(h.cancelGrace):
@@ -267,12 +274,12 @@ func (h *engineHost) do(ctx context.Context, req engineRequest, phrase string, e
 	p.abandon()
 	slog.Warn("the engine host did not end a cancelled run: it is retired and will be killed once its other runs end",
 		"pid", p.cmd.Process.Pid, "stack", req.Stack, "waited", h.cancelGrace.String())
-	return engineReply{}, fmt.Errorf("%w: the engine host did not end the run within %s of its cancel; the run was abandoned and its process is killed", errEngineHostHung, h.cancelGrace)
+	return protocol.Reply{}, fmt.Errorf("%w: the engine host did not end the run within %s of its cancel; the run was abandoned and its process is killed", errEngineHostHung, h.cancelGrace)
 }
 
 // send picks or starts the process and writes req under a new id; ch receives the reply (closed
 // when the process exits without one).
-func (h *engineHost) send(req engineRequest, phrase string, env func() []string) (*engineProc, int64, chan engineReply, error) {
+func (h *engineHost) send(req protocol.Request, phrase string, env func() []string) (*engineProc, int64, chan protocol.Reply, error) {
 	h.mu.Lock()
 	p := h.proc
 	if p != nil && !p.takes(phrase, h.maxRuns) {
@@ -289,7 +296,7 @@ func (h *engineHost) send(req engineRequest, phrase string, env func() []string)
 	}
 	h.nextID++
 	id := h.nextID
-	ch := make(chan engineReply, 1)
+	ch := make(chan protocol.Reply, 1)
 	p.mu.Lock()
 	p.waiting[id] = ch
 	p.runs++
@@ -386,7 +393,7 @@ func startEngineProc(path, project, phrase string, env []string, procs *processS
 		return nil, fmt.Errorf("%w: %w", errEngineHostStart, err)
 	}
 	cmd.ExtraFiles = []*os.File{w}
-	p := &engineProc{cmd: cmd, phrase: phrase, stdin: stdin, waiting: map[int64]chan engineReply{}, stderr: &tailWriter{max: 4096}}
+	p := &engineProc{cmd: cmd, phrase: phrase, stdin: stdin, waiting: map[int64]chan protocol.Reply{}, stderr: &tailWriter{max: 4096}}
 	cmd.Stderr = p.stderr
 	setEngineProcAttr(cmd)
 	start := time.Now()
@@ -450,7 +457,7 @@ func (p *engineProc) end() {
 func (p *engineProc) close() { _ = p.stdin.Close() }
 
 // write sends one request line.
-func (p *engineProc) write(req engineRequest) error {
+func (p *engineProc) write(req protocol.Request) error {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return err
@@ -468,7 +475,7 @@ func (p *engineProc) read(r *os.File) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 64*1024*1024) // a reply holds a run's whole display
 	for sc.Scan() {
-		var rep engineReply
+		var rep protocol.Reply
 		if err := json.Unmarshal(sc.Bytes(), &rep); err != nil {
 			slog.Warn("unreadable reply from the engine host", "error", err)
 			continue

@@ -14,14 +14,15 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
 // hostManager is countingManager's Manager with the engine host (testenv.EngineHost): every
-// pulumi CLI run and stack-init helper run goes to runs, an engine host request does not.
+// pulumi CLI run goes to runs, an engine host request does not.
 func hostManager(t *testing.T) (m *Manager, backend string, runs func() []string) {
 	t.Helper()
-	m, backend, runs = countingManager(t, "beside")
+	m, backend, runs = countingManager(t)
 	m.engineHost = &engineHost{path: testenv.EngineHost(t), project: m.cfg.Project, maxRuns: engineHostRuns, idle: engineHostIdle,
 		cancelGrace: engineHostCancelGrace, procs: m.procs}
 	t.Cleanup(m.Close)
@@ -38,8 +39,8 @@ func hostPid(m *Manager) int {
 	return 0
 }
 
-// TestEngineHostUp (issue 14): with the engine host, an up is no CLI run at all (a new stack:
-// the stack-init helper only), it returns the outputs (a secret as "[secret]") and the change
+// TestEngineHostUp: with the engine host, an up is no CLI run at all (a new stack's creation
+// included), it returns the outputs (a secret as "[secret]") and the change
 // summary as the CLI path does, and the state it writes is the CLI's: a CLI up of the same
 // program afterwards changes nothing and reads the secret back, and the host goes on from
 // the CLI's state.
@@ -53,8 +54,8 @@ func TestEngineHostUp(t *testing.T) {
 	if res.Outputs["greeting"] != "one" || res.Outputs["token"] != "[secret]" || res.Changes["create"] != 1 {
 		t.Fatalf("first up: outputs %v, changes %v; want greeting one, token [secret], 1 create", res.Outputs, res.Changes)
 	}
-	if got := runs(); !slices.Equal(got, []string{"stack-init-helper"}) {
-		t.Fatalf("first up ran %v, want the stack-init helper only (the up in the engine host)", got)
+	if got := runs(); len(got) != 0 {
+		t.Fatalf("first up ran the CLI %v, want no CLI run (init and up in the engine host)", got)
 	}
 	pid := hostPid(m)
 	if pid == 0 {
@@ -238,10 +239,11 @@ func TestEngineHostKilled(t *testing.T) {
 }
 
 // TestEngineHostRecycled: a host that has served maxRuns requests is replaced by a new process
-// for the next, and exits.
+// for the next, and exits. The first up of a new stack is two requests (init and up), so with
+// 3 runs a process the first two ups share one and the third starts another.
 func TestEngineHostRecycled(t *testing.T) {
 	m, _, _ := hostManager(t)
-	m.engineHost.maxRuns = 2
+	m.engineHost.maxRuns = 3
 	name, _ := m.StackName("ns", "recycled")
 	var pids []int
 	for i := range 3 {
@@ -251,7 +253,7 @@ func TestEngineHostRecycled(t *testing.T) {
 		pids = append(pids, hostPid(m))
 	}
 	if pids[0] != pids[1] || pids[2] == pids[1] {
-		t.Fatalf("engine host pids of 3 ups with 2 runs a process: %v, want the first two the same and the third new", pids)
+		t.Fatalf("engine host pids of 3 ups with 2 runs a process: %v, want the first two the same and the third new (init, up, up; then up)", pids)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for processAlive(pids[0]) && !zombie(pids[0]) {
@@ -340,8 +342,8 @@ func TestEngineHostNotUsed(t *testing.T) {
 }
 
 // TestEngineHostInitFallsBack: when the running engine host cannot create a stack (here a
-// stand-in host that fails every request: a real one cannot be made to fail only that), the
-// stack-init helper creates it and the up goes on through the CLI's error path as before.
+// stand-in host that fails every request: a real one cannot be made to fail only that), `pulumi
+// stack init` creates it and the up goes on through the CLI's error path as before.
 func TestEngineHostInitFallsBack(t *testing.T) {
 	m, backend, runs := hostManager(t)
 	fake := filepath.Join(t.TempDir(), "pulumi-operator-engine")
@@ -364,8 +366,8 @@ func TestEngineHostInitFallsBack(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Fatalf("up: %v, want the stand-in's error for the up itself", err)
 	}
-	if got := runs(); !slices.Equal(got, []string{"stack-init-helper"}) {
-		t.Fatalf("after the engine host failed to create the stack, ran %v, want the stack-init helper", got)
+	if got := runs(); !slices.Equal(got, []string{"stack init"}) {
+		t.Fatalf("after the engine host failed to create the stack, ran %v, want `pulumi stack init`", got)
 	}
 	found := false
 	for _, f := range stackFiles(t, backend) {
@@ -478,5 +480,49 @@ func TestEngineHostHungRunAbandoned(t *testing.T) {
 	}
 	if m.engineHost.running() {
 		t.Error("the hung engine host still takes requests")
+	}
+}
+
+// TestReplyKinds: a failed engine host reply is classified by its kind alone. The stderr of
+// each reply here says nothing a text rule would match, and a reply whose text looks like a
+// lock but whose kind is "failed" is a plain failure.
+func TestReplyKinds(t *testing.T) {
+	taken := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)
+	for name, tc := range map[string]struct {
+		reply     protocol.Reply
+		sentinel  error
+		locks     int
+		stackGone bool
+	}{
+		"locked": {reply: protocol.Reply{Code: 255, Kind: protocol.KindLocked, Stderr: "error: busy\n",
+			Locks: []protocol.Lock{{Pid: 7, Username: "u", Hostname: "elsewhere", Timestamp: taken}}}, sentinel: ErrLocked, locks: 1},
+		"backend unreachable": {reply: protocol.Reply{Code: 1, Kind: protocol.KindBackendUnreachable, Stderr: "error: x\n"}, sentinel: ErrBackendUnavailable},
+		"plugin missing":      {reply: protocol.Reply{Code: 1, Kind: protocol.KindPluginMissing, Stderr: "error: y\n"}, sentinel: ErrPluginMissing},
+		"stack missing":       {reply: protocol.Reply{Code: 1, Kind: protocol.KindStackMissing, Stderr: "error: z\n"}, stackGone: true},
+		"failed, lock-like text": {reply: protocol.Reply{Code: 1, Kind: protocol.KindFailed,
+			Stderr: "error: the stack is currently locked by 1 lock(s)\n  x: created by u@h (pid 1) at 2026-11-25T00:00:00Z\nno stack named 'a' found\nno resource plugin\nunable to open bucket\n"}},
+		"a kind this operator does not know": {reply: protocol.Reply{Code: 1, Kind: "from-the-future", Stderr: "error: w\n"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := classify(newReplyError("up", tc.reply))
+			var oe *OperationError
+			if !errors.As(err, &oe) {
+				t.Fatalf("classify = %T %v, want an *OperationError", err, err)
+			}
+			for _, s := range []error{ErrLocked, ErrBackendUnavailable, ErrPluginMissing} {
+				if got, want := errors.Is(err, s), s == tc.sentinel; got != want {
+					t.Errorf("errors.Is(%v, %v) = %v, want %v", err, s, got, want)
+				}
+			}
+			if len(oe.Locks) != tc.locks {
+				t.Errorf("locks %+v, want %d", oe.Locks, tc.locks)
+			}
+			if tc.locks == 1 && (oe.Locks[0].Pid != 7 || oe.Locks[0].Host != "elsewhere" || !oe.Locks[0].Created.Equal(taken)) {
+				t.Errorf("lock %+v, want pid 7 of elsewhere taken %s", oe.Locks[0], taken)
+			}
+			if got := stackNotFound(newReplyError("up", tc.reply)); got != tc.stackGone {
+				t.Errorf("stackNotFound = %v, want %v", got, tc.stackGone)
+			}
+		})
 	}
 }

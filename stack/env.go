@@ -6,7 +6,7 @@ import (
 )
 
 // childEnvNames and childEnvPrefixes are the variables of the operator's environment that the
-// processes it starts see: the pulumi CLI, the engine host, the stack-init helper and, since
+// processes it starts see: the pulumi CLI, the engine host and, since
 // they inherit from those, the provider plugins and the program. Whatever else the operator's
 // environment holds (a CI token, another tool's password) stays in the operator: a plugin, the
 // most exposed of these processes, cannot read what it never had (/proc/<pid>/environ).

@@ -74,6 +74,10 @@ func classify(err error) error {
 	if err == nil {
 		return nil
 	}
+	var re *replyError
+	if errors.As(err, &re) {
+		return re.operationError() // the engine host classified it
+	}
 	oe := &OperationError{Err: redactErr(err), Summary: summarize(redactPasswords(err.Error()))}
 	switch {
 	case auto.IsConcurrentUpdateError(err) || lockedByAnother(err):
@@ -83,10 +87,15 @@ func classify(err error) error {
 		oe.kind = ErrBackendUnavailable
 	case pluginMissing(err.Error()):
 		oe.kind = ErrPluginMissing
-		oe.Summary = "the Kubernetes provider plugin (pulumi-resource-kubernetes) is not installed: put it on PATH or install it with `pulumi plugin install resource kubernetes` (" + oe.Summary + ")"
+		oe.Summary = pluginMissingSummary(oe.Summary)
 	}
 	oe.Summary = clip(oe.Summary)
 	return oe
+}
+
+// pluginMissingSummary is the summary of an ErrPluginMissing whose own text is summary.
+func pluginMissingSummary(summary string) string {
+	return "the Kubernetes provider plugin (pulumi-resource-kubernetes) is not installed: put it on PATH or install it with `pulumi plugin install resource kubernetes` (" + summary + ")"
 }
 
 // tornRead is how the CLI reports a checkpoint it read empty: the file backend can hand a
@@ -111,8 +120,9 @@ func (m *Manager) classifyStack(stackName string, err error) error {
 		}
 		return oe
 	}
-	if !errors.As(cerr, &oe) || oe.kind != nil || !strings.Contains(err.Error(), tornRead) {
-		return cerr
+	var re *replyError
+	if !errors.As(cerr, &oe) || oe.kind != nil || errors.As(err, &re) || !strings.Contains(err.Error(), tornRead) {
+		return cerr // the engine host looked at the locks itself
 	}
 	held, locks, lerr := fileBackendLocks(m.cfg.BackendURL, m.cfg.Project, stackName)
 	if lerr != nil || !held {

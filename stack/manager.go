@@ -20,7 +20,7 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/infra"
 )
 
-// PinnedCLIVersion is the pulumi CLI version the project builds (hack/tools/pulumi) and tests
+// PinnedCLIVersion is the pulumi CLI version the project builds (agent/go.mod) and tests
 // against. A different CLI works if it is at least the Automation API's minimum; New logs
 // nothing about it, callers may compare Manager.CLIVersion.
 const PinnedCLIVersion = "3.255.0"
@@ -67,21 +67,16 @@ type Config struct {
 	// ClusterName identifies the Kubernetes cluster in stack names (see Name): a DNS label,
 	// by default derived from the kube-system namespace's UID by the caller.
 	ClusterName string
-	// StackInit is the stack-init helper (StackInitHelper) that creates new stacks instead of
-	// `pulumi stack init`: a path, which must exist; empty takes the one beside PulumiPath when
-	// there is one; NoStackInitHelper ("none") turns it off. It is used only on a DIY backend
-	// with the passphrase secrets provider; anywhere else, or when it fails, new stacks are
-	// made by `pulumi stack init`.
-	StackInit string
 	// KeepHistory is how many of its newest updates each stack keeps in the backend's history
 	// and backups (a DIY backend writes both on every update and never removes them). Pruning
 	// is the engine host's (pulumi-operator-engine): after each of its ups, and after an up or
 	// refresh run as a CLI process when there is an engine host. Zero keeps everything.
 	KeepHistory int
 	// EngineHost is the engine host (EngineHost, pulumi-operator-engine) that runs ups without
-	// a CLI process each: a path, which must exist; empty runs every up as a `pulumi up` CLI
-	// process. It is used only on a DIY backend with the passphrase secrets provider, and only
-	// for ups that want no progress output (the watcher's; see useEngineHost).
+	// a CLI process each and creates new stacks: a path, which must exist; empty runs every up
+	// as a `pulumi up` CLI process and creates stacks with `pulumi stack init`. It is used only
+	// on a DIY backend with the passphrase secrets provider; ups go to it only when they want no
+	// progress output (the watcher's; see useEngineHost).
 	EngineHost string
 	// PreviousPassphraseFile, when set, names a file holding the passphrase the stacks were
 	// encrypted with before the current one (PULUMI_CONFIG_PASSPHRASE[_FILE]): every up, refresh
@@ -99,9 +94,7 @@ type Manager struct {
 	env map[string]string
 	// procs are the pulumi processes running now (Kill).
 	procs *processSet
-	// stackInit is the stack-init helper's path; "" for `pulumi stack init`.
-	stackInit string
-	// salt is the passphrase salt of the stacks the helper makes (salt.go).
+	// salt is the passphrase salt of the stacks the engine host makes (salt.go).
 	salt stackSalt
 	// credentials is the memory file holding the backend's credentials (credfile.go), kept
 	// open for as long as the Manager lives; drop the variables its children's environment
@@ -162,10 +155,6 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.PulumiHome == "" {
 		cfg.PulumiHome = DefaultPulumiHome(cfg.PulumiPath)
 	}
-	stackInit, err := stackInitHelper(cfg)
-	if err != nil {
-		return nil, err
-	}
 	host, err := engineHostFor(cfg, procs)
 	if err != nil {
 		return nil, err
@@ -204,7 +193,7 @@ func New(cfg Config) (*Manager, error) {
 	if tc, ok := cmd.(*trackedCommand); ok {
 		tc.drop = drop
 	}
-	return &Manager{cfg: cfg, cmd: cmd, env: env, procs: procs, stackInit: stackInit, engineHost: host, settled: map[string]bool{},
+	return &Manager{cfg: cfg, cmd: cmd, env: env, procs: procs, engineHost: host, settled: map[string]bool{},
 		credentials: credentials, drop: drop}, nil
 }
 

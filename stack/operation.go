@@ -80,8 +80,8 @@ func colorOf(opts RunOptions) string {
 // no pending operation of a killed update (settlePending), returning settlePending's report.
 // It runs no CLI when this process already knows all that (isSettled: it created the stack,
 // looked, or its last operation succeeded); otherwise it selects the stack, creating it when
-// create is set, and looks. With the stack-init helper, creating runs the helper, no CLI
-// (initStack) and writes the stack's passphrase salt (writeSalt), and a stack the helper finds
+// create is set, and looks. With the engine host, creating is a request to it, no CLI
+// (initStack), and writes the stack's passphrase salt (writeSalt), and a stack the host finds
 // is selected without a `stack init` first.
 // found is false, with a nil error, when create is not set and the stack does not exist.
 // Errors are classified (*OperationError).

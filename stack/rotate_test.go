@@ -100,7 +100,7 @@ func TestRotatePassphrase(t *testing.T) {
 	mk := func(t *testing.T, phrase, previous, workRoot string) *Manager {
 		t.Helper()
 		cfg := Config{Project: "kindcustomhttp", BackendURL: backend, WorkRoot: filepath.Join(dir, workRoot),
-			PulumiPath: testenv.PulumiCLI(t), ClusterName: "rot", StackInit: NoStackInitHelper,
+			PulumiPath: testenv.PulumiCLI(t), ClusterName: "rot",
 			Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": phrase}}
 		if previous != "" {
 			cfg.PreviousPassphraseFile = filepath.Join(dir, workRoot+"-previous")

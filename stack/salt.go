@@ -25,7 +25,7 @@ import (
 // in a CLI run of its own.
 //
 // So the Manager makes the salt itself, once per passphrase and process, and writes it into
-// each new stack's Pulumi.<stack>.yaml before its first up (the stack-init helper made the
+// each new stack's Pulumi.<stack>.yaml before its first up (the engine host made the
 // stack): that up derives once, like any later one. The stacks one operator process creates
 // thus share a salt, and so a key; Pulumi's `stack init` gives each stack its own. They share
 // the passphrase either way, which is what protects them: whoever has it has every key,
@@ -43,7 +43,7 @@ type stackSalt struct {
 // secrets/passphrase NewPassphraseSecretsManager does (8 random bytes of salt; the check value
 // is "pulumi" encrypted with the derived key), with the SDK's own key derivation and
 // encryption. Written out here because that function is in pkg/v3, which the operator does
-// not link (it adds ~40 MB of resident memory: hack/experiments/inprocess-engine).
+// not link (it adds tens of MiB of resident memory: docs/design/engine-host.md).
 func newSaltState(phrase string) (string, error) {
 	salt := make([]byte, 8)
 	_, _ = rand.Read(salt) // crypto/rand.Read never fails (Go 1.24+)
@@ -101,7 +101,7 @@ func (m *Manager) newStackSalt(dir string) (string, error) {
 
 // writeSalt writes the new stack stackName's Pulumi.<stack>.yaml, holding only newStackSalt's
 // salt, into its workspace directory (which must exist), replacing one a stack of the same
-// name left there. It is for a stack the stack-init helper has just made, which holds no
+// name left there. It is for a stack the engine host has just made, which holds no
 // state, so no salt of its own. A failure is logged and otherwise ignored: the first up then
 // makes a salt itself (one key derivation more) or reports the passphrase problem in the CLI's
 // words.

@@ -10,13 +10,11 @@ import (
 	"testing"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
-
-	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
-// TestHelperCanCreate: the stack-init helper makes stacks only where `pulumi stack init`
-// would make the same: a DIY backend and the passphrase secrets provider.
-func TestHelperCanCreate(t *testing.T) {
+// TestEngineHostCanServe: the engine host makes stacks (and runs ups) only where `pulumi stack
+// init` would make the same: a DIY backend and the passphrase secrets provider.
+func TestEngineHostCanServe(t *testing.T) {
 	for name, tc := range map[string]struct {
 		backend, secrets string
 		want             bool
@@ -30,14 +28,14 @@ func TestHelperCanCreate(t *testing.T) {
 		"the backend's default":      {"file:///var/lib/state", "default", false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := helperCanCreate(Config{BackendURL: tc.backend, SecretsProvider: tc.secrets}); got != tc.want {
-				t.Errorf("helperCanCreate(%s, %s) = %v, want %v", tc.backend, tc.secrets, got, tc.want)
+			if got := engineHostCanServe(Config{BackendURL: tc.backend, SecretsProvider: tc.secrets}); got != tc.want {
+				t.Errorf("engineHostCanServe(%s, %s) = %v, want %v", tc.backend, tc.secrets, got, tc.want)
 			}
 		})
 	}
 }
 
-// TestAdoptPendingEmptyStack: a stack the helper made and no up has run on exports as
+// TestAdoptPendingEmptyStack: a stack the engine host made and no up has run on exports as
 // deployment null (no resources, no pending operations); settlePending finds nothing to do.
 func TestAdoptPendingEmptyStack(t *testing.T) {
 	dep := apitype.UntypedDeployment{Version: 3, Deployment: json.RawMessage("null")}
@@ -47,51 +45,35 @@ func TestAdoptPendingEmptyStack(t *testing.T) {
 	}
 }
 
-// TestStackInitFallback: without the stack-init helper ("none"), and when it fails, a new
-// stack is made by `pulumi stack init` and the up works; an explicit helper path that does
-// not exist fails New. The failing helper is a script: the real one cannot be made to fail
-// on a backend the CLI can write.
-func TestStackInitFallback(t *testing.T) {
-	ctx := context.Background()
-	failing := filepath.Join(t.TempDir(), StackInitHelper)
-	if err := os.WriteFile(failing, []byte("#!/bin/sh\necho 'error: backend on fire' >&2\nexit 1\n"), 0o755); err != nil {
+// TestStackInitWithoutEngineHost: without an engine host (--engine-host none, or a backend it
+// cannot serve) a new stack is made by `pulumi stack init` and the up works. A failing engine
+// host falls back the same way: TestEngineHostInitFallsBack.
+func TestStackInitWithoutEngineHost(t *testing.T) {
+	m, _, runs := countingManager(t)
+	name, err := m.StackName("peerns", "fallback")
+	if err != nil {
 		t.Fatal(err)
 	}
-	for what, stackInit := range map[string]string{"no helper": NoStackInitHelper, "a failing helper": failing} {
-		t.Run(what, func(t *testing.T) {
-			m, _, runs := countingManager(t, stackInit)
-			name, err := m.StackName("peerns", "fallback")
-			if err != nil {
-				t.Fatal(err)
-			}
-			up, err := m.Up(ctx, name, program("hello", 0), RunOptions{})
-			if err != nil {
-				t.Fatalf("up: %v", err)
-			}
-			if got, want := runs(), []string{"stack init", "up"}; !slices.Equal(got, want) {
-				t.Fatalf("up of a new stack ran %q, want %q", got, want)
-			}
-			if up.Outputs["greeting"] != "hello" || up.Changes["create"] != 1 {
-				t.Fatalf("up = %+v, want greeting hello, 1 create", up)
-			}
-		})
+	up, err := m.Up(context.Background(), name, program("hello", 0), RunOptions{})
+	if err != nil {
+		t.Fatalf("up: %v", err)
 	}
-	_, err := New(Config{Project: "kindcustomhttp", BackendURL: "file://" + t.TempDir(), WorkRoot: t.TempDir(),
-		PulumiPath: testenv.PulumiCLI(t), ClusterName: "test", Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
-		StackInit: filepath.Join(t.TempDir(), "no-such-helper")})
-	if err == nil || !strings.Contains(err.Error(), "stack-init helper") || !strings.Contains(err.Error(), "no-such-helper") {
-		t.Fatalf("New with a missing stack-init helper: err = %v, want one naming the helper's path", err)
+	if got, want := runs(), []string{"stack init", "up"}; !slices.Equal(got, want) {
+		t.Fatalf("up of a new stack ran %q, want %q", got, want)
+	}
+	if up.Outputs["greeting"] != "hello" || up.Changes["create"] != 1 {
+		t.Fatalf("up = %+v, want greeting hello, 1 create", up)
 	}
 }
 
-// TestStackInitHelperStack: a stack the helper made holds its secrets like one of `pulumi
+// TestEngineHostInitStack: a stack the engine host made holds its secrets like one of `pulumi
 // stack init`: its first up takes the salt the Manager wrote (salt.go) and records it in the
 // state, and another workspace (a laptop, a restarted pod without its workspace directory)
 // reads the stack's secret output back and updates it; a wrong passphrase is refused there.
 // A second new stack gets the same salt; after a passphrase change a new stack gets a new one,
 // and its up works with the new passphrase.
-func TestStackInitHelperStack(t *testing.T) {
-	m, backend, runs := countingManager(t, "beside")
+func TestEngineHostInitStack(t *testing.T) {
+	m, backend, runs := hostManager(t)
 	ctx := context.Background()
 	name, err := m.StackName("peerns", "secrets")
 	if err != nil {
@@ -100,8 +82,8 @@ func TestStackInitHelperStack(t *testing.T) {
 	if _, err := m.Up(ctx, name, secretProgram("hello"), RunOptions{}); err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	if got, want := runs(), []string{"stack-init-helper", "up"}; !slices.Equal(got, want) {
-		t.Fatalf("up of a new stack ran %q, want %q", got, want)
+	if got := runs(); len(got) != 0 {
+		t.Fatalf("up of a new stack ran the CLI %q, want no CLI run (init and up in the engine host)", got)
 	}
 	state, err := os.ReadFile(filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json"))
 	if err != nil {
@@ -167,7 +149,7 @@ func TestStackInitHelperStack(t *testing.T) {
 // no salt is written for a passphrase nobody could read; once the file is there, the next up
 // of the same object works.
 func TestNewStackPassphraseFileMissing(t *testing.T) {
-	m, _, _ := countingManager(t, "beside")
+	m, _, _ := countingManager(t)
 	unsetPassphraseEnv(t)
 	phraseFile := filepath.Join(t.TempDir(), "passphrase")
 	delete(m.env, "PULUMI_CONFIG_PASSPHRASE")

@@ -54,18 +54,6 @@ func PulumiCLI(t testing.TB) string {
 	return p
 }
 
-// StackInitHelper returns the stack-init helper built by `make build` beside the pinned CLI
-// (bin/pulumi-operator-stack-init, stack.StackInitHelper), the one stack.New finds beside
-// PulumiCLI's path.
-func StackInitHelper(t testing.TB) string {
-	t.Helper()
-	p := filepath.Join(filepath.Dir(PulumiCLI(t)), "pulumi-operator-stack-init")
-	if _, err := os.Stat(p); err != nil {
-		missing(t, "no stack-init helper at "+p+": run `make build`")
-	}
-	return p
-}
-
 // EngineHost returns the engine host built by `make build` beside the pinned CLI
 // (bin/pulumi-operator-engine, stack.EngineHost).
 func EngineHost(t testing.TB) string {

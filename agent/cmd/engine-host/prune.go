@@ -75,7 +75,7 @@ func (h *host) openBucket(ctx context.Context) (*blob.Bucket, error) {
 	if h.bucket == nil {
 		b, err := openBucket(ctx, h.url)
 		if err != nil {
-			return nil, fmt.Errorf("open the backend to prune its history: %w", err)
+			return nil, fmt.Errorf("open the backend's bucket: %w", err)
 		}
 		h.bucket = b
 	}

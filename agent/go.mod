@@ -1,6 +1,9 @@
-module github.com/pulumi-operator/pulumi-operator/hack/tools/pulumi
+module github.com/pulumi-operator/pulumi-operator/agent
 
 go 1.26
+
+// The protocol both sides of the engine host import: a module of its own in this repository.
+replace github.com/pulumi-operator/pulumi-operator/agent/protocol => ./protocol
 
 // The pulumi CLI's own go.mod carries this replace; a module that builds the CLI must repeat it.
 replace github.com/atotto/clipboard => github.com/tgummerer/clipboard v0.0.0-20241001131231-d02d263e614e
@@ -8,6 +11,7 @@ replace github.com/atotto/clipboard => github.com/tgummerer/clipboard v0.0.0-202
 tool github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 
 require (
+	github.com/pulumi-operator/pulumi-operator/agent/protocol v0.0.0-00010101000000-000000000000
 	github.com/pulumi/pulumi/pkg/v3 v3.255.0
 	github.com/pulumi/pulumi/sdk/v3 v3.255.0
 )

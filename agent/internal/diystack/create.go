@@ -1,5 +1,5 @@
-// Package diystack holds what the operator's helpers built in the pinned CLI's module
-// (stackinit, engine) both do to a DIY backend's stacks.
+// Package diystack holds what the engine host does to a DIY backend's stacks outside an engine
+// run: creating one as `pulumi stack init` does.
 package diystack
 
 import (

@@ -12,18 +12,20 @@ import (
 	"time"
 
 	"github.com/pulumi/pulumi/pkg/v3/util/cancel"
+
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
 
 // serveLines runs serve on url and project with the request lines in, to its end, and returns
 // its exit code, its replies by id and its standard error.
-func serveLines(t *testing.T, url, project string, in ...string) (int, map[int64]reply, string) {
+func serveLines(t *testing.T, url, project string, in ...string) (int, map[int64]protocol.Reply, string) {
 	t.Helper()
 	var out, stderr bytes.Buffer
 	code := serve(context.Background(), url, project, strings.NewReader(strings.Join(in, "\n")+"\n"), &out, &stderr)
-	replies := map[int64]reply{}
+	replies := map[int64]protocol.Reply{}
 	sc := bufio.NewScanner(&out)
 	for sc.Scan() {
-		var r reply
+		var r protocol.Reply
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("reply %q: %v", sc.Text(), err)
 		}
@@ -75,8 +77,12 @@ func TestBadRequests(t *testing.T) {
 	}
 	for id, text := range want {
 		r, ok := replies[id]
-		if !ok || r.Code != 1 || !strings.HasPrefix(r.Stderr, "error: ") || !strings.Contains(r.Stderr, text) {
-			t.Errorf("reply %d: %+v (present %v); want code 1 and an error line naming %s", id, r, ok, text)
+		kind := protocol.KindBadRequest
+		if id == 3 {
+			kind = protocol.KindFailed // a workspace without its project file: the operator's bug or damage
+		}
+		if !ok || r.Code != 1 || r.Kind != kind || !strings.HasPrefix(r.Stderr, "error: ") || !strings.Contains(r.Stderr, text) {
+			t.Errorf("reply %d: %+v (present %v); want code 1, kind %s and an error line naming %s", id, r, ok, kind, text)
 		}
 	}
 	if len(replies) != len(want) {
@@ -96,8 +102,8 @@ func TestNoStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, replies, _ := serveLines(t, "file://"+dir, "proj", `{"id":7,"op":"up","stack":"dev","dir":"`+dir+`","client":"127.0.0.1:1"}`)
-	if r := replies[7]; r.Code == 0 || !strings.Contains(r.Stderr, "no stack named 'dev' found") {
-		t.Fatalf("up of a missing stack: %+v; want a failure saying no stack named 'dev' found", r)
+	if r := replies[7]; r.Code == 0 || r.Kind != protocol.KindStackMissing || !strings.Contains(r.Stderr, "no stack named 'dev' found") {
+		t.Fatalf("up of a missing stack: %+v; want a failure of kind %s saying no stack named 'dev' found", r, protocol.KindStackMissing)
 	}
 	_, replies, _ = serveLines(t, "file://"+dir, "other", `{"id":8,"op":"up","stack":"dev","dir":"`+dir+`","client":"127.0.0.1:1"}`)
 	if r := replies[8]; r.Code == 0 || !strings.Contains(r.Stderr, `serves project "other"`) {
@@ -108,20 +114,21 @@ func TestNoStack(t *testing.T) {
 	}
 }
 
-// TestInit: init creates a stack in a real file:// backend ("created"), finds it the second
-// time ("exists"), leaves no lock, and an invalid stack name gets the CLI's error shape.
+// TestInit: init creates a stack in a real file:// backend (Created), finds it the second
+// time (not Created, no error), leaves no lock, and an invalid stack name gets the CLI's error
+// shape.
 func TestInit(t *testing.T) {
 	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
 	dir := t.TempDir()
 	_, replies, _ := serveLines(t, "file://"+dir, "proj", `{"id":1,"op":"init","stack":"dev"}`)
-	if r := replies[1]; r.Code != 0 || r.Stdout != "created\n" {
+	if r := replies[1]; r.Code != 0 || !r.Created {
 		t.Fatalf("first init: %+v, want created", r)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".pulumi", "stacks", "proj", "dev.json")); err != nil {
 		t.Fatalf("checkpoint: %v", err)
 	}
 	_, replies, _ = serveLines(t, "file://"+dir, "proj", `{"id":2,"op":"init","stack":"dev"}`, `{"id":3,"op":"init","stack":"no/such/thing/here"}`)
-	if r := replies[2]; r.Code != 0 || r.Stdout != "exists\n" {
+	if r := replies[2]; r.Code != 0 || r.Created {
 		t.Fatalf("second init: %+v, want exists", r)
 	}
 	if r := replies[3]; r.Code == 0 || !strings.HasPrefix(r.Stderr, "error: ") || !strings.Contains(r.Stderr, "no/such/thing/here") {

@@ -5,42 +5,24 @@
 // Manager starts it once (stack.EngineHost) and sends it requests; it is not meant to be run
 // by hand.
 //
-// Why: every CLI run pays the CLI's start (0.21 s of CPU, mostly package initialisation) and,
-// for every stack it opens, a passphrase key derivation (PBKDF2, 1,000,000 iterations, ~0.19 s
-// of one core), before the engine does anything; together about half of an up's CPU
-// (hack/experiments/inprocess-engine; docs/benchmarks.md). This process pays the start once,
-// and each stack's key once (pkg/v3's passphrase secrets managers are cached per process, by
-// the state they were made from). It is a process of its own, not a part of the operator,
-// because linking pkg/v3 adds ~40 MB of resident memory to whatever links it
-// (hack/experiments/inprocess-engine), which the operator's 1000-idle-objects budget has no
-// room for; a process of its own can also be replaced (the Manager recycles it) without
-// restarting the operator.
+// Why: every CLI run pays the CLI's start (mostly package initialisation) and, for every stack
+// it opens, a passphrase key derivation (PBKDF2, 1,000,000 iterations), before the engine does
+// anything: together about half of an up's CPU. This process pays the start once, and each
+// stack's key once (pkg/v3's passphrase secrets managers are cached per process, by the state
+// they were made from). It is a process of its own, not a part of the operator, because linking
+// pkg/v3 adds tens of MiB of resident memory to whatever links it, which the operator's idle
+// budget has no room for; a process of its own can also be replaced (the Manager recycles it)
+// and killed with its plugins without restarting the operator. docs/design/engine-host.md has
+// the measurements behind this; docs/benchmarks.md the current figures.
 //
-// Protocol: newline-delimited JSON. Requests on standard input, one per line:
-//
-//	{"id": 1, "op": "up", "stack": "<stack>", "dir": "<workspace dir>", "client": "127.0.0.1:<port>", "refresh": false}
-//	{"id": 2, "op": "init", "stack": "<stack>"}
-//	{"id": 3, "op": "prune", "stack": "<stack>", "keep": 10}
-//	{"id": 1, "cancel": true}
-//
-// init creates the stack as pulumi-operator-stack-init does (its stdout "created" or "exists").
-// prune keeps the stack's keep newest history entries and backups (prune.go); an up with keep
-// does the same after it succeeded, and its reply says how many files went ("pruned") or why
-// pruning failed ("pruneError").
-// dir is the stack's workspace directory, holding Pulumi.yaml and Pulumi.<stack>.yaml, as the
-// CLI's working directory would; client is the address of the LanguageRuntime server that serves
-// the program (the CLI's --client). A cancel asks the engine to stop request id gracefully,
-// as SIGINT does to the CLI: no new steps, the running ones end, the state is written and the
-// lock released. Replies go to file descriptor 3, one per request, in the order they finish:
-//
-//	{"id": 1, "code": 0, "stdout": "...", "stderr": "...", "changes": {"create": 4}, "outputs": {"url": "..."}}
-//
-// code is the exit code `pulumi up` would have had (0 on success); stdout and stderr are what it
-// would have printed with --suppress-progress --color=never (the display, and "error: ..."), so
-// the Manager reads a failure exactly as it reads a CLI run's. Requests run concurrently, each in
-// a goroutine; two requests for one stack never run at once: the second waits for the first
-// (a cancel while it waits ends it without a run). Standard output is not the protocol's because pkg/v3
-// prints a banner there (backend/diy apply).
+// Protocol: package protocol (agent/protocol), which the operator imports too: requests on
+// standard input, one JSON line each (protocol.Request); one reply per request on file
+// descriptor 3 (protocol.Reply), in the order they finish. Standard output is not the protocol's
+// because pkg/v3 prints a banner there (backend/diy apply). A reply's Kind classifies a failure
+// (locked, plugin missing, backend unreachable, ...), decided here, where pkg/v3's errors are
+// known, so that the operator never reads an error's text. Requests run concurrently, each in a
+// goroutine; two requests for one stack never run at once: the second waits for the first (a
+// cancel while it waits ends it without a run).
 //
 // Configuration comes from the environment only, as the CLI's does: PULUMI_BACKEND_URL (a DIY
 // backend's URL; a PostgreSQL URL holds a password, and a command line is world-readable),
@@ -48,8 +30,8 @@
 // (KUBECONFIG, ...), which they inherit. It exits 0 when standard input closes, once the requests
 // under way have finished, and 2 at start for a missing or non-DIY backend URL.
 //
-// It is built in the pinned CLI's own module (hack/tools/pulumi), so that it links exactly the
-// pkg/v3 version of the CLI that the operator runs for everything else.
+// It is built in the agent module, beside the pinned CLI, so that it links exactly the pkg/v3
+// version of the CLI that the operator runs for everything else.
 package main
 
 import (
@@ -86,7 +68,8 @@ import (
 	"github.com/spf13/pflag"
 	"gocloud.dev/blob"
 
-	"github.com/pulumi-operator/pulumi-operator/hack/tools/pulumi/internal/diystack"
+	"github.com/pulumi-operator/pulumi-operator/agent/internal/diystack"
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
 
 const usage = "usage: PULUMI_BACKEND_URL=<DIY backend URL> pulumi-operator-engine <project> 3>replies (requests on standard input)"
@@ -104,40 +87,17 @@ func main() {
 	os.Exit(serve(context.Background(), os.Getenv("PULUMI_BACKEND_URL"), os.Args[1], os.Stdin, replies, os.Stderr))
 }
 
-// request is one line of standard input.
-type request struct {
-	ID      int64  `json:"id"`
-	Cancel  bool   `json:"cancel,omitempty"`
-	Op      string `json:"op,omitempty"`
-	Stack   string `json:"stack,omitempty"`
-	Dir     string `json:"dir,omitempty"`
-	Client  string `json:"client,omitempty"`
-	Refresh bool   `json:"refresh,omitempty"`
-	// Keep, when positive, prunes the stack's history and backups to its Keep newest updates
-	// after an up that succeeded, and is what a prune request keeps.
-	Keep int `json:"keep,omitempty"`
-}
-
-// reply is one line of the replies.
-type reply struct {
-	ID      int64             `json:"id"`
-	Code    int               `json:"code"`
-	Stdout  string            `json:"stdout,omitempty"`
-	Stderr  string            `json:"stderr,omitempty"`
-	Changes map[string]int    `json:"changes,omitempty"`
-	Outputs map[string]string `json:"outputs,omitempty"`
-	// Pruned is how many history and backup files the request deleted (Keep); PruneError why
-	// pruning failed (the up itself did not).
-	Pruned     int    `json:"pruned,omitempty"`
-	PruneError string `json:"pruneError,omitempty"`
-}
-
 // host is the state of one serve: its backend and the requests under way.
 type host struct {
 	project string
 	url     string
-	b       backend.Backend
-	// bucket is the backend's bucket, opened by the first prune.
+	// stderr takes the diagnostics of opening the backend.
+	stderr io.Writer
+	// b is the backend, opened by the first request that needs it (backend): nil until then;
+	// openMu guards it.
+	openMu sync.Mutex
+	b      backend.Backend
+	// bucket is the backend's bucket, opened by the first prune or lock lookup.
 	bucket *blob.Bucket
 
 	mu sync.Mutex
@@ -153,7 +113,10 @@ type host struct {
 }
 
 // serve runs the engine host on backend URL url for project until in closes; it returns the exit
-// code. Errors at start (bad URL, backend that cannot be opened) go to stderr.
+// code. Errors at start (a missing or non-DIY URL, a bad project name) go to stderr and exit 2. A
+// backend that cannot be opened is not an error at start: each request tries to open it and
+// reports protocol.KindBackendUnreachable while it cannot, so that the host recovers, without
+// a restart, when the database or endpoint comes back.
 func serve(ctx context.Context, url, project string, in io.Reader, out io.Writer, stderr io.Writer) int {
 	if url == "" || !diy.IsDIYBackendURL(url) {
 		scheme, _, _ := strings.Cut(url, ":") // the scheme alone: the rest may hold a password
@@ -164,20 +127,12 @@ func serve(ctx context.Context, url, project string, in io.Reader, out io.Writer
 		fmt.Fprintf(stderr, "error: project name %q: %v\n%s\n", project, err, usage)
 		return 2
 	}
-	sink := diag.DefaultSink(io.Discard, stderr, diag.FormatOptions{Color: colors.Never})
-	proj := &workspace.Project{Name: tokens.PackageName(project), Runtime: workspace.NewProjectRuntimeInfo("go", nil)}
-	b, err := diy.New(ctx, sink, url, proj)
-	if err != nil {
-		// The CLI's words for it, so that the Manager classifies it alike (it is also each reply's).
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return 1
-	}
-	h := &host{project: project, url: url, b: b, cancels: map[int64]*cancel.Source{}, out: json.NewEncoder(out), stacks: map[string]chan struct{}{}}
+	h := &host{project: project, url: url, stderr: stderr, cancels: map[int64]*cancel.Source{}, out: json.NewEncoder(out), stacks: map[string]chan struct{}{}}
 	var wg sync.WaitGroup
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for sc.Scan() {
-		var req request
+		var req protocol.Request
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			fmt.Fprintf(stderr, "error: bad request %q: %v\n", sc.Text(), err)
 			continue
@@ -195,12 +150,12 @@ func serve(ctx context.Context, url, project string, in io.Reader, out io.Writer
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var r reply
+			var r protocol.Reply
 			if release, ok := h.acquire(req.Stack, c); ok {
 				r = h.run(ctx, req, scope{ctx: c, src: src})
 				release()
 			} else {
-				r = reply{ID: req.ID, Code: 255, Stderr: "error: update cancelled before it started: another request for stack " + req.Stack + " was running\n"}
+				r = protocol.Reply{ID: req.ID, Code: 255, Kind: protocol.KindCancelled, Stderr: "error: update cancelled before it started: another request for stack " + req.Stack + " was running\n"}
 			}
 			src.Terminate() // the engine holds an update's plugin host until then (scope.Close)
 			h.mu.Lock()
@@ -232,7 +187,7 @@ func (h *host) acquire(stack string, c *cancel.Context) (func(), bool) {
 }
 
 // send writes one reply; replies of concurrent requests never interleave.
-func (h *host) send(r reply) {
+func (h *host) send(r protocol.Reply) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_ = h.out.Encode(r) // a reader gone is the operator gone: nothing to tell
@@ -249,33 +204,32 @@ func (h *host) cancel(id int64) {
 	}
 }
 
-// run serves one request: an up, or an error reply for anything else.
-func (h *host) run(ctx context.Context, req request, sc scope) reply {
+// run serves one request: an up, an init, a prune, or an error reply for anything else. A
+// failure's reply carries the CLI's exit code, its "error:" line and its kind (classify).
+func (h *host) run(ctx context.Context, req protocol.Request, sc scope) protocol.Reply {
 	var stdout, stderr strings.Builder
-	r := reply{ID: req.ID}
+	r := protocol.Reply{ID: req.ID}
 	var err error
+	var ran runInfo
 	switch req.Op {
-	case "up":
-		r.Changes, r.Outputs, err = h.up(ctx, req, sc, &stdout, &stderr)
+	case protocol.OpUp:
+		r.Changes, r.Outputs, ran, err = h.up(ctx, req, sc, &stdout, &stderr)
 		if err == nil && req.Keep > 0 {
 			var perr error
 			if r.Pruned, perr = h.prune(ctx, req.Stack, req.Keep); perr != nil {
 				r.PruneError = perr.Error()
 			}
 		}
-	case "prune":
+	case protocol.OpPrune:
 		if req.Stack == "" || req.Keep < 1 {
-			err = fmt.Errorf("bad prune request: want a stack and keep of at least 1 (got %q, %d)", req.Stack, req.Keep)
+			err = badRequest("bad prune request: want a stack and keep of at least 1 (got %q, %d)", req.Stack, req.Keep)
 		} else {
 			r.Pruned, err = h.prune(ctx, req.Stack, req.Keep)
 		}
-	case "init":
-		var created bool
-		if created, err = h.init(ctx, req.Stack); err == nil {
-			stdout.WriteString(map[bool]string{true: "created\n", false: "exists\n"}[created])
-		}
+	case protocol.OpInit:
+		r.Created, err = h.init(ctx, req.Stack)
 	default:
-		err = fmt.Errorf("unknown operation %q: this engine host runs up, init and prune", req.Op)
+		err = badRequest("unknown operation %q: this engine host runs %s, %s and %s", req.Op, protocol.OpUp, protocol.OpInit, protocol.OpPrune)
 	}
 	if err != nil {
 		// As the CLI's main does (cmd.DisplayErrorMessage, cmd.ExitCodeFor): a bail has been
@@ -287,6 +241,7 @@ func (h *host) run(ctx context.Context, req request, sc scope) reply {
 		if r.Code == 0 {
 			r.Code = 1
 		}
+		r.Kind, r.Locks = h.classify(ctx, req.Stack, err, ran)
 	}
 	r.Stdout, r.Stderr = stdout.String(), stderr.String()
 	return r
@@ -296,46 +251,50 @@ func (h *host) run(ctx context.Context, req request, sc scope) reply {
 // --stack <req.Stack> [--refresh]` in req.Dir (pkg/v3 cmd/pulumi/operations/up.go,
 // upWorkingDirectory), with the options the operator never sets left at the CLI's defaults.
 // It returns the engine's change summary and the stack's outputs (secrets as "[secret]").
-func (h *host) up(ctx context.Context, req request, sc scope, stdout, stderr io.Writer) (map[string]int, map[string]string, error) {
+func (h *host) up(ctx context.Context, req protocol.Request, sc scope, stdout, stderr io.Writer) (changes map[string]int, outputs map[string]string, ran runInfo, err error) {
 	if req.Stack == "" || !filepath.IsAbs(req.Dir) || req.Client == "" {
-		return nil, nil, fmt.Errorf("bad up request: want a stack, an absolute dir and a client address (got %q, %q, %q)", req.Stack, req.Dir, req.Client)
+		return nil, nil, ran, badRequest("bad up request: want a stack, an absolute dir and a client address (got %q, %q, %q)", req.Stack, req.Dir, req.Client)
 	}
 	sink := diag.DefaultSink(stdout, stderr, diag.FormatOptions{Color: colors.Never})
 	proj, err := workspace.LoadProject(filepath.Join(req.Dir, "Pulumi.yaml"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, ran, err
 	}
 	if string(proj.Name) != h.project {
-		return nil, nil, fmt.Errorf("project %q in %s: this engine host serves project %q", proj.Name, req.Dir, h.project)
+		return nil, nil, ran, fmt.Errorf("project %q in %s: this engine host serves project %q", proj.Name, req.Dir, h.project)
 	}
 	// What the CLI's --client does (cmd/pulumi/operations/io.go readProjectForUpdate).
 	proj.Runtime = workspace.NewProjectRuntimeInfo("client", map[string]any{"address": req.Client})
-	ref, err := h.b.ParseStackReference(req.Stack)
+	b, err := h.backend(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, ran, err
 	}
-	s, err := h.b.GetStack(ctx, ref)
+	ref, err := b.ParseStackReference(req.Stack)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, ran, err
+	}
+	s, err := b.GetStack(ctx, ref)
+	if err != nil {
+		return nil, nil, ran, fmt.Errorf("%w: %w", errReadStack, err)
 	}
 	if s == nil {
 		// cmdStack.RequireStack's words when it may not offer to create one.
-		return nil, nil, fmt.Errorf("no stack named '%s' found", req.Stack)
+		return nil, nil, ran, fmt.Errorf("%w: no stack named '%s' found", errNoStack, req.Stack)
 	}
 	// The stack's configuration file by its path, not found from the working directory as the
 	// CLI does: requests of several stacks run at once here.
 	configFile := filepath.Join(req.Dir, "Pulumi."+req.Stack+".yaml")
 	cfg, sm, err := cmdConfig.GetStackConfiguration(ctx, sink, cmdStack.NewStackSecretsManagerLoaderFromEnv(), s, proj, configFile, nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("getting stack configuration: %w", err)
+		return nil, nil, ran, fmt.Errorf("getting stack configuration: %w", err)
 	}
 	if err := pkgWorkspace.ValidateStackConfigAndApplyProjectConfig(ctx, req.Stack, proj, cfg.Environment, cfg.Config,
 		sm.Encrypter(), sm.Decrypter()); err != nil {
-		return nil, nil, fmt.Errorf("validating stack config: %w", err)
+		return nil, nil, ran, fmt.Errorf("validating stack config: %w", err)
 	}
 	m, err := metadata.GetUpdateMetadata("", req.Dir, "auto.inline", "", false, cfg, pflag.NewFlagSet("up", pflag.ContinueOnError))
 	if err != nil {
-		return nil, nil, fmt.Errorf("gathering environment metadata: %w", err)
+		return nil, nil, ran, fmt.Errorf("gathering environment metadata: %w", err)
 	}
 	opts := backend.UpdateOptions{
 		AutoApprove: true,
@@ -363,27 +322,24 @@ func (h *host) up(ctx context.Context, req request, sc scope, stdout, stderr io.
 		},
 	}
 	events := make(chan engine.Event)
-	var changes map[string]int
-	var outputs map[string]string
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for e := range events {
 			switch p := e.Payload().(type) {
 			case engine.SummaryEventPayload:
-				changes = make(map[string]int, len(p.ResourceChanges))
-				for op, n := range p.ResourceChanges {
-					changes[string(op)] = n
+				changes = protocol.Changes(p.ResourceChanges)
+			case engine.ResourcePreEventPayload:
+				ran.steps = true
+			case engine.DiagEventPayload:
+				if p.Severity == diag.Error && pluginMissing(p.Message) {
+					ran.pluginMissing = true
 				}
 			case engine.ResourceOutputsEventPayload:
-				if p.Metadata.Type == "pulumi:pulumi:Stack" && !p.Planning && p.Metadata.New != nil {
+				if p.Metadata.Type == protocol.StackType && !p.Planning && p.Metadata.New != nil {
 					outputs = make(map[string]string, len(p.Metadata.New.Outputs))
 					for k, v := range p.Metadata.New.Outputs {
-						if v.IsSecret() {
-							outputs[string(k)] = "[secret]"
-						} else {
-							outputs[string(k)] = fmt.Sprint(v.Mappable())
-						}
+						outputs[string(k)] = protocol.OutputString(v.Mappable(), v.IsSecret())
 					}
 				}
 			}
@@ -406,17 +362,20 @@ func (h *host) up(ctx context.Context, req request, sc scope, stdout, stderr io.
 	close(events) // UpdateStack has delivered every event when it returns (diy apply waits for them)
 	<-done
 	if errors.Is(err, context.Canceled) {
-		return changes, outputs, fmt.Errorf("update cancelled")
+		return changes, outputs, ran, errCancelled
 	}
-	return changes, outputs, err
+	return changes, outputs, ran, err
 }
 
-// init creates stack name as pulumi-operator-stack-init does (diystack.Create), without a
-// process of its own: true when it made the stack, false
-// (and no error) when the stack exists. No key derivation: the Manager writes the salt, the
-// first up records it.
+// init creates stack name as `pulumi stack init` does on a DIY backend (diystack.Create): true
+// when it made the stack, false (and no error) when the stack exists. No key derivation: the
+// Manager writes the salt, the first up records it.
 func (h *host) init(ctx context.Context, name string) (bool, error) {
-	return diystack.Create(ctx, h.b, name)
+	b, err := h.backend(ctx)
+	if err != nil {
+		return false, err
+	}
+	return diystack.Create(ctx, b, name)
 }
 
 // defaultParallel is the CLI's --parallel default (cmd/pulumi/operations/up.go defaultParallel):

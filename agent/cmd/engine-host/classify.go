@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path"
+	"strings"
+
+	"github.com/pulumi/pulumi/pkg/v3/backend"
+	"github.com/pulumi/pulumi/pkg/v3/backend/diy"
+	pkgWorkspace "github.com/pulumi/pulumi/pkg/v3/workspace"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/diag"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/diag/colors"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
+	"gocloud.dev/blob"
+
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
+)
+
+// Errors whose kind is known where they are made.
+var (
+	errCancelled = errors.New("update cancelled")
+	// errOpenBackend wraps a failure to open the backend (diy.New: the bucket, its meta.yaml).
+	errOpenBackend = errors.New("open the backend")
+	// errReadStack wraps a failure to read the stack's checkpoint before the run.
+	errReadStack = errors.New("read the stack")
+	// errNoStack: the backend holds no stack of the request's name.
+	errNoStack = errors.New("stack not found")
+	// errBadRequest wraps a request that is missing what it needs.
+	errBadRequest = errors.New("bad request")
+)
+
+// badRequest is an errBadRequest with a message saying what is wrong.
+func badRequest(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
+}
+
+// runInfo is what an up's engine events said about the run, for classify.
+type runInfo struct {
+	// steps: the engine started at least one resource step (so the stack's lock was ours).
+	steps bool
+	// pluginMissing: the engine reported a provider plugin it could not find.
+	pluginMissing bool
+}
+
+// backend opens h's backend on first use (diy.New reads the bucket's .pulumi/meta.yaml): a
+// failure is errOpenBackend, kind protocol.KindBackendUnreachable, and the next request tries
+// again.
+func (h *host) backend(ctx context.Context) (backend.Backend, error) {
+	h.openMu.Lock()
+	defer h.openMu.Unlock()
+	if h.b != nil {
+		return h.b, nil
+	}
+	sink := diag.DefaultSink(io.Discard, h.stderr, diag.FormatOptions{Color: colors.Never})
+	proj := &workspace.Project{Name: tokens.PackageName(h.project), Runtime: workspace.NewProjectRuntimeInfo("go", nil)}
+	b, err := diy.New(ctx, sink, h.url, proj)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errOpenBackend, err)
+	}
+	h.b = b
+	return b, nil
+}
+
+// classify is the protocol.ErrorKind of a request on stack that failed with err, and the locks
+// other processes hold on it when that is the reason. The rules, in order:
+//   - cancelled, a bad request, a missing stack, a backend that cannot be opened: the error says
+//     so itself (the sentinels above, made where they happen);
+//   - a provider plugin that cannot be found: pkg/v3 loads providers while the program runs and
+//     hands a workspace.MissingError to the program over gRPC, which fails with its text and
+//     bails; the type does not survive that trip, so the engine's error diagnostic is recognized
+//     by MissingError's own format (pluginMissing), in this module, which pins that format;
+//   - locked: the run did not start a step and another process holds a lock on the stack (the
+//     backend's lock files, read here). pkg/v3's DIY backend reports a lock only as text
+//     (backend/diy lock.go checkForLock); a checkpoint read while another process rewrites it
+//     (an empty read on the file backend) is the same wait;
+//   - unreachable: a network error in the chain (connection refused, DNS);
+//   - anything else: KindFailed.
+func (h *host) classify(ctx context.Context, stack string, err error, ran runInfo) (protocol.ErrorKind, []protocol.Lock) {
+	var missing *workspace.MissingError
+	switch {
+	case errors.Is(err, errCancelled):
+		return protocol.KindCancelled, nil
+	case errors.Is(err, errBadRequest):
+		return protocol.KindBadRequest, nil
+	case errors.Is(err, errNoStack):
+		return protocol.KindStackMissing, nil
+	case errors.Is(err, errOpenBackend):
+		return protocol.KindBackendUnreachable, nil
+	case errors.As(err, &missing) || ran.pluginMissing:
+		return protocol.KindPluginMissing, nil
+	}
+	if !ran.steps && stack != "" {
+		if locks, lerr := h.locks(ctx, stack); lerr == nil && len(locks) > 0 {
+			return protocol.KindLocked, locks
+		}
+	}
+	// *net.OpError and *net.DNSError, not the net.Error interface: a syscall.Errno satisfies
+	// that too, so a missing local file would count as a network failure.
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	if errors.As(err, &opErr) || errors.As(err, &dnsErr) {
+		return protocol.KindBackendUnreachable, nil
+	}
+	return protocol.KindFailed, nil
+}
+
+// pluginMissing reports whether an engine diagnostic is a workspace.MissingError's message
+// ("no resource plugin 'pulumi-resource-<name>' found in the workspace ...", sdk/v3
+// go/common/workspace/plugins.go MissingError.Error).
+func pluginMissing(msg string) bool {
+	return strings.Contains(msg, "no resource plugin 'pulumi-resource-")
+}
+
+// locks reads the locks held on stack of h's project: the JSON lock files under
+// .pulumi/locks/organization/<project>/<stack>/ (pkg/v3 backend/diy lock.go stackLockDir,
+// lockContent). Files that vanish or do not parse while they are read are skipped: a lock
+// released meanwhile is no lock.
+func (h *host) locks(ctx context.Context, stack string) ([]protocol.Lock, error) {
+	b, err := h.openBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dir := path.Join(workspace.BookkeepingDir, pkgWorkspace.LockDir, "organization", h.project, stack) + "/"
+	it := b.List(&blob.ListOptions{Prefix: dir})
+	var locks []protocol.Lock
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return locks, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list the stack's locks: %w", err)
+		}
+		if obj.IsDir || !strings.HasSuffix(obj.Key, ".json") {
+			continue
+		}
+		data, err := b.ReadAll(ctx, obj.Key)
+		if err != nil {
+			continue
+		}
+		var l protocol.Lock
+		if json.Unmarshal(data, &l) == nil {
+			locks = append(locks, l)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/blang/semver"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
+
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
+)
+
+// TestLockedByAnother: a request on a stack whose lock another process holds (a lock file of
+// pid 1 on another host) fails with kind locked and that lock, read from the backend's lock
+// file, not from the text; init creates nothing.
+func TestLockedByAnother(t *testing.T) {
+	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
+	dir := t.TempDir()
+	lockDir := filepath.Join(dir, ".pulumi", "locks", "organization", "proj", "dev")
+	if err := os.MkdirAll(lockDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lock := `{"pid":1,"username":"someone","hostname":"elsewhere","timestamp":"2026-11-25T00:00:00Z"}`
+	if err := os.WriteFile(filepath.Join(lockDir, "other.json"), []byte(lock), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, replies, _ := serveLines(t, "file://"+dir, "proj", `{"id":1,"op":"init","stack":"dev"}`)
+	r := replies[1]
+	if r.Code == 0 || r.Kind != protocol.KindLocked || len(r.Locks) != 1 ||
+		r.Locks[0].Pid != 1 || r.Locks[0].Hostname != "elsewhere" || r.Locks[0].Username != "someone" ||
+		r.Locks[0].Timestamp.UTC().Format("2006-01-02T15:04:05Z") != "2026-11-25T00:00:00Z" {
+		t.Fatalf("init of a locked stack: %+v; want kind locked naming someone@elsewhere pid 1", r)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".pulumi", "stacks", "proj", "dev.json")); err == nil {
+		t.Error("a locked stack was created")
+	}
+}
+
+// TestBackendUnreachable: a backend that cannot be opened (a PostgreSQL server nobody listens
+// for, on a port of this machine) is not an error at start: each request is answered with kind
+// backend-unreachable, and the host goes on serving.
+func TestBackendUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nobody listens there now
+	url := "postgres://u@" + addr + "/db?sslmode=disable&connect_timeout=2"
+	code, replies, _ := serveLines(t, url, "proj", `{"id":1,"op":"init","stack":"dev"}`, `{"id":2,"op":"init","stack":"dev"}`)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0 (the host serves while the backend is down)", code)
+	}
+	for id := int64(1); id <= 2; id++ {
+		if r := replies[id]; r.Code == 0 || r.Kind != protocol.KindBackendUnreachable || !strings.HasPrefix(r.Stderr, "error: ") {
+			t.Errorf("reply %d: %+v; want kind %s and an error line", id, r, protocol.KindBackendUnreachable)
+		}
+	}
+}
+
+// TestPluginMissingFormat pins pluginMissing to the text pkg/v3's own MissingError makes, with
+// and without a version: if a new pinned version words it otherwise, this fails.
+func TestPluginMissingFormat(t *testing.T) {
+	v := semver.MustParse("4.33.0")
+	for _, spec := range []workspace.PluginDescriptor{
+		{Kind: apitype.ResourcePlugin, Name: "kubernetes", Version: &v},
+		{Kind: apitype.ResourcePlugin, Name: "kubernetes"},
+	} {
+		msg := "Could not load plugin: " + workspace.NewMissingError(spec, true).Error()
+		if !pluginMissing(msg) {
+			t.Errorf("pluginMissing(%q) = false", msg)
+		}
+	}
+	if pluginMissing("error: the program failed") {
+		t.Error("pluginMissing of an unrelated error = true")
+	}
+}

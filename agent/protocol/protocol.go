@@ -1,0 +1,154 @@
+// Package protocol is the one definition of how the operator (package stack of the root module)
+// talks to its engine host (agent/cmd/engine-host): the request and reply lines, the operations,
+// the kinds of error a reply carries, and how an engine run's events become the change counts
+// and outputs the operator reports. Both sides import it; it imports the standard library only,
+// so that neither side's dependencies reach the other (the engine host links the pinned CLI's
+// pkg/v3, the operator does not).
+//
+// The wire format is newline-delimited JSON. The operator writes Requests to the host's standard
+// input, one per line; the host writes one Reply per request to its file descriptor 3, in the
+// order the requests finish. A Request with Cancel set asks the engine to stop request ID
+// gracefully, as SIGINT does to the CLI. Requests run concurrently; two requests for one stack
+// run one after the other. The design record is docs/design/engine-host.md.
+package protocol
+
+import (
+	"fmt"
+	"time"
+)
+
+// Version is the protocol's version. The host prints it on standard error at start
+// ("engine host protocol <Version>"); a change that an older peer would misread (a field whose
+// meaning changes, a required field) raises it. Both sides are built from one commit and shipped
+// together, so a mismatch means a wrong binary on PATH or in the image.
+const Version = 1
+
+// Op names what a Request asks for.
+type Op string
+
+// The operations the engine host runs.
+const (
+	// OpUp is `pulumi up --yes --skip-preview` of Request.Stack in Request.Dir with the program
+	// served at Request.Client; with Keep > 0 the stack's history is pruned after a success.
+	OpUp Op = "up"
+	// OpInit creates Request.Stack as `pulumi stack init` does on a DIY backend, without the
+	// initial state that names a secrets provider (the operator writes the stack's salt; the
+	// first up records it). Reply.Created says whether it made the stack or found it.
+	OpInit Op = "init"
+	// OpPrune keeps the Keep newest history entries and backups of Request.Stack.
+	OpPrune Op = "prune"
+)
+
+// Request is one line of the engine host's standard input.
+type Request struct {
+	// ID names the request in its Reply and in a later cancel; unique per process, chosen by
+	// the operator.
+	ID int64 `json:"id"`
+	// Cancel asks the engine to stop request ID gracefully; every other field is ignored.
+	Cancel bool   `json:"cancel,omitempty"`
+	Op     Op     `json:"op,omitempty"`
+	Stack  string `json:"stack,omitempty"`
+	// Dir is the stack's workspace directory (absolute), holding Pulumi.yaml and
+	// Pulumi.<stack>.yaml, as the CLI's working directory would.
+	Dir string `json:"dir,omitempty"`
+	// Client is the host:port of the LanguageRuntime server that serves the program (the CLI's
+	// --client).
+	Client  string `json:"client,omitempty"`
+	Refresh bool   `json:"refresh,omitempty"`
+	// Keep, when positive, prunes the stack's history and backups to its Keep newest updates
+	// after an up that succeeded, and is what an OpPrune keeps.
+	Keep int `json:"keep,omitempty"`
+}
+
+// Reply is one line of the engine host's replies (file descriptor 3).
+type Reply struct {
+	ID int64 `json:"id"`
+	// Code is the exit code `pulumi up` would have had: 0 on success.
+	Code int `json:"code"`
+	// Kind says what kind of failure a non-zero Code is; KindNone on success.
+	Kind ErrorKind `json:"kind,omitempty"`
+	// Locks are the locks other processes hold on the stack when Kind is KindLocked.
+	Locks []Lock `json:"locks,omitempty"`
+	// Stdout and Stderr are what the CLI would have printed with --suppress-progress
+	// --color=never: the display, and "error: ..." lines. They are for people; the operator
+	// branches on Kind.
+	Stdout string `json:"stdout,omitempty"`
+	Stderr string `json:"stderr,omitempty"`
+	// Created is OpInit's result: true when the request made the stack, false when it existed.
+	Created bool `json:"created,omitempty"`
+	// Changes counts the engine's steps by operation ("create", "update", "same", ...), the
+	// engine's summary event (Changes).
+	Changes map[string]int `json:"changes,omitempty"`
+	// Outputs are the stack's outputs after the up, each as OutputString shows it.
+	Outputs map[string]string `json:"outputs,omitempty"`
+	// Pruned is how many history and backup files the request deleted (Keep); PruneError why
+	// pruning failed (the up itself did not).
+	Pruned     int    `json:"pruned,omitempty"`
+	PruneError string `json:"pruneError,omitempty"`
+}
+
+// ErrorKind classifies a failed request, so that the operator decides what to do (wait, retry
+// with backoff, tell the user what to install) without reading the error's text.
+type ErrorKind string
+
+// The kinds of failure. A kind the operator does not know is treated as KindFailed.
+const (
+	KindNone ErrorKind = ""
+	// KindLocked: another process holds the stack's lock (Reply.Locks names them). A wait, not
+	// a failure.
+	KindLocked ErrorKind = "locked"
+	// KindPluginMissing: a resource provider plugin the program needs is not installed, and may
+	// not be downloaded.
+	KindPluginMissing ErrorKind = "plugin-missing"
+	// KindBackendUnreachable: the state backend could not be read or written (a database down,
+	// an endpoint unreachable, a refused password). Nothing ran; retry later.
+	KindBackendUnreachable ErrorKind = "backend-unreachable"
+	// KindStackMissing: the backend holds no stack of that name.
+	KindStackMissing ErrorKind = "stack-missing"
+	// KindCancelled: the request was cancelled (a cancel line, or another request of its stack
+	// held it until then). The state is written and the lock released.
+	KindCancelled ErrorKind = "cancelled"
+	// KindBadRequest: the request itself is wrong (unknown op, a missing field). A bug in the
+	// operator, not something a user can fix.
+	KindBadRequest ErrorKind = "bad-request"
+	// KindFailed: anything else: the program, a provider or the engine failed. Stderr says what.
+	KindFailed ErrorKind = "failed"
+)
+
+// Lock is one lock a DIY backend holds on a stack: the JSON of its lock file
+// (.pulumi/locks/<organization>/<project>/<stack>/<id>.json, pkg/v3 backend/diy lockContent).
+type Lock struct {
+	Pid       int       `json:"pid"`
+	Username  string    `json:"username"`
+	Hostname  string    `json:"hostname"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// StackType is the type token of a stack's root resource, whose outputs are the stack's.
+const StackType = "pulumi:pulumi:Stack"
+
+// SecretOutput is how a secret output is shown: never its value.
+const SecretOutput = "[secret]"
+
+// OutputString is how Reply.Outputs (and the operator's results of CLI runs) show one output
+// value v, a JSON-shaped value (string, float64, bool, nil, []any, map[string]any): SecretOutput
+// when secret, else fmt.Sprint(v), as the Automation API's Outputs shows values.
+func OutputString(v any, secret bool) string {
+	if secret {
+		return SecretOutput
+	}
+	return fmt.Sprint(v)
+}
+
+// Changes is an engine summary event's step counts with string keys; nil for nil. K is the
+// engine's operation type (pkg/v3 display.StepOp, or apitype.OpType in an event log).
+func Changes[K ~string](counts map[K]int) map[string]int {
+	if counts == nil {
+		return nil
+	}
+	out := make(map[string]int, len(counts))
+	for op, n := range counts {
+		out[string(op)] = n
+	}
+	return out
+}
