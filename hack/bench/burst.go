@@ -14,8 +14,8 @@ import (
 // phaseBurst measures figure 2 at one worker count: 100 CRs created at once, time until all
 // are Ready, the peak resident memory of the operator and its pulumi processes, and the CPU
 // they used. engineHost, when not empty, is the operator's --engine-host (its ups then run in
-// that one process instead of a pulumi CLI each); empty runs it with --engine-host none. The objects stay (Ready, in the shared
-// backend) for the idle measurement.
+// that one process instead of a pulumi CLI each); empty runs it with --engine-host none. The
+// objects stay (Ready, in the shared backend) for the idle measurement.
 func (b *bench) phaseBurst(ctx context.Context, workers int, engineHost string) BurstResult {
 	r := BurstResult{Workers: workers, CRs: b.opts.burst, EngineHost: engineHost != ""}
 	ns := fmt.Sprintf("bench-burst-w%d", workers)

@@ -106,8 +106,8 @@ func (b *bench) phaseIdle(ctx context.Context) error {
 		b.logf("  created %d more objects in %.0f s (%d ups)", create, res.CreateSeconds, res.CreateUps)
 	}
 	// Idle is the steady state: the engine host that ran the creates stops after its idle time
-	// (stack.engineHostIdle, 30 s), and the window, which counts the whole tree's memory, starts
-	// once the operator runs alone.
+	// (stack.engineHostIdle), and the window, which counts the whole tree's memory, starts once
+	// the operator runs alone.
 	t0 := time.Now()
 	for len(b.host.tree(op.pid())) > 1 && time.Since(t0) < 2*time.Minute && ctx.Err() == nil {
 		time.Sleep(200 * time.Millisecond)

@@ -2,7 +2,8 @@
 // bursts of 100 CRs at several worker counts, an idle operator over many unchanged CRs, drift
 // repair and a change, each against a floor measured side by side in the same run (the same
 // program through stack.Manager.Up, or its CPU cost). It prints a table of every figure against
-// its target (MET / NOT MET), writes the results as JSON and renders docs/benchmarks.md.
+// its target (MET / NOT MET), writes the results as JSON and renders docs/benchmarks.md from
+// benchmarks.md.tmpl (--render alone renders it again from a results.json).
 //
 // It and the soak (soak/) are a module of their own (go.mod here), which replaces the operator's
 // module with the checkout it sits in: what only they use (procfs, expfmt) is no dependency of
@@ -18,7 +19,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -219,7 +219,7 @@ func run() int {
 			fmt.Println("results:", jsonPath)
 		}
 		if *docs != "" && b.res.Latency != nil {
-			if err := writeFile(*docs, b.res.markdown()); err != nil {
+			if err := writeDoc(*docs, b.res); err != nil {
 				fmt.Fprintln(os.Stderr, "bench: write docs:", err)
 				code = exitBroken
 			} else {
@@ -250,11 +250,16 @@ func cond(c bool, a, b string) string {
 	return b
 }
 
-func writeFile(path, content string) error {
+// writeDoc renders r into the Markdown file at path, keeping its soak section (keepSoak).
+func writeDoc(path string, r *Results) error {
+	md, err := r.markdown()
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(keepSoak(path, content)), 0o644)
+	return os.WriteFile(path, []byte(keepSoak(path, md)), 0o644)
 }
 
 // The markers of the section `make soak` (hack/bench/soak) writes into docs/benchmarks.md. Their
@@ -281,20 +286,14 @@ func keepSoak(path, content string) string {
 
 // renderOnly prints the table of a results.json and writes docs from it.
 func renderOnly(path, docs string) int {
-	raw, err := os.ReadFile(path)
+	r, err := readResults(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return exitUsage
 	}
-	var r Results
-	if err := json.Unmarshal(raw, &r); err != nil {
-		fmt.Fprintf(os.Stderr, "bench: %s: %v\n", path, err)
-		return exitUsage
-	}
-	r.Figures = r.figures()
 	r.printTable(os.Stdout)
 	if docs != "" {
-		if err := writeFile(docs, r.markdown()); err != nil {
+		if err := writeDoc(docs, r); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: write docs:", err)
 			return exitBroken
 		}

@@ -50,8 +50,8 @@ const latencyWorkers = 2
 // rawUp runs one up through stack.Manager (what the operator calls, without Kubernetes around
 // it) and returns the floor: the wall time and CPU of its `pulumi up` engine run alone (the
 // CLI process and the provider plugin it waited for), as the wrapper logged them when m runs
-// the CLI through it (b.rawLogs names its log: the sites' managers); for another m, the whole Up and the CPU of this process
-// and its children. The Up's own wall time is logged beside it.
+// the CLI through it (b.rawLogs names its log: the sites' managers); for another m, the whole
+// Up and the CPU of this process and its children. The Up's own wall time is logged beside it.
 func (b *bench) rawUp(ctx context.Context, m *stack.Manager, d api.Desired, refresh bool) (wall, cpu float64, err error) {
 	s0, c0 := rusageCPU(syscall.RUSAGE_SELF), rusageCPU(syscall.RUSAGE_CHILDREN)
 	t0 := time.Now()

@@ -1,12 +1,70 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
+
+var update = flag.Bool("update", false, "rewrite testdata/render/*.md with what markdown renders now")
+
+// TestMarkdownGolden renders each testdata/render/NAME.json as `bench --render` does and
+// compares the doc with NAME.md byte for byte: full.json is a whole `make bench` run; edge.json
+// takes the branches that run did not (an earlier run to compare, notes and BROKEN lines, a
+// failed burst, a reduced idle with a compared build, no engine host, `stack init` in the
+// profile, a CLI start without the key derivation); failed.json is a run whose phases measured
+// nothing. After an intended change of the doc, `go test -run TestMarkdownGolden -update`
+// rewrites the .md files; review their diff.
+func TestMarkdownGolden(t *testing.T) {
+	for _, name := range []string{"full", "edge", "failed"} {
+		t.Run(name, func(t *testing.T) {
+			r, err := readResults(filepath.Join("testdata", "render", name+".json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := render(t, r)
+			golden := filepath.Join("testdata", "render", name+".md")
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(want) {
+				gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
+				for i := range max(len(gl), len(wl)) {
+					if i >= len(gl) || i >= len(wl) || gl[i] != wl[i] {
+						t.Fatalf("the doc differs from %s from line %d:\ngot:  %q\nwant: %q", golden, i+1, line(gl, i), line(wl, i))
+					}
+				}
+			}
+		})
+	}
+}
+
+// line is lines[i], or a mark when there is no such line.
+func line(lines []string, i int) string {
+	if i < len(lines) {
+		return lines[i]
+	}
+	return "(no such line)"
+}
+
+// render is r.markdown(), failing the test on an error.
+func render(t *testing.T, r *Results) string {
+	t.Helper()
+	md, err := r.markdown()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return md
+}
 
 // TestTwoRuns: with an earlier run's results.json, the doc shows each figure of both runs and
 // how far apart they are; a figure the earlier run lacks is left out.
@@ -21,7 +79,7 @@ func TestTwoRuns(t *testing.T) {
 	if err := r.loadPrevious(path); err != nil {
 		t.Fatal(err)
 	}
-	md := r.markdown()
+	md := render(t, r)
 	if !strings.Contains(md, "commit abc1234") || !strings.Contains(md, "The commits differ") || !strings.Contains(md, "| 5. change | 2.20 s | 2.00 s | +10% |") {
 		t.Fatalf("the doc lacks the two runs' table:\n%s", md[strings.Index(md, "Two runs"):])
 	}
@@ -29,7 +87,7 @@ func TestTwoRuns(t *testing.T) {
 		t.Fatal("a figure the earlier run lacks is in the two runs' table")
 	}
 	r.Versions.Operator = "abc1234-dirty"
-	if md := r.markdown(); !strings.Contains(md, "another run of the same commit (abc1234") {
+	if md := render(t, r); !strings.Contains(md, "another run of the same commit (abc1234") {
 		t.Fatalf("two runs of one commit are not called so:\n%s", md[strings.Index(md, "Two runs"):])
 	}
 	if err := r.loadPrevious(filepath.Join(t.TempDir(), "none.json")); !os.IsNotExist(err) {
@@ -42,13 +100,13 @@ func TestTwoRuns(t *testing.T) {
 func TestWhereTheRestGoes(t *testing.T) {
 	profile := []ProfileRun{{Label: "operator: new CR to Ready", TotalSeconds: 2, CLI: []CLIStep{{Command: "up", Wall: 1.5, CPU: 1.2}}, CLIWall: 1.5, CLICPU: 1.2}}
 	r := &Results{Profile: profile, CLIStart: &CLIStart{Wall: 0.3, CPU: 0.2, Samples: 5, KeyDerivation: 0.19, GOGC: "400"}}
-	md := r.markdown()
+	md := render(t, r)
 	for _, want := range []string{"1,000,000 iterations: 0.19 s of one core", "GOGC=400", "stack.EngineHost"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the doc lacks %q", want)
 		}
 	}
-	old := (&Results{Profile: profile, CLIStart: &CLIStart{Wall: 0.3, CPU: 0.2, Samples: 5}}).markdown()
+	old := render(t, &Results{Profile: profile, CLIStart: &CLIStart{Wall: 0.3, CPU: 0.2, Samples: 5}})
 	if !strings.Contains(old, "(PBKDF2, every run)") || strings.Contains(old, "GOGC=") {
 		t.Error("results without the key derivation or GOGC should render the older sentence, without GOGC")
 	}
@@ -61,13 +119,13 @@ func TestNewStackByHelper(t *testing.T) {
 	start := &CLIStart{Wall: 0.3, CPU: 0.2, Samples: 5, KeyDerivation: 0.19, GOGC: "400"}
 	helper := []ProfileRun{{Label: "operator: new CR to Ready", TotalSeconds: 1.5,
 		CLI: []CLIStep{{Command: stackInitLabel, Wall: 0.12, CPU: 0.1}, {Command: "up", Wall: 1.2, CPU: 0.8}}}}
-	md := (&Results{Profile: helper, CLIStart: start}).markdown()
+	md := render(t, &Results{Profile: helper, CLIStart: start})
 	if !strings.Contains(md, "made by the stack-init helper (0.12 s in the profile above)") || strings.Contains(md, "pays the start and the key twice") {
 		t.Error("a profile with the helper's run should name it and its time, not a second CLI start")
 	}
 	cli := []ProfileRun{{Label: "operator: new CR to Ready", TotalSeconds: 2,
 		CLI: []CLIStep{{Command: "stack init", Wall: 0.5, CPU: 0.5}, {Command: "up", Wall: 1.2, CPU: 0.8}}}}
-	md = (&Results{Profile: cli, CLIStart: start}).markdown()
+	md = render(t, &Results{Profile: cli, CLIStart: start})
 	if !strings.Contains(md, "pays the start and the key twice") || strings.Contains(md, "stack-init helper (") {
 		t.Error("a profile with `stack init` should keep the sentence about a second CLI start")
 	}
