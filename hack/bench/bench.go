@@ -38,8 +38,6 @@ type bench struct {
 	start               time.Time
 	opts                options
 	running             sync.Map // *operator -> struct{}
-	// stackInit is the stack.Config.StackInit of the bench's own Managers (wrapStackInit).
-	stackInit string
 }
 
 // run sets up and runs the phases; a failed phase is recorded in Results.Broken and the
@@ -52,10 +50,6 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 		}
 	}
 	if err := os.Setenv(wrapperReal, b.pulumi); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		return exitBroken
-	}
-	if err := b.wrapStackInit(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return exitBroken
 	}
@@ -191,36 +185,6 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 	return exitOK
 }
 
-// wrapStackInit sets b.stackInit: when the stack-init helper is beside the pulumi CLI (as
-// `make build` puts it), a symlink named like it to this program, which runs it in wrapper
-// mode; else stack.NoStackInitHelper. The bench's own stack.Managers and the profiled operator
-// use it, so that a new stack's creation is timed like a CLI run.
-func (b *bench) wrapStackInit() error {
-	b.stackInit = stack.NoStackInitHelper
-	real := filepath.Join(filepath.Dir(b.pulumi), stack.StackInitHelper)
-	if _, err := os.Stat(real); err != nil {
-		fmt.Fprintf(os.Stderr, "bench: no stack-init helper at %s (run `make build`): new stacks are made by `pulumi stack init`\n", real)
-		return nil
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find the bench binary for wrapper mode: %w", err)
-	}
-	link := filepath.Join(b.out, "wrap", stack.StackInitHelper)
-	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
-		return err
-	}
-	_ = os.Remove(link)
-	if err := os.Symlink(self, link); err != nil {
-		return err
-	}
-	if err := os.Setenv(wrapperRealStackInit, real); err != nil {
-		return err
-	}
-	b.stackInit = link
-	return nil
-}
-
 // rawManager is a stack.Manager for the floor's raw stacks on backendURL whose CLI runs go
 // through this program in wrapper mode, logged to logs/<log> (b.rawLogs).
 func (b *bench) rawManager(backendURL, log string) (*stack.Manager, error) {
@@ -240,7 +204,7 @@ func (b *bench) rawManager(backendURL, log string) (*stack.Manager, error) {
 		ws += "-" + strings.TrimSuffix(log, ".jsonl")
 	}
 	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: backendURL,
-		WorkRoot: ws, PulumiPath: self, ClusterName: "bench", StackInit: b.stackInit,
+		WorkRoot: ws, PulumiPath: self, ClusterName: "bench",
 		Env: map[string]string{"KUBECONFIG": b.kube.kubeconfig, "PULUMI_CONFIG_PASSPHRASE": "bench", wrapperLog: path}})
 	if err != nil {
 		return nil, fmt.Errorf("create raw stack manager: %w", err)

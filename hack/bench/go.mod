@@ -90,6 +90,7 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pkg/term v1.1.0 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
+	github.com/pulumi-operator/pulumi-operator/agent/protocol v0.0.0-00010101000000-000000000000 // indirect
 	github.com/pulumi/appdash v0.0.0-20231130102222-75f619a67231 // indirect
 	github.com/pulumi/pulumi-kubernetes/sdk/v4 v4.33.0 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
@@ -149,4 +150,10 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.0 // indirect
 )
 
-replace github.com/pulumi-operator/pulumi-operator => ../..
+// The operator's module is the checkout this module sits in, and so is the engine host's protocol
+// module, which the operator's go.mod replaces the same way: a replace applies only in the main
+// module, so each module that builds the operator's packages repeats it.
+replace (
+	github.com/pulumi-operator/pulumi-operator => ../..
+	github.com/pulumi-operator/pulumi-operator/agent/protocol => ../../agent/protocol
+)

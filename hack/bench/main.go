@@ -63,10 +63,7 @@ type candidate struct{ label, binary string }
 
 func main() {
 	if real := os.Getenv(wrapperReal); real != "" && filepath.Base(os.Args[0]) == "pulumi" {
-		os.Exit(runWrapper(real, ""))
-	}
-	if real := os.Getenv(wrapperRealStackInit); real != "" && filepath.Base(os.Args[0]) == stack.StackInitHelper {
-		os.Exit(runWrapper(real, stackInitLabel))
+		os.Exit(runWrapper(real))
 	}
 	os.Exit(run())
 }

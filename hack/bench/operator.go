@@ -26,7 +26,6 @@ type operatorSpec struct {
 	binary        string            // the operator binary; default the bench's --operator
 	env           map[string]string // added to the environment
 	backendURL    string            // --backend-url; "" for the default file backend in --state-dir
-	stackInit     string            // --stack-init; "" to leave the flag out (a baseline build may not know it)
 	engineHost    string            // --engine-host; "" to leave the flag out (every up a pulumi CLI process)
 }
 
@@ -77,9 +76,6 @@ func (b *bench) startOperator(ctx context.Context, s operatorSpec) (*operator, e
 			}
 		}
 		args = append([]string{"--backend-url", backendURL}, args...)
-	}
-	if s.stackInit != "" {
-		args = append([]string{"--stack-init", s.stackInit}, args...)
 	}
 	if s.engineHost != "" {
 		args = append([]string{"--engine-host", s.engineHost}, args...)

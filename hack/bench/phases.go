@@ -304,13 +304,13 @@ func (b *bench) phaseProfile(ctx context.Context) error {
 	_ = os.Remove(opLog)
 	_ = os.Remove(rawLog)
 	op, err := b.startOperator(ctx, operatorSpec{name: "profile", namespace: nsProfile, workers: latencyWorkers,
-		resync: 10 * time.Minute, pulumi: self, stackInit: b.stackInit, engineHost: stack.NoEngineHost, env: map[string]string{wrapperLog: opLog}})
+		resync: 10 * time.Minute, pulumi: self, engineHost: stack.NoEngineHost, env: map[string]string{wrapperLog: opLog}})
 	if err != nil {
 		return err
 	}
 	defer b.stopOperator(op)
 	raw, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + filepath.Join(b.rawDir, "backend"),
-		WorkRoot: filepath.Join(b.rawDir, "workspaces"), PulumiPath: self, ClusterName: "bench", StackInit: b.stackInit,
+		WorkRoot: filepath.Join(b.rawDir, "workspaces"), PulumiPath: self, ClusterName: "bench",
 		Env: map[string]string{"KUBECONFIG": b.kube.kubeconfig, "PULUMI_CONFIG_PASSPHRASE": "bench", wrapperLog: rawLog}})
 	if err != nil {
 		return fmt.Errorf("create profiling stack manager: %w", err)

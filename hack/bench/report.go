@@ -833,6 +833,11 @@ func cliSplit(prs []ProfileRun) (up, other float64) {
 	return up, other
 }
 
+// stackInitLabel is the command under which a profile lists the runs of the stack-init helper,
+// which made new stacks in operator builds that had one; the doc renders such a results.json
+// with the helper's time.
+const stackInitLabel = "stack-init-helper"
+
 // helperWall is the median wall time of the stack-init helper's runs in prs; 0 when none ran.
 func helperWall(prs []ProfileRun) float64 {
 	var walls []float64

@@ -14,14 +14,9 @@ import (
 // (through a symlink) with wrapperReal set, it runs the real CLI and appends one JSON line
 // per run (arguments, wall time, CPU of the CLI and of the plugins it waited for) to
 // wrapperLog.
-//
-// Run as stack.StackInitHelper with wrapperRealStackInit set, it runs that helper the same
-// way and logs the run as the command "stack-init-helper".
 const (
-	wrapperReal          = "PULUMI_BENCH_REAL_CLI"
-	wrapperRealStackInit = "PULUMI_BENCH_REAL_STACK_INIT"
-	wrapperLog           = "PULUMI_BENCH_CLI_LOG"
-	stackInitLabel       = "stack-init-helper"
+	wrapperReal = "PULUMI_BENCH_REAL_CLI"
+	wrapperLog  = "PULUMI_BENCH_CLI_LOG"
 )
 
 // cliRun is one line of the wrapper's log.
@@ -33,9 +28,8 @@ type cliRun struct {
 	Exit  int       `json:"exit"`
 }
 
-// runWrapper is main in wrapper mode, running real; it returns the exit code. label, when
-// not empty, is logged as the run's first argument (the command).
-func runWrapper(real, label string) int {
+// runWrapper is main in wrapper mode, running real; it returns the exit code.
+func runWrapper(real string) int {
 	cmd := exec.Command(real, os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	start := time.Now()
@@ -62,11 +56,7 @@ func runWrapper(real, label string) int {
 		if ru != nil {
 			cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 		}
-		args := os.Args[1:]
-		if label != "" {
-			args = append([]string{label}, args...)
-		}
-		line, _ := jsonMarshal(cliRun{Args: args, Start: start, Wall: time.Since(start).Seconds(), CPU: cpu, Exit: code})
+		line, _ := jsonMarshal(cliRun{Args: os.Args[1:], Start: start, Wall: time.Since(start).Seconds(), CPU: cpu, Exit: code})
 		if f, err := os.OpenFile(log, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
 			_, _ = f.Write(append(line, '\n'))
 			f.Close()
