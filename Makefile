@@ -83,7 +83,7 @@ test: tools build
 
 ## e2e: only the end-to-end tests (need the Kubernetes provider plugin; SKIP where absent)
 e2e: tools build
-	hack/test.sh ./e2e/...
+	hack/test.sh ./test/e2e/...
 
 vet:
 	go vet ./...
@@ -147,7 +147,7 @@ realnode-up: tools image
 realnode-down:
 	hack/realnode-down.sh
 
-## e2e-real: e2e/realnode on a real node: Helm and `make deploy` installs of the built image in
+## e2e-real: test/e2e/realnode on a real node: Helm and `make deploy` installs of the built image in
 ## restricted namespaces, the sample served through its Service, a rollout with no failed request,
 ## an up interrupted by deleting the operator pod, delete. SKIP (exit 0) where no node can run
 e2e-real: tools build image
@@ -169,12 +169,12 @@ controller-gen:
 
 ## manifests: regenerate from the markers the CRD, config/crd (from api/v1; the chart's crds/ holds
 ## a link to it), and the ClusterRoles config/rbac/role.yaml (watcher/rbac.go) and
-## config/rbac/cluster_name_role.yaml (commands/rbac.go). config/manifests_test.go runs the same
+## config/rbac/cluster_name_role.yaml (internal/commands/rbac.go). config/manifests_test.go runs the same
 ## commands and fails until the committed files are what they generate.
 manifests: controller-gen
 	$(BIN)/controller-gen crd:headerFile=config/crd/header.txt paths=./api/v1 output:crd:artifacts:config=config/crd
 	$(BIN)/controller-gen rbac:roleName=pulumi-operator-manager,headerFile=config/rbac/header.txt paths=./watcher output:rbac:artifacts:config=config/rbac
-	$(BIN)/controller-gen rbac:roleName=pulumi-operator-cluster-name,fileName=cluster_name_role.yaml,headerFile=config/rbac/header.txt paths=./commands output:rbac:artifacts:config=config/rbac
+	$(BIN)/controller-gen rbac:roleName=pulumi-operator-cluster-name,fileName=cluster_name_role.yaml,headerFile=config/rbac/header.txt paths=./internal/commands output:rbac:artifacts:config=config/rbac
 	ln -sfn ../../../config/crd/groupsp.measutosh.dev_kindcustomhttps.yaml charts/pulumi-operator/crds/
 
 ## generate: the same as manifests (kubebuilder's other name; no Go code is generated here)
@@ -211,9 +211,9 @@ soak: tools build
 # this is the long run.
 .PHONY: crash-test
 
-## crash-test: crash/TestCrashSafety on the file and PostgreSQL backends: SIGKILLs `watch` (with its
+## crash-test: test/crash/TestCrashSafety on the file and PostgreSQL backends: SIGKILLs `watch` (with its
 ## pulumi processes) at random 20 times per backend while objects change, then checks that state
 ## and cluster agree (hack/test.sh: its own cluster and PostgreSQL). CRASH_SEED=N replays a run's
 ## choices, CRASH_KILLS=N sets the kills per backend.
 crash-test: tools build
-	PULUMI_OPERATOR_CRASH_TEST=1 hack/test.sh -run TestCrashSafety ./crash/
+	PULUMI_OPERATOR_CRASH_TEST=1 hack/test.sh -run TestCrashSafety ./test/crash/

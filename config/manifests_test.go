@@ -45,7 +45,7 @@ var generators = []generator{
 	{[]string{"crd:headerFile=config/crd/header.txt", "paths=./api/v1"}, "crd", "config/crd", []string{crdFile}},
 	{[]string{"rbac:roleName=pulumi-operator-manager,headerFile=config/rbac/header.txt", "paths=./watcher"},
 		"rbac", "config/rbac", []string{"role.yaml"}},
-	{[]string{"rbac:roleName=pulumi-operator-cluster-name,fileName=cluster_name_role.yaml,headerFile=config/rbac/header.txt", "paths=./commands"},
+	{[]string{"rbac:roleName=pulumi-operator-cluster-name,fileName=cluster_name_role.yaml,headerFile=config/rbac/header.txt", "paths=./internal/commands"},
 		"rbac", "config/rbac", []string{"cluster_name_role.yaml"}},
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make e2e-real`: the operator in a cluster for real. Starts a real node (hack/realnode-up.sh:
 # containerd, runc, a CNI bridge, kubelet, kube-proxy, CoreDNS, its own control plane), loads
-# the images `make image` built (.local/images/*.tar), runs the tests of e2e/realnode against
+# the images `make image` built (.local/images/*.tar), runs the tests of test/e2e/realnode against
 # it (the Helm chart and `make deploy` installs, the sample's life on real pods), and always
 # stops the node again (hack/realnode-down.sh, which checks that nothing is left).
 #
@@ -41,7 +41,7 @@ export PULUMI_OPERATOR_REALNODE_DIR="${REALNODE_DIR}"
 export PULUMI_OPERATOR_REALNODE_REQUIRED=1
 log="${REPO_ROOT}/.local/e2e-real.log"
 status=0
-go test -count=1 -timeout 40m -v ./e2e/realnode/ "$@" >"${log}" 2>&1 || status=$?
+go test -count=1 -timeout 40m -v ./test/e2e/realnode/ "$@" >"${log}" 2>&1 || status=$?
 # What was checked: every test's log lines, and the results.
 grep -E '^(=== RUN|--- |ok|FAIL|panic:|Benchmark)|^\s+\S+_test\.go:[0-9]+:' "${log}" || true
 passed=$(grep -cE '^\s*--- PASS' "${log}" || true)

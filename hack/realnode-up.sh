@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts ONE REAL Kubernetes node on this machine with its own control plane, so that the
-# end-to-end tests (e2e/realnode, `make e2e-real`) run real pods: etcd, kube-apiserver,
+# end-to-end tests (test/e2e/realnode, `make e2e-real`) run real pods: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, containerd (Debian package) + runc + the CNI bridge
 # plugin, kubelet, kube-proxy (iptables mode) and CoreDNS (Service kube-dns 10.96.0.10). Node
 # name `realnode`; pods on bridge rn0 (10.88.0.0/24, host side 10.88.0.1 = node address =

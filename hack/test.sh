@@ -40,7 +40,7 @@ export PULUMI_OPERATOR_PULUMI="${REPO_ROOT}/bin/pulumi"
 log="${REPO_ROOT}/.local/test.log"
 mkdir -p "$(dirname "${log}")"
 
-# The default (and ./..., what `make test` passes) is every package but e2e/realnode: its tests
+# The default (and ./..., what `make test` passes) is every package but test/e2e/realnode: its tests
 # need a real node and run under `make e2e-real` (hack/e2e-real.sh), which starts one.
 if [[ $# -eq 0 || "$*" == "./..." ]]; then
 	mapfile -t pkgs < <(go list ./... | grep -v '/e2e/realnode$')

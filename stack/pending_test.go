@@ -13,7 +13,7 @@ import (
 
 // TestAdoptPending: what adoptPending makes of each kind of pending operation a killed
 // update leaves. The end-to-end proof (a real SIGKILL mid-create, then up and destroy) is
-// crash/TestPendingCreateAdopted.
+// test/crash/TestPendingCreateAdopted.
 func TestAdoptPending(t *testing.T) {
 	const (
 		stackURN = "urn:pulumi:s::p::pulumi:pulumi:Stack::p-s"

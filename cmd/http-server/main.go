@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
 
-	"github.com/pulumi-operator/pulumi-operator/httpserver"
+	"github.com/pulumi-operator/pulumi-operator/internal/httpserver"
 )
 
 // DefaultDrainDelay is --drain-delay's default (httpserver.Options.DrainDelay): long enough for

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real-node figure of `make bench`: e2e/realnode's BenchmarkFirstGET (a new KindCustomHttp to
+# The real-node figure of `make bench`: test/e2e/realnode's BenchmarkFirstGET (a new KindCustomHttp to
 # its first successful GET through its Service, against the same objects created directly,
 # medians of PULUMI_OPERATOR_REALNODE_SAMPLES samples each, default 5) on a real node started and
 # stopped by hack/e2e-real.sh, with the images `make image` built. Writes the figure to

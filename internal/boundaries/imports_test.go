@@ -1,7 +1,8 @@
 // Package boundaries holds the test that enforces the package boundaries the package
-// comments state (STYLE.md "Layout shows the flow"): the data path is main -> commands ->
-// watcher -> stack -> infra, with api/v1 beside them, and three rules keep each concern in one
-// place. A boundary written only in a comment decays; this test reads the real import graph
+// comments state (STYLE.md "Layout shows the flow"): the data path is main -> internal/commands
+// -> watcher -> stack -> infra, with api/v1 beside them, and three rules keep each concern in one
+// place; the engine host's protocol (agent/protocol, a module of its own) imports the standard
+// library only, and only stack imports it. A boundary written only in a comment decays; this test reads the real import graph
 // (`go list -json`, the go command's own answer) of every non-test package, those of the
 // benchmark's module (hack/bench/go.mod) included, so a new import that crosses a boundary fails
 // here with the rule it breaks.
@@ -52,7 +53,7 @@ var rules = []rule{
 	},
 	{
 		prefix:  "k8s.io/client-go/dynamic",
-		allowed: append([]string{"watcher", "commands", "program"}, tools...),
+		allowed: append([]string{"watcher", "internal/commands", "internal/program"}, tools...),
 		why:     "only the watcher, the commands and the engine-mode program read KindCustomHttp objects from the API",
 	},
 }
@@ -60,19 +61,36 @@ var rules = []rule{
 // layers: a project package may import only the project packages listed for it, so the data
 // path keeps one direction (nothing below imports what is above it).
 var layers = map[string][]string{
-	".":                  {"commands", "program", "internal/initproc"}, // main only picks the mode (STYLE.md: main.go stays thin)
-	"commands":           {"api/v1", "envsource", "infra", "stack", "watcher", "internal/ownership", "internal/rollout", "internal/version"},
-	"api/v1":             {"internal/version"},
-	"infra":              {"api/v1", "internal/version"},
-	"stack":              {"api/v1", "infra", "internal/version"},
-	"envsource":          {"api/v1"},
-	"program":            {"api/v1", "envsource", "infra", "stack", "internal/rollout"},
-	"watcher":            {"api/v1", "envsource", "infra", "stack", "internal/ownership", "internal/rollout", "internal/version"},
-	"internal/rollout":   {},
-	"internal/ownership": {"api/v1", "infra"},
-	"httpserver":         {"internal/version"},
-	"cmd/http-server":    {"httpserver", "internal/version"},
-	"internal/version":   {},
+	".":                   {"internal/commands", "internal/program", "internal/initproc"}, // main only picks the mode (STYLE.md: main.go stays thin)
+	"internal/commands":   {"api/v1", "internal/envsource", "infra", "stack", "watcher", "internal/ownership", "internal/rollout", "internal/version"},
+	"api/v1":              {"internal/version"},
+	"infra":               {"api/v1", "internal/version"},
+	"stack":               {"api/v1", "infra", "internal/version", "agent/protocol"},
+	"internal/envsource":  {"api/v1"},
+	"internal/program":    {"api/v1", "internal/envsource", "infra", "stack", "internal/rollout"},
+	"watcher":             {"api/v1", "internal/envsource", "infra", "stack", "internal/ownership", "internal/rollout", "internal/version"},
+	"internal/rollout":    {},
+	"internal/ownership":  {"api/v1", "infra"},
+	"internal/httpserver": {"internal/version"},
+	"cmd/http-server":     {"internal/httpserver", "internal/version"},
+	"internal/version":    {},
+}
+
+// protocolModuleDir is the directory, relative to this package, of the engine host's protocol
+// module (agent/protocol/go.mod), which both the operator and the agent module import.
+const protocolModuleDir = "../../agent/protocol"
+
+// TestProtocolStandardLibraryOnly: the protocol module imports the standard library only, so
+// that importing it brings neither side's dependencies to the other (the agent module pins
+// the CLI's, the operator its own).
+func TestProtocolStandardLibraryOnly(t *testing.T) {
+	for _, p := range listPackages(t, protocolModuleDir, module+"/agent/protocol", 1) {
+		for _, imp := range p.Imports {
+			if first, _, _ := strings.Cut(imp, "/"); strings.Contains(first, ".") {
+				t.Errorf("%s imports %s: the protocol must import the standard library only", rel(p.ImportPath), imp)
+			}
+		}
+	}
 }
 
 type pkg struct {

@@ -1,4 +1,7 @@
-package main
+// Package leader tests leader election with processes of the built binary (`pulumi-operator
+// watch`, two at a time against one local cluster): a killed leader is replaced, and a leader
+// that loses its Lease during a slow up cancels it and exits before the other one leads.
+package leader
 
 import (
 	"context"
