@@ -39,11 +39,11 @@ func (m *Manager) Destroy(ctx context.Context, stackName string, opts RunOptions
 
 // sweepRemoved makes sure a stack that does not exist leaves no lock behind. A DIY backend's
 // `stack rm` takes the stack's lock (pkg/backend/diy RemoveStack) and a process killed after
-// the stack is gone but before the unlock leaves a lock that no later operation would meet:
-// seen in the crash test, a destroy killed in its final `stack rm`. So the empty stack is
-// created again and removed: the removal either takes and releases the lock, or fails with
-// ErrLocked naming the dead owner, for the caller's stale-lock handling (CancelLock then
-// finds the stack). Costs two CLI runs, only when a destroy finds no stack.
+// the stack is gone but before the unlock leaves a lock that no later operation would meet,
+// e.g. a destroy killed in its final `stack rm`. So the empty stack is created again and
+// removed: the removal either takes and releases the lock, or fails with ErrLocked naming the
+// dead owner, for the caller's stale-lock handling (CancelLock then finds the stack). Costs two
+// CLI runs, only when a destroy finds no stack.
 func (m *Manager) sweepRemoved(ctx context.Context, stackName string) error {
 	st, err := m.open(ctx, stackName, true)
 	if err != nil {

@@ -26,11 +26,11 @@ import (
 // Why this file runs the CLI itself instead of auto.Stack.Up, Refresh and Destroy: those run
 // `pulumi stack output` and `pulumi stack history` (and Destroy's `stack rm`) after every
 // engine run, only to return the outputs and the summary (sdk v3.255.0 go/auto/stack.go,
-// Up 493-509). Each is a CLI process that loads the backend: an up cost 5 CLI runs, of which
-// the engine run was 42% of the wall time (docs/benchmarks.md before issue 14). The engine
-// writes both to its own event log (--event-log, the file auto itself tails), so one run
-// says everything. The CLI is still run through auto's PulumiCommand (its version check,
-// --non-interactive, process group and interrupt on cancel).
+// Up 493-509). Each is a CLI process that loads the backend, so an up through auto would be
+// several CLI runs where one does the work (docs/benchmarks.md). The engine writes both to its
+// own event log (--event-log, the file auto itself tails), so one run says everything. The CLI
+// is run through auto's PulumiCommand all the same (its version check, --non-interactive,
+// process group and interrupt on cancel).
 
 // engineOutcome is what one engine run's event log says.
 type engineOutcome struct {

@@ -226,9 +226,9 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 	}
 }
 
-// TestStackRemovedBehindItsBack (issue 18): a stack this Manager knows, removed by someone
-// else (`pulumi destroy --remove` or `stack rm` from a laptop), is created again by the next
-// up, and the next destroy of it is a destroy of nothing; a refresh of it says it is gone.
+// TestStackRemovedBehindItsBack: a stack this Manager knows, removed by someone else (`pulumi
+// destroy --remove` or `stack rm` from a laptop), is created again by the next up, and the next
+// destroy of it is a destroy of nothing; a refresh of it says it is gone.
 func TestStackRemovedBehindItsBack(t *testing.T) {
 	m, backend := newManager(t)
 	other, _ := newManager(t)

@@ -32,10 +32,10 @@ const NoEngineHost = "none"
 
 // engineHostRuns is how many requests one engine host process serves before the Manager
 // replaces it (the next request starts a new one; the old one exits once its requests have
-// finished). pkg/v3 leaves a few goroutines and a fraction of a MiB behind per update in a
-// long-lived process (a language-runtime connection it never closes: docs/design/engine-host.md),
-// so a process is not kept forever; 200 runs bound that to tens of MiB, and a new process costs
-// one start and one key derivation per stack it then opens.
+// finished). pkg/v3 leaves goroutines and memory behind per update in a long-lived process (a
+// language-runtime connection it never closes: docs/design/engine-host.md), so a process is not
+// kept forever: the run count bounds that leak, and a new process costs one start and one key
+// derivation per stack it then opens.
 const engineHostRuns = 200
 
 // engineHostIdle is how long an engine host process lives without a request before the

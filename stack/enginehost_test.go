@@ -77,7 +77,7 @@ func TestEngineHostUp(t *testing.T) {
 	if got := stackFiles(t, backend); len(got) != 1 {
 		t.Fatalf("backend holds %v, want one stack", got)
 	}
-	// With the host running, a new stack is made by it: no helper process either.
+	// With the host running, a new stack is made by it: no CLI run either.
 	other, _ := m.StackName("ns", "host-2")
 	if res, err := m.Up(context.Background(), other, secretProgram("x"), RunOptions{}); err != nil || res.Changes["create"] != 1 {
 		t.Fatalf("up of a second new stack: %v, %v", res.Changes, err)
@@ -343,7 +343,8 @@ func TestEngineHostNotUsed(t *testing.T) {
 
 // TestEngineHostInitFallsBack: when the running engine host cannot create a stack (here a
 // stand-in host that fails every request: a real one cannot be made to fail only that), `pulumi
-// stack init` creates it and the up goes on through the CLI's error path as before.
+// stack init` creates it, and the up itself still goes to the engine host, whose error it
+// reports.
 func TestEngineHostInitFallsBack(t *testing.T) {
 	m, backend, runs := hostManager(t)
 	fake := filepath.Join(t.TempDir(), "pulumi-operator-engine")

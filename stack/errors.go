@@ -99,8 +99,8 @@ func pluginMissingSummary(summary string) string {
 }
 
 // tornRead is how the CLI reports a checkpoint it read empty: the file backend can hand a
-// reader an empty checkpoint while another process's update rewrites it (seen under load with
-// two updates of one stack).
+// reader an empty checkpoint while another process's update rewrites it (two updates of one
+// stack at once).
 const tornRead = "failed to load checkpoint: EOF"
 
 // classifyStack is classify for an error of an operation on stackName. A missing provider

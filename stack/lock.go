@@ -216,10 +216,10 @@ func (m *Manager) cancelLockOfMissingStack(ctx context.Context, stackName string
 // The file backend is gocloud's fileblob (gocloud.dev/blob/fileblob), which keeps each
 // blob's metadata in "<file>.attrs" beside it. It writes the blob itself atomically (a
 // temporary file renamed into place) but the sidecar in place: setAttrs truncates it, then
-// encodes JSON into it. A pulumi process killed between the two (SIGKILL, a crashed pod)
-// leaves an empty sidecar, and from then on every read of the blob fails with the JSON
-// decoder's "EOF": `stack select` reports "failed to load checkpoint: EOF" although the
-// checkpoint itself is whole. The crash test met it (a kill inside `stack init`).
+// encodes JSON into it. A pulumi process killed between the two (SIGKILL, a crashed pod; a
+// kill inside `stack init`, for one) leaves an empty sidecar, and from then on every read of
+// the blob fails with the JSON decoder's "EOF": `stack select` reports "failed to load
+// checkpoint: EOF" although the checkpoint itself is whole.
 //
 // A sidecar is torn when it is not a JSON object. Removing one loses nothing the DIY
 // backend uses: fileblob reads a missing sidecar as default metadata (getAttrs), and the

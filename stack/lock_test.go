@@ -135,13 +135,13 @@ func TestParseLocks(t *testing.T) {
 	}
 }
 
-// A `stack rm` killed after it removed the stack but before it released the stack's lock
-// (DIY RemoveStack locks; so does `stack init`) leaves a lock of a stack that no longer
-// exists; the crash test met one. Destroy must not call such a stack destroyed while its lock
-// stays, and an up must not wait for it forever: both report the lock (ErrLocked, with the
-// dead owner); CancelLock removes it although `pulumi cancel` refuses a missing stack; then
-// both succeed and no lock is left. The situation is made with a real lock of a killed
-// pulumi process, and the stack's checkpoint then deleted as that `stack rm` had done.
+// A `stack rm` killed after it removed the stack but before it released the stack's lock (DIY
+// RemoveStack locks; so does `stack init`) leaves a lock of a stack that does not exist.
+// Destroy must not call such a stack destroyed while its lock stays, and an up must not wait
+// for it forever: both report the lock (ErrLocked, with the dead owner); CancelLock removes it
+// although `pulumi cancel` refuses a missing stack; then both succeed and no lock is left. The
+// situation is made with a real lock of a killed pulumi process, and the stack's checkpoint
+// then deleted as that `stack rm` had done.
 func TestLockOfRemovedStack(t *testing.T) {
 	m, backend := newManager(t)
 	name, _ := m.StackName("ns", "removed")
@@ -261,10 +261,10 @@ func TestRepairSidecars(t *testing.T) {
 }
 
 // A pulumi process killed while gocloud's fileblob rewrote the metadata sidecar of a stack's
-// checkpoint leaves the sidecar empty and the lock taken; the CLI then fails on the stack
-// with "failed to load checkpoint: EOF" (the crash test met it: the watcher's CancelLock
-// could not select the stack, and the object stayed locked forever). CancelLock repairs the
-// sidecar and removes the lock, and the stack keeps its state.
+// checkpoint leaves the sidecar empty and the lock taken; the CLI then fails on the stack with
+// "failed to load checkpoint: EOF" (without the repair the watcher's CancelLock cannot select
+// the stack, and the object stays locked forever). CancelLock repairs the sidecar and removes
+// the lock, and the stack keeps its state.
 func TestCancelLockTornSidecar(t *testing.T) {
 	m, backend := newManager(t)
 	name, _ := m.StackName("ns", "torn")

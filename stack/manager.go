@@ -30,13 +30,9 @@ const PinnedCLIVersion = "3.255.0"
 // starts, unless GOGC is set in the operator's environment or in Config.Env. Both are Go
 // processes that live for one operation, allocate a lot while starting (the CLI's package
 // initialisation) and keep little, so at Go's default of 100 the collector takes a good part
-// of their CPU. Measured on the local cluster against GOGC=100 (Go's default), medians: 5
-// alternating `pulumi-operator up`s of a new object, 1.68 against 1.97 CPU s (-15%) for 8 MB
-// more peak RSS per process (GOGC=off saved no more CPU and took 29 MB more); and two
-// `hack/bench/run.sh --phases latency,change,burst --burst-workers 2,4` runs back to back,
-// one with GOGC=100 in the environment: a new object to Ready 1.51 against 1.73 s, a change
-// 1.14 against 1.31 s, a burst of 100 at --workers 2 94 against 113 s (130 against 162 CPU s;
-// peak RSS 579 against 556 MiB).
+// of their CPU. A higher target trades a little more peak memory per process for less CPU per
+// run; GOGC=off saves no more CPU and costs more memory. docs/design/engine-host.md and
+// docs/benchmarks.md have the figures.
 const ChildGOGC = "400"
 
 // Config says how to reach the pulumi CLI and the backend. The zero value is not usable: set

@@ -18,26 +18,26 @@ import (
 // next update, but keeps pending creates forever and asks for `pulumi refresh` to be run
 // interactively (pkg/backend/snapshot.go: "these must require user intervention"). Left
 // alone they wedge a stack: the object the killed run created exists in the cluster but not
-// in the state, so every later up fails with "already exists" (pulumi-kubernetes ≥ 4.29 no
-// longer upserts on create unless PULUMI_K8S_UPSERT_EXISTING_OBJECTS is set, which the Manager
+// in the state, so every later up fails with "already exists" (pulumi-kubernetes ≥ 4.29
+// upserts on create only when PULUMI_K8S_UPSERT_EXISTING_OBJECTS is set, which the Manager
 // sets: see New), and a destroy deletes everything but that object.
 //
 // The CLI's non-interactive way out, `refresh --import-pending-creates URN ID`, does not work
 // in v3.255.0: the refresh turns the entry into an "importing" one and then drops it, leaving
-// the object orphaned (tried by hand on a Deployment left by a SIGKILL). `pulumi import`
-// needs the program's language plugin, which an inline Automation API program does not have.
-// So the operator adopts a pending create itself, the way the interactive prompt's "import"
-// answer would: it moves the entry into the state's resources with the ID the provider gives
-// that object (namespace/name, from the entry's own inputs), imports the state with `pulumi
-// stack import` (which takes the stack's lock and drops the other pending entries), and runs
-// `pulumi refresh`, which reads every resource from the cluster: an adopted object that was
-// never created is removed from the state again, one that was is kept, with its live state.
+// the object orphaned. `pulumi import` needs the program's language plugin, which an inline
+// Automation API program does not have. So the operator adopts a pending create itself, the way
+// the interactive prompt's "import" answer would: it moves the entry into the state's resources
+// with the ID the provider gives that object (namespace/name, from the entry's own inputs),
+// imports the state with `pulumi stack import` (which takes the stack's lock and drops the
+// other pending entries), and runs `pulumi refresh`, which reads every resource from the
+// cluster: an adopted object that was never created is removed from the state again, one that
+// was is kept, with its live state.
 //
 // Until that refresh has run, an adopted resource's outputs are only its inputs, and an up
-// would take it for something to replace (pulumi-kubernetes finds no old inputs in them; seen
-// in the crash test, a kill between the import and the refresh). So adopted outputs carry
-// adoptedMarker, which only a provider's read removes, and a state that still has it is
-// refreshed before anything else runs on it.
+// would take it for something to replace (pulumi-kubernetes finds no old inputs in them), as
+// after a kill between the import and the refresh. So adopted outputs carry adoptedMarker,
+// which only a provider's read removes, and a state that still has it is refreshed before
+// anything else runs on it.
 
 // adoptedMarker is the key, in an adopted resource's outputs, that says the resource has
 // not been read from the cluster since its adoption.
@@ -67,7 +67,7 @@ func (m *Manager) isSettled(stackName string) bool {
 
 // settlePending resolves the pending operations a killed update left in the stack before
 // an operation runs on it; see the comment at the top of this file. It looks (one `stack
-// export`, ~0.3 s) only the first time this process touches the stack and after a failed
+// export`, a CLI run) only the first time this process touches the stack and after a failed
 // operation. It returns what it did, one line per entry, for the operator's log and Events;
 // nil when there was nothing to do.
 //
@@ -76,7 +76,7 @@ func (m *Manager) isSettled(stackName string) bool {
 // later look can tell; an error naming the entry for a pending create it cannot adopt.
 //
 // What it cannot rule out: another process starting and finishing a whole update in the
-// ~0.2 s between its second export and the import taking the lock; its result would then be
+// moment between its second export and the import taking the lock; its result would then be
 // overwritten by the state read before it. Only a pending operation, that is a crash, opens
 // this window.
 func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName string) ([]string, error) {

@@ -66,8 +66,8 @@ func TestAdoptPending(t *testing.T) {
 			deployment: deployment(`{"type":"creating","resource":{"urn":"urn:pulumi:s::p::pulumi:providers:kubernetes::other","type":"pulumi:providers:kubernetes"}}`),
 			wantDone:   []string{"cleared creating of provider"},
 		},
-		// Found by TestCrashSafety in CI: a SIGKILL at the very start of a new stack's first
-		// up left this entry, and the object stayed UpdateFailed for good.
+		// A SIGKILL at the very start of a new stack's first up leaves this entry; left
+		// alone, the object stays UpdateFailed for good.
 		"create of the stack resource": {
 			deployment: deployment(`{"type":"creating","resource":{"urn":"urn:pulumi:s::p::pulumi:pulumi:Stack::p-t","custom":false,"type":"pulumi:pulumi:Stack"}}`),
 			wantDone:   []string{"cleared creating of component urn:pulumi:s::p::pulumi:pulumi:Stack::p-t"},
@@ -163,9 +163,9 @@ func TestAdoptPending(t *testing.T) {
 }
 
 // TestPendingStackResourceCleared: a stack whose state holds a pending create of its own stack
-// resource (what a SIGKILL at the very start of a new stack's first up leaves; found by
-// TestCrashSafety in CI) is cleared before the next up, through the real CLI, and the up then
-// succeeds and leaves no pending operation.
+// resource (what a SIGKILL at the very start of a new stack's first up leaves) is cleared
+// before the next up, through the real CLI, and the up then succeeds and leaves no pending
+// operation.
 func TestPendingStackResourceCleared(t *testing.T) {
 	m, backend := newManager(t)
 	ctx := context.Background()

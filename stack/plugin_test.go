@@ -32,8 +32,8 @@ func TestFindKubernetesPlugin(t *testing.T) {
 		"other version": {setup: func(t *testing.T, plugins string) {
 			writePlugin(t, filepath.Join(plugins, "resource-kubernetes-v4.0.0"), 0o755)
 		}},
-		// The engine skips a symbolic link in the plugin directory (seen: "no resource plugin
-		// found" with such a link), so it must not count as installed.
+		// The engine skips a symbolic link in the plugin directory (it reports "no resource
+		// plugin found" with such a link), so it must not count as installed.
 		"linked directory": {setup: func(t *testing.T, plugins string) {
 			real := filepath.Join(t.TempDir(), "real")
 			writePlugin(t, real, 0o755)

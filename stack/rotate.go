@@ -63,7 +63,8 @@ const (
 
 // crypterFor returns the crypter of phrase for a passphrase salt state ("v1:<base64 salt>:<check>")
 // as pkg/v3 secrets/passphrase does, or ErrIncorrectPassphrase when the check value does not
-// decrypt to "pulumi" with it. Each call derives a key (PBKDF2, ~0.2 s of one core).
+// decrypt to "pulumi" with it. Each call derives a key (PBKDF2, 1,000,000 iterations on one
+// core).
 func crypterFor(phrase, state string) (config.Crypter, error) {
 	parts := strings.SplitN(state, ":", 3)
 	if len(parts) != 3 || parts[0] != "v1" {

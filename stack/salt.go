@@ -15,14 +15,14 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
 )
 
-// A new stack's passphrase salt. The passphrase secrets provider keeps, per stack, a salt and
-// a check value ("encryptionsalt: v1:<salt>:<check>" in Pulumi.<stack>.yaml and in the state);
+// A new stack's passphrase salt. The passphrase secrets provider keeps, per stack, a salt and a
+// check value ("encryptionsalt: v1:<salt>:<check>" in Pulumi.<stack>.yaml and in the state);
 // every CLI run that opens the stack derives the key from passphrase and salt (PBKDF2-SHA256,
-// 1,000,000 iterations, ~0.18 s of one core). A stack's first up derives it twice when the
-// stack has no salt yet: once to make the salt, once more to read the state it just wrote
-// (pkg/v3 secrets/passphrase: NewPassphraseSecretsManager does not fill the cache that the
-// later GetPassphraseSecretsManager reads). `pulumi stack init` pays the first derivation
-// in a CLI run of its own.
+// 1,000,000 iterations on one core; its cost is in docs/design/engine-host.md). A stack's first
+// up derives it twice when the stack has no salt yet: once to make the salt, once more to read
+// the state it just wrote (pkg/v3 secrets/passphrase: NewPassphraseSecretsManager does not fill
+// the cache that the later GetPassphraseSecretsManager reads). `pulumi stack init` pays the
+// first derivation in a CLI run of its own.
 //
 // So the Manager makes the salt itself, once per passphrase and process, and writes it into
 // each new stack's Pulumi.<stack>.yaml before its first up (the engine host made the
@@ -43,7 +43,7 @@ type stackSalt struct {
 // secrets/passphrase NewPassphraseSecretsManager does (8 random bytes of salt; the check value
 // is "pulumi" encrypted with the derived key), with the SDK's own key derivation and
 // encryption. Written out here because that function is in pkg/v3, which the operator does
-// not link (it adds tens of MiB of resident memory: docs/design/engine-host.md).
+// not link (it adds resident memory the operator has no room for: docs/design/engine-host.md).
 func newSaltState(phrase string) (string, error) {
 	salt := make([]byte, 8)
 	_, _ = rand.Read(salt) // crypto/rand.Read never fails (Go 1.24+)
