@@ -1,7 +1,7 @@
 // The generated CRD on a real apiserver: the rules its markers declare reject what they should
 // (watcher's TestCRDValidation covers port, replicaCount, serviceType, containerPort and the
-// name; TestCRDBounds every bound at and one past its limit), and what the hand-written CRD
-// before it admitted is still admitted, spec and status.
+// name; TestCRDBounds every bound at and one past its limit), and what the original,
+// hand-written CRD admitted is admitted too, spec and status.
 package config_test
 
 import (

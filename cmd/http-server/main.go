@@ -1,6 +1,7 @@
 // Command http-server is the peering http server of the pods the operator creates: it answers
-// /ping with "pong from <hostname>" and pings the peers listed in its peer file. See package
-// httpserver for the behaviour; this file only turns flags and environment into Options.
+// /ping with "pong from <hostname>" and pings the peers listed in its peer file. See
+// internal/httpserver for the behaviour; this file only turns flags and environment into
+// Options.
 package main
 
 import (

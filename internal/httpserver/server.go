@@ -58,9 +58,9 @@ type Options struct {
 	// before it stops accepting connections. Kubernetes takes a terminating pod out of its
 	// Service's endpoints while the pod already has SIGTERM (the EndpointSlice update, then
 	// kube-proxy's rules, both asynchronous), so new connections keep arriving for a moment;
-	// closing the listener at once refuses them (e2e/realnode's rollout check saw it). Zero
-	// means no delay; the http-server command's --drain-delay defaults to 5 s, well inside the
-	// pod's default 30 s grace period.
+	// closing the listener at once refuses them (test/e2e/realnode checks that a rollout fails
+	// no request). Zero means no delay; the http-server command's --drain-delay defaults to
+	// 5 s, well inside the pod's default 30 s grace period.
 	DrainDelay time.Duration
 	// Hostname is named in the /ping answer; empty means os.Hostname().
 	Hostname string

@@ -45,10 +45,9 @@ const crashEnv = "PULUMI_OPERATOR_CRASH_TEST"
 // flight, and at least one must have left a lock in the backend, which the operator must have
 // cleared ("cancelled stale lock" in its log): the recovery path ran. Two runs:
 //   - the short run (always; `make test`): 3 container kills on the file backend (twice: see
-//     below), the first
-//     ones aimed inUpdate (0 to 0.5 s after the lock). About 1.5 minutes on a loaded 2-core
-//     machine. That any kill leaves a pending operation is not required: the last one is aimed
-//     at one, but a resource change can end before the kill comes.
+//     below), the first ones aimed inUpdate (0 to 0.5 s after the lock). That any kill leaves
+//     a pending operation is not required: the last one is aimed at one, but a resource change
+//     can end before the kill comes.
 //   - the long run (opt-in: PULUMI_OPERATOR_CRASH_TEST=1, `make crash-test`): 20 container kills
 //     on the file and the PostgreSQL backend, aimed anywhere, inUpdate (0 to 3 s after the
 //     lock) or inStep. Enough kills that it must have cleared stale locks and resolved pending
@@ -138,15 +137,13 @@ const (
 	anywhere killAim = iota
 	// inUpdate is 0 to crashPlan.aimDelay after a `pulumi up` or `pulumi destroy` has taken its
 	// stack's lock: the kill leaves a stale lock. Not a time after the log says "running up",
-	// nor after the CLI started: on a loaded machine the CLI takes two seconds and more to get
-	// to the lock (seen: 2.2 s on 2 busy cores), and such kills hit `pulumi stack select` or an
-	// up that has not begun.
+	// nor after the CLI started: on a loaded machine the CLI can take seconds to get to the
+	// lock, and such kills hit `pulumi stack select` or an up that has not begun.
 	inUpdate
 	// inStep is as soon as the state holds a pending operation of a Kubernetes object: one is
 	// being created, changed or deleted, and the kill leaves the pending operation (and the
-	// lock). That part of an up is short (seen: 50 to 500 ms, the Deployment's the longest;
-	// the stack's and the provider's own entries last some 20 ms), and a kill at a random
-	// moment seldom hits it.
+	// lock). That part of an up is short (the Deployment's the longest; the stack's and the
+	// provider's own entries shorter still), and a kill at a random moment seldom hits it.
 	inStep
 )
 

@@ -396,7 +396,7 @@ func stackArg(cmdline string) string {
 // separated by spaces): its subcommand, "up", "destroy", "refresh", "cancel", or "stack
 // import", "stack export", ... for the stack subcommands; "" for another program (the
 // operator, a provider plugin). Flags before the subcommand are skipped: the Automation API
-// puts --non-interactive there (seen: `pulumi --non-interactive up --yes --skip-preview ...
+// puts --non-interactive there (e.g. `pulumi --non-interactive up --yes --skip-preview ...
 // --stack NAME`); it gives none that takes a value.
 func pulumiOperation(cmdline string) string {
 	args := strings.Fields(cmdline)

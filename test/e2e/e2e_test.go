@@ -81,7 +81,7 @@ func TestSampleEndToEnd(t *testing.T) {
 	c.InstallCRD(t)
 	ns := c.Namespace(t)
 	ctx := context.Background()
-	// Pods must pass Pod Security "restricted" (issue: the Deployment uses the server well).
+	// The namespace enforces Pod Security "restricted": the program's pods must pass it.
 	restricted := []byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`)
 	if _, err := c.Kube.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, restricted, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)

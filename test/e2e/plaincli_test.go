@@ -118,12 +118,12 @@ func (p *plainCLI) operator(args ...string) string {
 	return out
 }
 
-// TestPlainPulumiCLI (issue 18): the plain pulumi CLI runs the operator's stacks with the
-// operator's own program: a preview of a stack the operator brought up has no changes; an up
-// from a laptop applies the live object's change, after which the operator has nothing left
-// to do; a manifest in the stack's config takes the object's place; refresh, export, cancel
-// and destroy work as Pulumi documents and the operator recreates a stack destroyed behind its
-// back; a stack that names no object, a missing object and a wrong manifest are clear errors.
+// TestPlainPulumiCLI: the plain pulumi CLI runs the operator's stacks with the operator's own
+// program: a preview of a stack the operator brought up has no changes; an up from a laptop
+// applies the live object's change, after which the operator has nothing left to do; a manifest
+// in the stack's config takes the object's place; refresh, export, cancel and destroy work as
+// Pulumi documents and the operator recreates a stack destroyed behind its back; a stack that
+// names no object, a missing object and a wrong manifest are clear errors.
 func TestPlainPulumiCLI(t *testing.T) {
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
 	c := testenv.Connect(t)

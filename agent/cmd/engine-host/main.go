@@ -7,13 +7,13 @@
 //
 // Why: every CLI run pays the CLI's start (mostly package initialisation) and, for every stack
 // it opens, a passphrase key derivation (PBKDF2, 1,000,000 iterations), before the engine does
-// anything: together about half of an up's CPU. This process pays the start once, and each
+// anything: together a large part of an up's CPU. This process pays the start once, and each
 // stack's key once (pkg/v3's passphrase secrets managers are cached per process, by the state
 // they were made from). It is a process of its own, not a part of the operator, because linking
-// pkg/v3 adds tens of MiB of resident memory to whatever links it, which the operator's idle
-// budget has no room for; a process of its own can also be replaced (the Manager recycles it)
-// and killed with its plugins without restarting the operator. docs/design/engine-host.md has
-// the measurements behind this; docs/benchmarks.md the current figures.
+// pkg/v3 adds resident memory to whatever links it, which the operator's idle budget has no
+// room for; a process of its own can also be replaced (the Manager recycles it) and killed with
+// its plugins without restarting the operator. docs/design/engine-host.md has the measurements
+// behind this; docs/benchmarks.md the current figures.
 //
 // Protocol: package protocol (agent/protocol), which the operator imports too: requests on
 // standard input, one JSON line each (protocol.Request); one reply per request on file
@@ -347,8 +347,8 @@ func (h *host) up(ctx context.Context, req protocol.Request, sc scope, stdout, s
 	}()
 	// The backend gets a context that is never cancelled: it writes the last checkpoint and
 	// releases the lock with it, which a cancelled one would lose (gocloud's writers fail their
-	// Close; the experiment's cancel test left a pending create that way). Cancellation reaches
-	// the engine through the scope instead, as SIGINT reaches the CLI's.
+	// Close, and the state keeps a pending create: docs/design/engine-host.md). Cancellation
+	// reaches the engine through the scope instead, as SIGINT reaches the CLI's.
 	_, err = backend.UpdateStack(context.WithoutCancel(ctx), s, backend.UpdateOperation{
 		Proj:               proj,
 		Root:               req.Dir,

@@ -402,8 +402,8 @@ func (l *requestLoop) stop() (sent, failed int64, errs []string) {
 // catchUp catches an up in the middle: it makes a change (change(attempt)), then looks every 20
 // ms for the stack lock the up takes on the state volume at stateDir, and calls hold as soon as
 // there is one; hold returns whether it caught the up (false when the up ended before it could
-// act), and catchUp tries again with another change, 5 times at most. An up takes about a
-// second on the real node, no longer waiting for its rollout, so a slower look misses it.
+// act), and catchUp tries again with another change, 5 times at most. An up is short on the
+// real node (it does not wait for the rollout), so a slower look misses it.
 func (n *node) catchUp(t *testing.T, stateDir string, change func(attempt int), hold func() bool) bool {
 	t.Helper()
 	for attempt := 1; attempt <= 5; attempt++ {
