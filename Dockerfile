@@ -31,8 +31,8 @@ WORKDIR /src
 COPY agent/ agent/
 # -trimpath, CGO_ENABLED=0: the flags of the host's builds (Makefile), so that a build sharing the
 # host's Go build cache (`make image` mounts it) compiles nothing the host already did. -s -w: no
-# symbol table and no DWARF in the image's binaries (a third of their size); stack traces keep
-# their function names and lines.
+# symbol table and no DWARF in the image's binaries, which makes them much smaller; stack traces
+# keep their function names and lines.
 RUN cd agent && CGO_ENABLED=0 go build -trimpath \
       -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=${PULUMI_VERSION}" \
       -o /out/bin/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi && \

@@ -129,7 +129,7 @@ docker-build:
 docker-push:
 	$(CONTAINER_TOOL) push $(IMG)
 
-# ---- A real node (issue 17): the images users get, run as real containers.
+# ---- A real node: the images users get, run as real containers.
 .PHONY: image realnode-up realnode-down e2e-real
 
 ## image: the operator and http-server images from Dockerfile (.local/images/pulumi-operator.tar and
@@ -160,7 +160,7 @@ helm:
 # The chart tests (config/) need bin/helm; under CI=true they fail without it.
 test: helm
 
-# ---- Generated manifests (issue 13): the CRD and the ClusterRoles come from +kubebuilder markers.
+# ---- Generated manifests: the CRD and the ClusterRoles come from +kubebuilder markers.
 .PHONY: controller-gen manifests generate
 
 ## controller-gen: the pinned controller-gen, bin/controller-gen (hack/tools/controller-gen)
@@ -183,7 +183,7 @@ generate: manifests
 # config/manifests_test.go needs bin/controller-gen; under CI=true it fails without it.
 test: controller-gen
 
-# ---- Benchmarks (issue 8). Not tests: `make test` never runs them, and a figure that misses its
+# ---- Benchmarks. Not tests: `make test` never runs them, and a figure that misses its
 # target is reported, not failed.
 .PHONY: bench
 
@@ -207,7 +207,7 @@ bench: tools build image
 soak: tools build
 	hack/bench/soak/run.sh $(SOAK_FLAGS)
 
-# ---- Crash safety (issue 5). `make test` runs a short TestCrashSafety (3 kills, file backend);
+# ---- Crash safety. `make test` runs a short TestCrashSafety (3 kills, file backend);
 # this is the long run.
 .PHONY: crash-test
 

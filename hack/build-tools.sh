@@ -51,8 +51,8 @@ build kube-controller-manager "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kube-c
 build kube-scheduler "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kube-scheduler "${KUBE_LDFLAGS}"
 build kwok "${TOOLS}/kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w"
 # The real node (hack/realnode-up.sh): the same k8s.io/kubernetes module as the control plane
-# above, so the packages they share come from the build cache (a cold kubelet build still takes
-# ~15 minutes on 2 cores, once).
+# above, so the packages they share come from the build cache (a cold kubelet build is still
+# the longest of all, once).
 build kubelet "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kubelet "${KUBE_LDFLAGS}"
 build kube-proxy "${TOOLS}/kubernetes" k8s.io/kubernetes/cmd/kube-proxy "${KUBE_LDFLAGS}"
 # kubectl, for `make deploy`/`undeploy` (kustomize built in) on a machine that has none.

@@ -12,7 +12,7 @@
 #
 # Where each plugin comes from, first match wins:
 #   PULUMI_KUBERNETES_PLUGIN_FILE   a plugin tarball or binary: `pulumi plugin install --file`, no
-#   PULUMI_GO_LANGUAGE_PLUGIN_FILE  network (the air-gapped install; CI points them at ../shared/plugins)
+#   PULUMI_GO_LANGUAGE_PLUGIN_FILE  network (the air-gapped install; CI sets both: .ci/run)
 #   otherwise                       `pulumi plugin install` downloads the official release
 #
 # Exit status: non-zero when the Kubernetes provider cannot be installed, unless PLUGINS_REQUIRED=0
@@ -66,8 +66,9 @@ install_plugin() {
 	local args=(plugin install "${kind}" "${name}" "${version}" --reinstall)
 	[[ -n "${file}" ]] && args+=(--file "${file}")
 	local out status=0
-	# The go language host is bundled with official CLI releases; installing it into the plugin
-	# directory needs PULUMI_DEV (../shared/plugins/README.md).
+	# The go language host is bundled with official CLI releases, and `pulumi plugin install`
+	# refuses to install a bundled plugin into the plugin directory unless PULUMI_DEV is set.
+	# Only the install needs it, not the runs.
 	out="$(PULUMI_DEV=true timeout 600 "${PULUMI}" "${args[@]}" 2>&1)" || status=$?
 	if [[ ${status} -ne 0 || ! -x "${dir}/${binary}" ]]; then
 		local msg="could not install the ${name} ${kind} plugin ${version} (${binary}):

@@ -9,13 +9,13 @@
 # SIGTERM and SIGKILL [10]. Safe when nothing (or only part) is running. Exits 1 when anything
 # is left (the check names it; the baseline is kept for the next run).
 #
-# In order (RECIPE section 8): pods deleted through the API (so the kubelet and containerd tear
-# down their network: CNI DEL, veths, netns), the processes by recorded pid (TERM, then KILL),
-# leftover containerd tasks, shims and pod processes, mounts, veths, the rn0 bridge, the nft
-# table "inet realnode", every KUBE-*/CNI-* iptables chain and the rules jumping to them (v4 and
-# v6, nft and legacy; other rules stay), the empty nft tables iptables-nft created, conntrack
-# entries of the node's ranges, the recorded sysctls, the kubepods cgroups, libcni's cache
-# entries, the host paths that did not exist before, REALNODE_DIR/state and the kubeconfig.
+# In order: pods deleted through the API (so the kubelet and containerd tear down their network:
+# CNI DEL, veths, netns), the processes by recorded pid (TERM, then KILL), leftover containerd
+# tasks, shims and pod processes, mounts, veths, the rn0 bridge, the nft table "inet realnode",
+# every KUBE-*/CNI-* iptables chain and the rules jumping to them (v4 and v6, nft and legacy;
+# other rules stay), the empty nft tables iptables-nft created, conntrack entries of the node's
+# ranges, the recorded sysctls, the kubepods cgroups, libcni's cache entries, the host paths
+# that did not exist before, REALNODE_DIR/state and the kubeconfig.
 set -uo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -212,7 +212,7 @@ if [[ -d "${RN_LOGS}" ]]; then
 fi
 mkdir -p "${RN_LOGS}"
 
-# 0. Baseline: what realnode-down.sh must put back (RECIPE section 6, step 0).
+# 0. Baseline: what realnode-down.sh must put back.
 for k in "${RN_SYSCTLS[@]}"; do
 	if v="$(sysctl -n "${k}" 2>/dev/null)"; then echo "${k}=${v}"; fi
 done >"${RN_BASELINE}/sysctl"
@@ -246,7 +246,7 @@ sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
 sysctl -qw net.bridge.bridge-nf-call-ip6tables=1 2>/dev/null || true
 
 # 2. PKI, made once and kept in REALNODE_DIR/pki: EC P-256 CA and certificates, RSA
-#    service-account key, one kubeconfig per component (RECIPE section 5).
+#    service-account key, one kubeconfig per component.
 if [[ ! -s "${RN_PKI}/ca.crt" || ! -s "${RN_PKI}/kubelet.kubeconfig" ]]; then
 	log::info "generating the node's CA, certificates and kubeconfigs in ${RN_PKI}"
 	(
@@ -323,8 +323,8 @@ EOF
 	mv -f "${RN_KUBECONFIG}.tmp" "${RN_KUBECONFIG}"
 )
 
-# 3. Configuration (RECIPE section 5 and pitfalls 1-3, 5, 7, 8: cgroup v1, no systemd, no
-#    CAP_SYS_RESOURCE, no registry, no iptables chains from the kubelet).
+# 3. Configuration, for machines with cgroup v1, no systemd, no CAP_SYS_RESOURCE and no
+#    registry, and with no iptables chains from the kubelet.
 cat >"${RN_CONFIG}/containerd.toml" <<EOF
 # containerd 1.6 (Debian 12): own root, state and socket under ${RN_STATE}; CRI for the kubelet.
 version = 2
@@ -449,7 +449,7 @@ conntrack:                     # 0: leave the host's conntrack sysctls alone
 EOF
 
 # ---------------------------------------------------------------------------------------------
-# 4. Start (RECIPE section 6): each process detached, log in logs/, pid in state/pids/.
+# 4. Start: each process detached, log in logs/, pid in state/pids/.
 # ---------------------------------------------------------------------------------------------
 # start NAME COMMAND...: proc::start COMMAND as component NAME.
 start() {

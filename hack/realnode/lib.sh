@@ -20,10 +20,10 @@
 # shellcheck disable=SC2034 # the RN_* settings are read by the scripts that source this file
 REALNODE_DIR="${REALNODE_DIR:-${REPO_ROOT}/.local/realnode}"
 
-# Addresses (RECIPE section 4). The bridge's host address is the node address and the
-# apiserver's: a Service endpoint may not be a loopback address, and pods reach the API through
-# the `kubernetes` Service. Everything else listens on 127.0.0.1. The ports stay clear of the
-# simulated cluster's (hack/cluster-up.sh: 23790, 23800, 26443, 26257, 26259, 26250).
+# Addresses. The bridge's host address is the node address and the apiserver's: a Service
+# endpoint may not be a loopback address, and pods reach the API through the `kubernetes`
+# Service. Everything else listens on 127.0.0.1. The ports stay clear of the simulated cluster's
+# (hack/cluster-up.sh: 23790, 23800, 26443, 26257, 26259, 26250).
 RN_NODE_NAME=realnode
 RN_BRIDGE=rn0
 RN_NODE_IP=10.88.0.1
@@ -60,8 +60,8 @@ RN_SYSCTLS=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables net.bridge.br
 	net.ipv4.conf.all.route_localnet vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
 	kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.netfilter.nf_conntrack_max
 	net.netfilter.nf_conntrack_tcp_timeout_established net.netfilter.nf_conntrack_tcp_timeout_close_wait)
-# Host paths containerd 1.6, the kubelet and libcni write whatever their configured roots
-# (RECIPE pitfall 6); realnode-down.sh removes each one that did not exist before.
+# Host paths containerd 1.6, the kubelet and libcni write whatever their configured roots;
+# realnode-down.sh removes each one that did not exist before.
 RN_HOST_PATHS=(/var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /run/containerd /run/netns /opt/containerd /etc/cni)
 
 # realnode::paths: makes REALNODE_DIR absolute (creating it) and sets the paths below it.
