@@ -77,6 +77,10 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 	}
 	ownerUIDs(ctx, client, docs)
 	if err := envDigests(ctx, cfg, docs); err != nil {
+		var invalid *api.InvalidSpecError
+		if errors.As(err, &invalid) {
+			return cli.Exit(err.Error(), ExitInvalidInput)
+		}
 		return cli.Exit(err.Error(), ExitFailed)
 	}
 	if !op.manyObjects() && len(docs) != 1 {
@@ -248,22 +252,22 @@ func waitRollout(ctx context.Context, kube kubernetes.Interface, d api.Desired, 
 	})
 }
 
-// ownerUIDs fills in Desired.OwnerUID of each document read from a file from the live object of
-// the same namespace and name, so that an up from a file declares the ownerReference the
-// operator's up declares and neither undoes the other's. Best effort: without client (no
+// ownerUIDs fills in the UID of each document's object read from a file (Desired.OwnerUID once
+// resolved) from the live object of the same namespace and name, so that an up from a file
+// declares the ownerReference the operator's up declares and neither undoes the other's. Best effort: without client (no
 // cluster configured) or for an object not in the cluster there is no owner to name.
 func ownerUIDs(ctx context.Context, client dynamic.Interface, docs []api.Document) {
 	if client == nil {
 		return
 	}
 	for i := range docs {
-		d := &docs[i].Desired
-		if d.OwnerUID != "" {
+		obj := docs[i].Object
+		if obj.UID != "" {
 			continue
 		}
-		u, err := client.Resource(api.GroupVersionResource).Namespace(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
+		u, err := client.Resource(api.GroupVersionResource).Namespace(obj.Namespace).Get(ctx, obj.Name, metav1.GetOptions{})
 		if err == nil {
-			d.OwnerUID = string(u.GetUID())
+			obj.UID = u.GetUID()
 		}
 	}
 }
@@ -301,29 +305,30 @@ func lockMessage(name string, err error, waited time.Duration) string {
 	return fmt.Sprintf("stack %s is locked by %s: retry later, or pass --wait-for-lock 5m", name, who)
 }
 
-// envDigests fills in Desired.EnvDigest from the cluster for objects with envFrom, exactly as
-// the watcher does (envsource.Digest), so that an up from the command line applies the same
-// pod template. Errors name the document.
+// envDigests resolves each document's object with envsource.Resolve, the resolver the watcher
+// uses too, so that an up from the command line applies the same pod template: Desired gets
+// the digest of the object's envFrom sources, read from the cluster (connected only for an
+// object that has some). Errors name the document.
 func envDigests(ctx context.Context, cfg *config, docs []api.Document) error {
 	var kube kubernetes.Interface
-	for i := range docs {
-		if len(docs[i].Desired.EnvFrom) == 0 {
-			continue
-		}
+	cluster := func() (kubernetes.Interface, error) {
 		if kube == nil {
 			rc, err := restConfig(cfg)
 			if err != nil {
-				return fmt.Errorf("%s: spec.envFrom needs the cluster: %w", docs[i].Where(), err)
+				return nil, err
 			}
 			if kube, err = kubernetes.NewForConfig(rc); err != nil {
-				return err
+				return nil, err
 			}
 		}
-		env, err := envsource.Digest(ctx, kube, docs[i].Desired, envsource.Options{SkipForbidden: true})
+		return kube, nil
+	}
+	for i := range docs {
+		r, err := envsource.Resolve(ctx, docs[i].Object, cluster, envsource.Options{SkipForbidden: true})
 		if err != nil {
 			return fmt.Errorf("%s: %w", docs[i].Where(), err)
 		}
-		docs[i].Desired.EnvDigest = env.Digest
+		docs[i].Desired = r.Desired
 	}
 	return nil
 }
@@ -349,9 +354,5 @@ func loadObjects(ctx context.Context, of *objectFlags, client dynamic.Interface)
 	if err != nil {
 		return nil, err
 	}
-	d, err := api.Resolve(obj)
-	if err != nil {
-		return nil, err
-	}
-	return []api.Document{{File: "cluster", Index: 1, Line: 1, Object: obj, Desired: d}}, nil
+	return []api.Document{{File: "cluster", Index: 1, Line: 1, Object: obj}}, nil
 }

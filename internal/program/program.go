@@ -210,7 +210,7 @@ func (s Source) Desired(ctx context.Context, connect func() (Kube, error)) (api.
 		return *kube, nil
 	}
 	ns, name, encoded := objectOf(s.Stack)
-	var d api.Desired
+	var obj *api.KindCustomHttp
 	if s.Manifest != "" {
 		path := s.Manifest
 		if !filepath.IsAbs(path) {
@@ -218,60 +218,50 @@ func (s Source) Desired(ctx context.Context, connect func() (Kube, error)) (api.
 		}
 		docs, err := api.LoadDocuments([]string{path}, api.LoadOptions{})
 		if err != nil {
-			return d, fmt.Errorf("config %s: %w", ManifestKey, err)
+			return api.Desired{}, fmt.Errorf("config %s: %w", ManifestKey, err)
 		}
 		if len(docs) != 1 {
-			return d, fmt.Errorf("config %s: %s holds %d KindCustomHttp objects; a stack is one object: name a file with only it", ManifestKey, s.Manifest, len(docs))
+			return api.Desired{}, fmt.Errorf("config %s: %s holds %d KindCustomHttp objects; a stack is one object: name a file with only it", ManifestKey, s.Manifest, len(docs))
 		}
-		d = docs[0].Desired
-		if encoded && (d.Namespace != ns || d.Name != name) {
-			return d, fmt.Errorf("config %s: %s is KindCustomHttp %s/%s, but stack %s belongs to %s/%s: name that object's manifest, or use the stack of %s/%s",
-				ManifestKey, s.Manifest, d.Namespace, d.Name, s.Stack, ns, name, d.Namespace, d.Name)
+		obj = docs[0].Object
+		if encoded && (obj.Namespace != ns || obj.Name != name) {
+			return api.Desired{}, fmt.Errorf("config %s: %s is KindCustomHttp %s/%s, but stack %s belongs to %s/%s: name that object's manifest, or use the stack of %s/%s",
+				ManifestKey, s.Manifest, obj.Namespace, obj.Name, s.Stack, ns, name, obj.Namespace, obj.Name)
 		}
-		if d.OwnerUID == "" {
+		if obj.UID == "" {
 			// The live object's UID, best effort, so that the objects name the same owner
 			// as the operator's up gives them (infra.Declare); no cluster, no owner.
 			if k, err := cluster(); err == nil {
-				if u, err := k.Dynamic.Resource(api.GroupVersionResource).Namespace(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{}); err == nil {
-					d.OwnerUID = string(u.GetUID())
+				if u, err := k.Dynamic.Resource(api.GroupVersionResource).Namespace(obj.Namespace).Get(ctx, obj.Name, metav1.GetOptions{}); err == nil {
+					obj.UID = u.GetUID()
 				}
 			}
 		}
 	} else {
 		if !encoded {
-			return d, fmt.Errorf("stack %s names no KindCustomHttp (the operator's stacks are <cluster>.<namespace>.<name>): set its manifest with `pulumi config set %s FILE`", s.Stack, ManifestKey)
+			return api.Desired{}, fmt.Errorf("stack %s names no KindCustomHttp (the operator's stacks are <cluster>.<namespace>.<name>): set its manifest with `pulumi config set %s FILE`", s.Stack, ManifestKey)
 		}
 		k, err := cluster()
 		if err != nil {
-			return d, err
+			return api.Desired{}, err
 		}
 		u, err := k.Dynamic.Resource(api.GroupVersionResource).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return d, fmt.Errorf("stack %s belongs to KindCustomHttp %s/%s, which is not in the cluster of the current kubeconfig context: check the context, or set a manifest with `pulumi config set %s FILE`", s.Stack, ns, name, ManifestKey)
+			return api.Desired{}, fmt.Errorf("stack %s belongs to KindCustomHttp %s/%s, which is not in the cluster of the current kubeconfig context: check the context, or set a manifest with `pulumi config set %s FILE`", s.Stack, ns, name, ManifestKey)
 		}
 		if err != nil {
-			return d, fmt.Errorf("read KindCustomHttp %s/%s of stack %s: %w", ns, name, s.Stack, err)
+			return api.Desired{}, fmt.Errorf("read KindCustomHttp %s/%s of stack %s: %w", ns, name, s.Stack, err)
 		}
-		obj, err := api.FromUnstructured(u)
-		if err != nil {
-			return d, err
-		}
-		if d, err = api.Resolve(obj); err != nil {
-			return d, err
+		if obj, err = api.FromUnstructured(u); err != nil {
+			return api.Desired{}, err
 		}
 	}
-	if len(d.EnvFrom) > 0 {
+	// The resolver the watcher and the commands use (envsource.Resolve).
+	r, err := envsource.Resolve(ctx, obj, func() (kubernetes.Interface, error) {
 		k, err := cluster()
-		if err != nil {
-			return d, fmt.Errorf("spec.envFrom needs the cluster: %w", err)
-		}
-		env, err := envsource.Digest(ctx, k.Core, d, envsource.Options{SkipForbidden: true})
-		if err != nil {
-			return d, err
-		}
-		d.EnvDigest = env.Digest
-	}
-	return d, nil
+		return k.Core, err
+	}, envsource.Options{SkipForbidden: true})
+	return r.Desired, err
 }
 
 // objectOf is the namespace and name a stack name encodes (stack.Name: <cluster>.<namespace>.
