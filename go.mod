@@ -7,12 +7,12 @@ go 1.26.0
 replace github.com/pulumi-operator/pulumi-operator/agent/protocol => ./agent/protocol
 
 require (
-	github.com/pulumi-operator/pulumi-operator/agent/protocol v0.0.0-00010101000000-000000000000
 	github.com/blang/semver v3.5.1+incompatible
 	github.com/moby/patternmatcher v0.6.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/procfs v0.22.0
+	github.com/pulumi-operator/pulumi-operator/agent/protocol v0.0.0-00010101000000-000000000000
 	github.com/pulumi/pulumi-kubernetes/sdk/v4 v4.33.0
 	github.com/pulumi/pulumi/sdk/v3 v3.255.0
 	github.com/urfave/cli/v2 v2.27.7

@@ -120,10 +120,12 @@ func TestAdmissionPolicy(t *testing.T) {
 	crs := func(user string) dynamic.ResourceInterface {
 		return impersonated(t, c, user).Resource(api.GroupVersionResource).Namespace(ns)
 	}
-	// A new policy takes a moment to reach the API server's admission chain.
+	// A new policy takes a moment to reach the API server's admission chain, and a new
+	// RoleBinding its RBAC cache: the wait ends on the policy's own denial only (its name in the
+	// message), not on an RBAC "forbidden" that comes before the policy is in force.
 	poll(t, "the policy never refused bob's reference to Secret private", func(ctx context.Context) (bool, error) {
 		_, err := crs("bob").Create(ctx, kch(ns, "probe", "", "Secret/private"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return apierrors.IsForbidden(err) || apierrors.IsInvalid(err), nil
+		return (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), "pulumi-operator-kindcustomhttp-references"), nil
 	})
 
 	tests := map[string]struct {

@@ -718,7 +718,7 @@ func TestVersionsAgree(t *testing.T) {
 	docker := readFile(t, "Dockerfile")
 	makefile := readFile(t, "Makefile")
 	goMod := readFile(t, "go.mod")
-	pulumiMod := readFile(t, "hack", "tools", "pulumi", "go.mod")
+	pulumiMod := readFile(t, "agent", "go.mod")
 	controllerGenMod := readFile(t, "hack", "tools", "controller-gen", "go.mod")
 
 	dockerGo := match(t, "Dockerfile", docker, `(?m)^ARG GO_VERSION=(\S+)$`)
@@ -1554,7 +1554,7 @@ func operatorRunsOnItsRBAC(t *testing.T, cli string, namespaced bool) {
 		return d.Spec.Template.Annotations[infra.EnvDigestAnnotation]
 	}
 	notWatched := func() string {
-		evs, _ := f.admin.Kube.CoreV1().Events(f.workNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web,reason=" + watcher.ReasonEnvSourceNotWatched})
+		evs, _ := f.admin.Kube.CoreV1().Events(f.workNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web,reason=" + api.ReasonEnvSourceNotWatched})
 		if evs == nil || len(evs.Items) == 0 {
 			return ""
 		}
@@ -1672,13 +1672,13 @@ func (f *rbacFixture) waitSettled(t *testing.T, crs dynamic.ResourceInterface, g
 		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 		for _, c := range conds {
 			m := c.(map[string]any)
-			if m["type"] != watcher.ConditionReady || m["observedGeneration"] != gen {
+			if m["type"] != api.ConditionReady || m["observedGeneration"] != gen {
 				continue
 			}
 			switch m["reason"] {
-			case watcher.ReasonSucceeded:
+			case api.ReasonSucceeded:
 				return m["status"] == "True", nil
-			case watcher.ReasonUpdateFailed, watcher.ReasonPluginMissing:
+			case api.ReasonUpdateFailed, api.ReasonPluginMissing:
 				return false, fmt.Errorf("up failed (%v): %v", m["reason"], m["message"])
 			}
 		}
@@ -1815,7 +1815,7 @@ func TestCRDPrinterColumns(t *testing.T) {
 }
 
 // The operator binary accepts the command line the chart and config/ give it: a flag in the
-// wrong place (a global flag after `watch`) made the pod exit at start, with every object left
+// wrong place (a global flag after `watch`) makes the pod exit at start, leaving every object
 // alone. Each rendered command runs with --help added, which parses every flag first.
 func TestManifestArgsParse(t *testing.T) {
 	dir := t.TempDir()

@@ -50,9 +50,9 @@ func TestEnvFromSources(t *testing.T) {
 
 	// The Secret does not exist yet: a wait with a message that says what to do.
 	o := f.waitFor(t, "web", "EnvSourceMissing", func(o *api.KindCustomHttp) bool {
-		return cond(o, ConditionReady).Reason == ReasonEnvSourceMissing
+		return cond(o, api.ConditionReady).Reason == api.ReasonEnvSourceMissing
 	})
-	if msg := cond(o, ConditionReady).Message; !strings.Contains(msg, "Secret "+f.ns+"/creds") || !strings.Contains(msg, "create it") {
+	if msg := cond(o, api.ConditionReady).Message; !strings.Contains(msg, "Secret "+f.ns+"/creds") || !strings.Contains(msg, "create it") {
 		t.Fatalf("Ready message %q", msg)
 	}
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"}, StringData: map[string]string{"PASSWORD": secretValue}}

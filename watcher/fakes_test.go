@@ -261,7 +261,7 @@ func conditionSummary(u *unstructured.Unstructured) string {
 		return "unreadable: " + err.Error()
 	}
 	s := ""
-	for _, typ := range []string{ConditionReady, ConditionReconciling} {
+	for _, typ := range []string{api.ConditionReady, api.ConditionReconciling} {
 		if c := meta.FindStatusCondition(st.Conditions, typ); c != nil {
 			s += fmt.Sprintf(" %s=%s/%s", typ, c.Status, c.Reason)
 		}
@@ -408,26 +408,19 @@ func desiredOf(t *testing.T, u *unstructured.Unstructured) api.Desired {
 	return d
 }
 
-// owned are the Deployment, Service and ConfigMap an up of u's spec leaves, with every
-// replica available.
+// owned are the Deployment, Service and ConfigMap an up of u's spec leaves (what the program
+// declares, infra.Expected), with every replica available.
 func owned(t *testing.T, u *unstructured.Unstructured) (*appsv1.Deployment, *corev1.Service, *corev1.ConfigMap) {
 	t.Helper()
-	d := desiredOf(t, u)
-	om := func(name string) metav1.ObjectMeta {
-		return metav1.ObjectMeta{Namespace: d.Namespace, Name: name, Generation: 1,
-			Labels: map[string]string{infra.LabelManagedBy: infra.ManagedBy, infra.LabelInstance: d.Name}}
+	objs, err := infra.Expected(desiredOf(t, u))
+	if err != nil {
+		t.Fatal(err)
 	}
-	replicas := d.ReplicaCount
-	dep := &appsv1.Deployment{ObjectMeta: om(d.Name),
-		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "http", Image: d.Image, Ports: []corev1.ContainerPort{{ContainerPort: d.ContainerPort}}}},
-		}}},
-		Status: appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: replicas, UpdatedReplicas: replicas,
-			ReadyReplicas: replicas, AvailableReplicas: replicas},
-	}
-	svc := &corev1.Service{ObjectMeta: om(d.Name), Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP,
-		Ports: []corev1.ServicePort{{Port: d.Port}}}}
-	cm := &corev1.ConfigMap{ObjectMeta: om(d.ConfigMapName()), Data: d.ConfigMapData}
+	dep, svc, cm := objs.Deployment, objs.Service, objs.ConfigMap
+	dep.Generation = 1
+	replicas := *dep.Spec.Replicas
+	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: replicas, UpdatedReplicas: replicas,
+		ReadyReplicas: replicas, AvailableReplicas: replicas}
 	return dep, svc, cm
 }
 

@@ -73,7 +73,8 @@ func (w *Watcher) removeFinalizer(ctx context.Context, u *unstructured.Unstructu
 // first), then removes the finalizer, so a `kubectl delete` that returns has left nothing
 // behind. A failed destroy keeps the finalizer (and the object) and is retried: removing it
 // first could orphan the objects.
-func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructured) error {
+func (w *Watcher) reconcileDelete(ctx context.Context, o *object) error {
+	u := o.u
 	key := cache.MetaObjectToName(u)
 	if !hasFinalizer(u) {
 		return nil
@@ -88,7 +89,7 @@ func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructu
 		return w.removeFinalizer(ctx, u)
 	}
 	if uid, ok := w.stackGone.Load(key); !ok || uid != u.GetUID() {
-		if err := w.destroy(ctx, u, stackName); errors.Is(err, errStackMissing) {
+		if err := w.destroy(ctx, o, stackName); errors.Is(err, errStackMissing) {
 			return nil // until the user acts (its status says how), or the next resync
 		} else if err != nil {
 			return err
@@ -111,10 +112,11 @@ func (w *Watcher) reconcileDelete(ctx context.Context, u *unstructured.Unstructu
 // deleted are still going: the worker looks again with backoff, without a Pulumi run.
 var errObjectsTerminating = errors.New("the destroyed objects are still being deleted")
 
-// destroy runs the destroy of u's stack stackName and reports it; nil means the finalizer may
+// destroy runs the destroy of o's stack stackName and reports it; nil means the finalizer may
 // go once the objects are gone (the stack was destroyed, or it was missing and stackMissing
 // allows it).
-func (w *Watcher) destroy(ctx context.Context, u *unstructured.Unstructured, stackName string) error {
+func (w *Watcher) destroy(ctx context.Context, o *object, stackName string) error {
+	u := o.u
 	key := cache.MetaObjectToName(u)
 	w.log.Info("running destroy", "object", objectRef(u), "stack", stackName)
 	opCtx, cancel := context.WithTimeout(ctx, w.opts.OperationTimeout)
@@ -125,20 +127,17 @@ func (w *Watcher) destroy(ctx context.Context, u *unstructured.Unstructured, sta
 	w.metrics.observeOperation("destroy", err, res)
 	w.metrics.setLocked(key, false)
 	if err != nil {
-		reason, msg := w.failed(ctx, u, stackName, err, ReasonDestroyFailed)
-		gen := u.GetGeneration()
-		if serr := w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
+		reason, msg := w.failed(ctx, u, stackName, err, api.ReasonDestroyFailed)
+		o.setStatus(func(st *api.KindCustomHttpStatus) {
 			st.LastUpdate = lastUpdate(res, err)
-			markFailed(st, gen, reason, msg)
-		}); serr != nil && !apierrors.IsNotFound(serr) {
-			w.log.Error("write status failed", "object", objectRef(u), "err", serr)
-		}
+			markFailed(st, o.gen, reason, msg)
+		})
 		return err
 	}
 	if res.StackMissing {
 		// Nothing was destroyed: objects of this object may still exist, and removing the
 		// finalizer would leave them behind (or to the garbage collector) without a word.
-		if proceed, err := w.stackMissing(ctx, u, stackName); !proceed {
+		if proceed, err := w.stackMissing(ctx, o, stackName); !proceed {
 			if err == nil {
 				err = errStackMissing
 			}

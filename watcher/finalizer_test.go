@@ -43,18 +43,18 @@ func TestUnitDelete(t *testing.T) {
 		"destroy fails: finalizer kept, retried": {
 			setup:   func(f *unitFixture) { f.stacks.destroyErr = errors.New("pulumi destroy: boom") },
 			wantErr: true,
-			journal: []string{destroy, failed(ReasonDestroyFailed)},
-			events:  []string{"Warning " + ReasonDestroyFailed},
-			ready:   ReasonDestroyFailed, finalizers: 1,
+			journal: []string{destroy, failed(api.ReasonDestroyFailed)},
+			events:  []string{"Warning " + api.ReasonDestroyFailed},
+			ready:   api.ReasonDestroyFailed, finalizers: 1,
 		},
 		"destroy finds the backend down: finalizer kept, retried": {
 			setup: func(f *unitFixture) {
 				f.stacks.destroyErr = &stack.OperationError{Summary: "backend down", Err: stack.ErrBackendUnavailable}
 			},
 			wantErr: true,
-			journal: []string{destroy, failed(ReasonBackendUnavailable)},
-			events:  []string{"Warning " + ReasonBackendUnavailable},
-			ready:   ReasonBackendUnavailable, finalizers: 1,
+			journal: []string{destroy, failed(api.ReasonBackendUnavailable)},
+			events:  []string{"Warning " + api.ReasonBackendUnavailable},
+			ready:   api.ReasonBackendUnavailable, finalizers: 1,
 		},
 		"destroy waits for a live update's lock: reported, no lock removed": {
 			setup: func(f *unitFixture) {
@@ -63,8 +63,8 @@ func TestUnitDelete(t *testing.T) {
 			},
 			wantErr: true,
 			events:  []string{"Warning " + ReasonStackLocked},
-			journal: []string{destroy, failed(ReasonUpdateConflict)},
-			ready:   ReasonUpdateConflict, finalizers: 1,
+			journal: []string{destroy, failed(api.ReasonUpdateConflict)},
+			ready:   api.ReasonUpdateConflict, finalizers: 1,
 		},
 		"destroy finds a dead process's lock: lock removed, finalizer kept until the retry": {
 			setup: func(f *unitFixture) {
@@ -72,16 +72,16 @@ func TestUnitDelete(t *testing.T) {
 					Locks: []stack.Lock{{User: "me", Host: host, Pid: deadPid(f.t), Created: time.Now()}}}
 			},
 			wantErr: true,
-			journal: []string{destroy, "cancel-lock test.ns.web", failed(ReasonUpdateConflict)},
+			journal: []string{destroy, "cancel-lock test.ns.web", failed(api.ReasonUpdateConflict)},
 			events:  []string{"Warning " + ReasonStaleLockCleared},
-			ready:   ReasonUpdateConflict, finalizers: 1,
+			ready:   api.ReasonUpdateConflict, finalizers: 1,
 		},
 		"finalizer write fails after the destroy: retried": {
 			setup:   func(f *unitFixture) { f.failUpdates = apierrors.NewServiceUnavailable("apiserver restarting") },
 			wantErr: true,
 			journal: []string{destroy},
 			events:  []string{"Normal " + ReasonDestroyed},
-			ready:   ReasonSucceeded, finalizers: 1,
+			ready:   api.ReasonSucceeded, finalizers: 1,
 		},
 		"invalid name: no stack can exist, the finalizer goes without a destroy": {
 			object:  "web.v2",
@@ -123,7 +123,7 @@ func TestUnitDelete(t *testing.T) {
 			if len(o.Finalizers) != tc.finalizers {
 				t.Errorf("finalizers %v, want %d", o.Finalizers, tc.finalizers)
 			}
-			wantCondition(t, o, ConditionReady, map[bool]metav1.ConditionStatus{true: metav1.ConditionTrue, false: metav1.ConditionFalse}[tc.ready == ReasonSucceeded], tc.ready)
+			wantCondition(t, o, api.ConditionReady, map[bool]metav1.ConditionStatus{true: metav1.ConditionTrue, false: metav1.ConditionFalse}[tc.ready == api.ReasonSucceeded], tc.ready)
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -131,7 +132,7 @@ func (m *metrics) setLocked(key cache.ObjectName, locked bool) {
 }
 
 // conditionTypes are the condition types pulumi_operator_condition has series for.
-var conditionTypes = []string{ConditionReady, ConditionReconciling, ConditionStalled}
+var conditionTypes = []string{api.ConditionReady, api.ConditionReconciling, api.ConditionStalled}
 
 // setConditions makes key's pulumi_operator_condition series show conds: for each type, one
 // series, at its current status, of value 1 (absent for a type conds lacks). Flux's

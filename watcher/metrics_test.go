@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 )
 
 // pulumi_operator_condition has one series per condition, at its current status: a status
@@ -47,13 +49,13 @@ func TestConditionMetrics(t *testing.T) {
 		before, after []metav1.Condition
 		want          string
 	}{
-		"ready": {nil, []metav1.Condition{cond(ConditionReady, "True"), cond(ConditionReconciling, "False")},
+		"ready": {nil, []metav1.Condition{cond(api.ConditionReady, "True"), cond(api.ConditionReconciling, "False")},
 			"Ready=True:1 Reconciling=False:1"},
-		"ready to failed": {[]metav1.Condition{cond(ConditionReady, "True")}, []metav1.Condition{cond(ConditionReady, "False"), cond(ConditionStalled, "True")},
+		"ready to failed": {[]metav1.Condition{cond(api.ConditionReady, "True")}, []metav1.Condition{cond(api.ConditionReady, "False"), cond(api.ConditionStalled, "True")},
 			"Ready=False:1 Stalled=True:1"},
-		"condition gone": {[]metav1.Condition{cond(ConditionReady, "True"), cond(ConditionStalled, "True")}, []metav1.Condition{cond(ConditionReady, "True")},
+		"condition gone": {[]metav1.Condition{cond(api.ConditionReady, "True"), cond(api.ConditionStalled, "True")}, []metav1.Condition{cond(api.ConditionReady, "True")},
 			"Ready=True:1"},
-		"unchanged": {[]metav1.Condition{cond(ConditionReady, "Unknown")}, []metav1.Condition{cond(ConditionReady, "Unknown")},
+		"unchanged": {[]metav1.Condition{cond(api.ConditionReady, "Unknown")}, []metav1.Condition{cond(api.ConditionReady, "Unknown")},
 			"Ready=Unknown:1"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -67,7 +69,7 @@ func TestConditionMetrics(t *testing.T) {
 			}
 		})
 	}
-	m.setConditions(key, []metav1.Condition{cond(ConditionReady, "True")})
+	m.setConditions(key, []metav1.Condition{cond(api.ConditionReady, "True")})
 	m.forget(key)
 	if got := series(); got != "" {
 		t.Errorf("series after forget: %s, want none", got)

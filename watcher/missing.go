@@ -16,11 +16,6 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/infra"
 )
 
-// ReasonStackMissing: a KindCustomHttp being deleted has no stack in the backend, but objects it
-// created still exist; the finalizer stays until the backend is restored or the
-// groupsp.measutosh.dev/on-missing-stack annotation says what to do with them.
-const ReasonStackMissing = "StackMissing"
-
 // Event reasons of the on-missing-stack annotation's two ways out.
 const (
 	ReasonObjectsOrphaned = "ObjectsOrphaned"
@@ -81,7 +76,8 @@ func (o *ownedObjects) terminating(namespace, name string) []string {
 // Warning Event when the message changes) and returns false: the finalizer stays, and the next
 // change of u (the annotation) or resync looks again (a restored backend then destroys the
 // stack as usual). Errors are API errors of the orphan or delete, retried with backoff.
-func (w *Watcher) stackMissing(ctx context.Context, u *unstructured.Unstructured, stackName string) (bool, error) {
+func (w *Watcher) stackMissing(ctx context.Context, o *object, stackName string) (bool, error) {
+	u := o.u
 	left := w.owned.leftBehind(u.GetNamespace(), u.GetName())
 	if len(left) == 0 {
 		return true, nil
@@ -118,13 +114,13 @@ func (w *Watcher) stackMissing(ctx context.Context, u *unstructured.Unstructured
 		if mode != "" {
 			msg = fmt.Sprintf("%s=%q is neither %s nor %s; ", api.OnMissingStackAnnotation, mode, api.OnMissingStackOrphan, api.OnMissingStackDelete) + msg
 		}
-		if c := currentCondition(u, ConditionReady); c == nil || c.Reason != ReasonStackMissing || c.Message != msg {
-			w.recorder.Event(u, corev1.EventTypeWarning, ReasonStackMissing, msg)
+		if c := currentCondition(u, api.ConditionReady); c == nil || c.Reason != api.ReasonStackMissing || c.Message != msg {
+			w.recorder.Event(u, corev1.EventTypeWarning, api.ReasonStackMissing, msg)
 		}
-		gen := u.GetGeneration()
-		return false, w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
-			markStalled(st, gen, ReasonStackMissing, msg)
+		o.setStatus(func(st *api.KindCustomHttpStatus) {
+			markStalled(st, o.gen, api.ReasonStackMissing, msg)
 		})
+		return false, nil
 	}
 }
 

@@ -33,8 +33,8 @@ func TestUnitStackMissing(t *testing.T) {
 		event          string
 		msg            string
 	}{
-		"no annotation: waits, says how":    {kept: true, event: ReasonStackMissing, msg: "on-missing-stack=orphan"},
-		"unknown value: waits, names it":    {annotation: "keep", kept: true, event: ReasonStackMissing, msg: `"keep" is neither orphan nor delete`},
+		"no annotation: waits, says how":    {kept: true, event: api.ReasonStackMissing, msg: "on-missing-stack=orphan"},
+		"unknown value: waits, names it":    {annotation: "keep", kept: true, event: api.ReasonStackMissing, msg: `"keep" is neither orphan nor delete`},
 		"orphan: objects stay, disowned":    {annotation: api.OnMissingStackOrphan, finished: true, kept: true, event: ReasonObjectsOrphaned},
 		"delete: objects go":                {annotation: api.OnMissingStackDelete, finished: true, event: ReasonObjectsDeleted},
 		"nothing left: the delete finishes": {noObjects: true, finished: true},
@@ -78,9 +78,9 @@ func TestUnitStackMissing(t *testing.T) {
 			}
 			if !tc.finished {
 				cr := f.storedCR("web")
-				wantCondition(t, cr, ConditionReady, metav1.ConditionFalse, ReasonStackMissing)
-				wantCondition(t, cr, ConditionStalled, metav1.ConditionTrue, ReasonStackMissing)
-				c := meta.FindStatusCondition(cr.Status.Conditions, ConditionReady)
+				wantCondition(t, cr, api.ConditionReady, metav1.ConditionFalse, api.ReasonStackMissing)
+				wantCondition(t, cr, api.ConditionStalled, metav1.ConditionTrue, api.ReasonStackMissing)
+				c := meta.FindStatusCondition(cr.Status.Conditions, api.ConditionReady)
 				if !strings.Contains(c.Message, tc.msg) || !strings.Contains(c.Message, "Deployment/web, Service/web, ConfigMap/web-configmap") {
 					t.Errorf("message %q: want it to name the objects and %q", c.Message, tc.msg)
 				}
@@ -126,7 +126,7 @@ func TestUnitForeignObjectBlocksUp(t *testing.T) {
 	if len(f.stacks.ups) != 0 {
 		t.Fatalf("%d ups over a foreign object, want none", len(f.stacks.ups))
 	}
-	wantCondition(t, f.storedCR("web"), ConditionReady, metav1.ConditionFalse, ReasonObjectConflict)
+	wantCondition(t, f.storedCR("web"), api.ConditionReady, metav1.ConditionFalse, api.ReasonObjectConflict)
 }
 
 // No destroy awaits a deletion (infra.SkipAwait): the finalizer goes only once the objects the

@@ -45,7 +45,7 @@ func (w *Watcher) plan(ctx context.Context, cr *api.KindCustomHttp, d api.Desire
 	case p.requested != "" && p.requested != cr.Status.LastHandledReconcileAt && p.requested != w.requests.get(cr):
 		p.run, p.refresh, p.why = true, true, ReasonRequested
 	default:
-		if p.drift = w.owned.drift(ctx, d); len(p.drift) > 0 {
+		if p.drift = w.owned.drift(ctx, p.digest, d); len(p.drift) > 0 {
 			p.run, p.refresh, p.why = true, true, ReasonRepaired
 		}
 	}
@@ -95,15 +95,15 @@ func (h *handledRequests) set(cr *api.KindCustomHttp, v string) {
 func upToDate(cr *api.KindCustomHttp, digest string) bool {
 	st := cr.Status
 	return st.ObservedGeneration == cr.Generation && st.AppliedDigest == digest &&
-		meta.FindStatusCondition(st.Conditions, ConditionReady) != nil &&
+		meta.FindStatusCondition(st.Conditions, api.ConditionReady) != nil &&
 		!retrying(cr)
 }
 
 // retrying reports whether the status shows a failed attempt at the current generation that
 // is being retried.
 func retrying(cr *api.KindCustomHttp) bool {
-	c := meta.FindStatusCondition(cr.Status.Conditions, ConditionReconciling)
-	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonRetrying && c.ObservedGeneration == cr.Generation
+	c := meta.FindStatusCondition(cr.Status.Conditions, api.ConditionReconciling)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == api.ReasonRetrying && c.ObservedGeneration == cr.Generation
 }
 
 // digest is the SHA-256 of everything that decides what an up does: the desired state, the

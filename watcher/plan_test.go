@@ -71,8 +71,8 @@ func TestUnitPlan(t *testing.T) {
 			journal: []string{finalizerAdded, statusProgressing, "up refresh=false", statusReady},
 			events:  []string{"Normal Created"},
 			check: func(t *testing.T, o *api.KindCustomHttp, _ string) {
-				wantCondition(t, o, ConditionReady, metav1.ConditionTrue, ReasonSucceeded)
-				wantCondition(t, o, ConditionStalled, metav1.ConditionFalse, ReasonSucceeded)
+				wantCondition(t, o, api.ConditionReady, metav1.ConditionTrue, api.ReasonSucceeded)
+				wantCondition(t, o, api.ConditionStalled, metav1.ConditionFalse, api.ReasonSucceeded)
 				if o.Status.AppliedDigest == "" || o.Status.Stack != "kindcustomhttp/test.ns.web" ||
 					o.Status.Outputs == nil || o.Status.Outputs.DeploymentName != "web" ||
 					o.Status.LastUpdate == nil || o.Status.LastUpdate.Result != "succeeded" ||
@@ -96,7 +96,7 @@ func TestUnitPlan(t *testing.T) {
 				if o.Generation != 2 {
 					t.Errorf("generation %d, want 2", o.Generation)
 				}
-				wantCondition(t, o, ConditionReady, metav1.ConditionTrue, ReasonSucceeded)
+				wantCondition(t, o, api.ConditionReady, metav1.ConditionTrue, api.ReasonSucceeded)
 				if o.Status.AppliedDigest == before {
 					t.Error("appliedDigest unchanged by an up of a new spec")
 				}
@@ -120,7 +120,7 @@ func TestUnitPlan(t *testing.T) {
 			},
 			journal: []string{"up refresh=false", statusReady},
 			check: func(t *testing.T, o *api.KindCustomHttp, _ string) {
-				wantCondition(t, o, ConditionReady, metav1.ConditionTrue, ReasonSucceeded)
+				wantCondition(t, o, api.ConditionReady, metav1.ConditionTrue, api.ReasonSucceeded)
 			},
 		},
 		"requested: a new annotation value runs up with refresh": {
@@ -198,7 +198,7 @@ func TestUnitPlan(t *testing.T) {
 			},
 			journal: []string{"status Ready=False/ReplicasUnavailable Reconciling=True/ReplicasUnavailable"},
 			check: func(t *testing.T, o *api.KindCustomHttp, _ string) {
-				wantCondition(t, o, ConditionReady, metav1.ConditionFalse, ReasonReplicasUnavailable)
+				wantCondition(t, o, api.ConditionReady, metav1.ConditionFalse, api.ReasonReplicasUnavailable)
 				if o.Status.AvailableReplicas != 1 {
 					t.Errorf("availableReplicas %d, want 1", o.Status.AvailableReplicas)
 				}
@@ -216,7 +216,7 @@ func TestUnitPlan(t *testing.T) {
 			},
 			journal: []string{"status Ready=True/Succeeded Reconciling=False/Suspended"},
 			check: func(t *testing.T, o *api.KindCustomHttp, _ string) {
-				wantCondition(t, o, ConditionReconciling, metav1.ConditionFalse, ReasonSuspended)
+				wantCondition(t, o, api.ConditionReconciling, metav1.ConditionFalse, api.ReasonSuspended)
 			},
 		},
 	} {

@@ -71,7 +71,7 @@ func TestPluginMissingRecoversWhenPluginAppears(t *testing.T) {
 
 	f.create(t, "web", "  replicaCount: 1\n  port: 80\n")
 	f.waitFor(t, "web", "Ready False with reason PluginMissing", func(o *api.KindCustomHttp) bool {
-		return cond(o, ConditionReady).Reason == ReasonPluginMissing
+		return cond(o, api.ConditionReady).Reason == api.ReasonPluginMissing
 	})
 	// Make the backoff long and certain: the object's failure count is pushed up so that every
 	// retry scheduled from now on is 5 minutes away (retryMax). Then wait for an up that fails

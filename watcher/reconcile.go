@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
@@ -22,11 +23,12 @@ import (
 )
 
 // reconcile is the sync handler of one workqueue key, top-down: cache (gone: forget it) ->
-// deep copy -> being deleted? reconcileDelete -> ensure finalizer -> validate (invalid: stall,
-// no retry) -> envFrom digest (missing: fail, retried) -> suspended? -> plan -> apply (up),
-// or with nothing to do only the readiness -> status. A returned error means "retry with
-// backoff"; nil means done until the next event.
-func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) error {
+// deep copy, converted once to the typed object -> being deleted? reconcileDelete -> ensure
+// finalizer -> resolve (invalid: stall, no retry; envFrom source missing: fail, retried) ->
+// suspended? -> plan -> apply (up), or with nothing to do only the readiness. The status
+// changes each step makes are written once, when the reconcile ends (finalizeStatus). A
+// returned error means "retry with backoff"; nil means done until the next event.
+func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) (err error) {
 	obj, err := w.lister.ByNamespace(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		w.forget(key)
@@ -36,49 +38,55 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) error {
 		return fmt.Errorf("get %s from cache: %w", key, err)
 	}
 	w.metrics.track(key)
-	u := obj.(*unstructured.Unstructured).DeepCopy()
+	o := newObject(obj.(*unstructured.Unstructured).DeepCopy())
+	defer func() { err = w.finalizeStatus(ctx, o, err) }()
+	u := o.u
 	if u.GetDeletionTimestamp() != nil {
-		return w.reconcileDelete(ctx, u)
+		return w.reconcileDelete(ctx, o)
 	}
-	if u, err = w.ensureFinalizer(ctx, u); err != nil {
+	if o.u, err = w.ensureFinalizer(ctx, u); err != nil {
 		return err
 	}
-	cr, d, stackName, err := w.desired(u)
-	if err != nil {
-		return w.stall(ctx, u, err)
+	u = o.u
+	r, stackName, err := w.desired(ctx, o)
+	var invalid *api.InvalidSpecError
+	var change mustChange
+	switch {
+	case errors.As(err, &invalid) || errors.As(err, &change):
+		return w.stall(o, err)
+	case err != nil:
+		return w.fail(o, api.ReasonEnvSourceMissing, err)
 	}
-	env, err := envsource.Digest(ctx, w.kube, d, envsource.Options{ReadSecret: w.readsSecrets})
-	if err != nil {
-		return w.fail(ctx, u, ReasonEnvSourceMissing, err)
-	}
-	d.EnvDigest = env.Digest
+	cr, d := o.cr, r.Desired
 	if cr.Spec.Suspend {
-		return w.updateStatus(ctx, u, cr.Generation, func(st *api.KindCustomHttpStatus) {
-			setCondition(st, cr.Generation, ConditionReconciling, metav1.ConditionFalse, ReasonSuspended,
+		o.setStatus(func(st *api.KindCustomHttpStatus) {
+			setCondition(st, o.gen, api.ConditionReconciling, metav1.ConditionFalse, api.ReasonSuspended,
 				"spec.suspend is true: no up and no drift repair until it is false")
 		})
+		return nil
 	}
 	p := w.plan(ctx, cr, d, stackName)
 	if !p.run {
-		return w.updateReadiness(ctx, u, d)
+		return w.updateReadiness(ctx, o, d)
 	}
 	if err := ownership.Check(ctx, w.kube, d); err != nil {
 		// An up would take over objects somebody else made (the provider upserts): never.
-		return w.fail(ctx, u, ReasonObjectConflict, err)
+		return w.fail(o, api.ReasonObjectConflict, err)
 	}
-	if len(env.Unread) > 0 {
+	if len(r.Unread) > 0 {
 		// Once per up, not per reconcile: what the user must know before the pods roll.
-		w.recorder.Eventf(u, corev1.EventTypeWarning, ReasonEnvSourceNotWatched,
+		w.recorder.Eventf(u, corev1.EventTypeWarning, api.ReasonEnvSourceNotWatched,
 			"%s: the operator may not read it (its namespace is not in --secret-namespaces), so a change of its data does not roll the pods; the pods still receive it. To roll on change, grant the operator read access in %s (README \"Security\")",
-			strings.Join(env.Unread, ", "), u.GetNamespace())
+			strings.Join(r.Unread, ", "), u.GetNamespace())
 	}
-	return w.apply(ctx, u, cr, d, stackName, p)
+	return w.apply(ctx, o, d, stackName, p)
 }
 
 // forget drops everything the watcher keeps per object once the object is gone: its metrics
 // (stacks_managed, stacks_failing, its condition series), what it last applied, the reconcile
-// request it last handled, its wait for the provider plugin and its destroyed mark. Without it
-// every deleted object stayed in the gauges and the maps for the life of the process.
+// request it last handled, its wait for the provider plugin, its destroyed mark and what drift
+// compares it with, so that no deleted object stays in the gauges and the maps for the life of
+// the process.
 func (w *Watcher) forget(key cache.ObjectName) {
 	w.metrics.forget(key)
 	w.applied.Delete(key)
@@ -86,52 +94,69 @@ func (w *Watcher) forget(key cache.ObjectName) {
 	w.stackGone.Delete(key)
 	w.requests.forget(key)
 	w.pluginWait.remove(key)
+	if w.owned != nil {
+		w.owned.forget(key)
+	}
 }
 
 // fail reports a retryable problem found before any Pulumi run (status and a Warning Event)
 // and returns it, so the object is retried with backoff.
-func (w *Watcher) fail(ctx context.Context, u *unstructured.Unstructured, reason string, cause error) error {
-	gen := u.GetGeneration()
-	if c := currentCondition(u, ConditionReady); c == nil || c.Reason != reason || c.Message != cause.Error() {
-		w.recorder.Event(u, corev1.EventTypeWarning, reason, cause.Error())
+func (w *Watcher) fail(o *object, reason string, cause error) error {
+	if c := currentCondition(o.u, api.ConditionReady); c == nil || c.Reason != reason || c.Message != cause.Error() {
+		w.recorder.Event(o.u, corev1.EventTypeWarning, reason, cause.Error())
 	}
-	w.metrics.setFailing(cache.MetaObjectToName(u), true)
-	if err := w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) { markFailed(st, gen, reason, cause.Error()) }); err != nil {
-		return err
-	}
+	w.metrics.setFailing(cache.MetaObjectToName(o.u), true)
+	o.setStatus(func(st *api.KindCustomHttpStatus) { markFailed(st, o.gen, reason, cause.Error()) })
 	return cause
 }
 
-// desired converts and validates u; any error means the spec must change.
-func (w *Watcher) desired(u *unstructured.Unstructured) (*api.KindCustomHttp, api.Desired, string, error) {
-	cr, err := api.FromUnstructured(u)
-	if err != nil {
-		return nil, api.Desired{}, "", err
+// mustChange marks an error that, like an invalid spec, only a change of the object mends: an
+// object that does not convert to a KindCustomHttp, a stack name that cannot be made for it. Its
+// text is its cause's.
+type mustChange struct{ error }
+
+func (e mustChange) Unwrap() error { return e.error }
+
+// desired resolves o's typed object (envsource.Resolve, the resolver the commands and the
+// plain-CLI program use too): what the program applies, and its stack's name. Errors: an
+// *api.InvalidSpecError or a mustChange when the object must change (one that does not
+// convert included); otherwise the envFrom sources could not be read.
+func (w *Watcher) desired(ctx context.Context, o *object) (envsource.Resolved, string, error) {
+	if o.convErr != nil {
+		return envsource.Resolved{}, "", mustChange{o.convErr}
 	}
-	d, err := api.Resolve(cr)
+	r, err := envsource.Resolve(ctx, o.cr, w.cluster, envsource.Options{ReadSecret: w.readsSecrets})
 	if err != nil {
-		return nil, api.Desired{}, "", err
+		return envsource.Resolved{}, "", err
 	}
-	name, err := w.stacks.StackName(d.Namespace, d.Name)
-	return cr, d, name, err
+	name, err := w.stacks.StackName(o.cr.Namespace, o.cr.Name)
+	if err != nil {
+		return envsource.Resolved{}, "", mustChange{err}
+	}
+	return r, name, nil
 }
+
+// cluster is the client envsource.Resolve reads envFrom sources with: the watcher's own.
+func (w *Watcher) cluster() (kubernetes.Interface, error) { return w.kube, nil }
 
 // stall reports an invalid spec once (status and a Warning Event) and does not retry: the
 // object's next change enqueues it again.
-func (w *Watcher) stall(ctx context.Context, u *unstructured.Unstructured, cause error) error {
-	gen := u.GetGeneration()
-	if c := currentCondition(u, ConditionStalled); c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != gen || c.Message != cause.Error() {
-		w.recorder.Event(u, corev1.EventTypeWarning, ReasonInvalidSpec, cause.Error())
+func (w *Watcher) stall(o *object, cause error) error {
+	if c := currentCondition(o.u, api.ConditionStalled); c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != o.gen || c.Message != cause.Error() {
+		w.recorder.Event(o.u, corev1.EventTypeWarning, api.ReasonInvalidSpec, cause.Error())
 	}
-	w.metrics.setFailing(cache.MetaObjectToName(u), true)
-	return w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
-		markStalled(st, gen, ReasonInvalidSpec, cause.Error())
+	w.metrics.setFailing(cache.MetaObjectToName(o.u), true)
+	o.setStatus(func(st *api.KindCustomHttpStatus) {
+		markStalled(st, o.gen, api.ReasonInvalidSpec, cause.Error())
 	})
+	return nil
 }
 
-// apply runs up and records the result in status, Events and metrics.
-func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *api.KindCustomHttp, d api.Desired, stackName string, p plan) error {
-	gen := cr.Generation
+// apply runs up and records the result in status, Events and metrics. Before the up it writes
+// the status it has so far with Progressing (flushStatus): an up takes seconds to minutes, and
+// `kubectl get` should show it running.
+func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName string, p plan) error {
+	u, cr, gen := o.u, o.cr, o.gen
 	log := w.log.With("object", objectRef(u), "stack", stackName, "generation", gen)
 	log.Info("running up", "why", p.why, "refresh", p.refresh, "drift", p.drift)
 	if len(p.drift) > 0 {
@@ -140,10 +165,11 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 	// A retry keeps the failure it retries visible (Ready False, Reconciling True "Retrying")
 	// instead of flipping status to Progressing and back on every attempt.
 	if !retrying(cr) {
-		if err := w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
+		o.setStatus(func(st *api.KindCustomHttpStatus) {
 			st.Stack = w.stacks.QualifiedName(stackName)
 			markReconciling(st, gen, "pulumi up of stack "+stackName+" is running")
-		}); err != nil {
+		})
+		if err := w.flushStatus(ctx, o); err != nil {
 			return err
 		}
 	}
@@ -158,8 +184,8 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 	w.metrics.setFailing(key, upErr != nil)
 	w.metrics.setLocked(key, false)
 	if upErr != nil {
-		reason, msg := w.failed(ctx, u, stackName, upErr, ReasonUpdateFailed)
-		if err := w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
+		reason, msg := w.failed(ctx, u, stackName, upErr, api.ReasonUpdateFailed)
+		o.setStatus(func(st *api.KindCustomHttpStatus) {
 			st.Stack = w.stacks.QualifiedName(stackName)
 			st.LastUpdate = lastUpdate(res, upErr)
 			if p.requested != "" {
@@ -168,9 +194,7 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 				st.LastHandledReconcileAt = p.requested
 			}
 			markFailed(st, gen, reason, msg)
-		}); err != nil {
-			log.Error("write status failed", "err", err)
-		}
+		})
 		return upErr
 	}
 	if res.Changed() || p.why != ReasonUpdated {
@@ -184,7 +208,7 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 		w.requests.set(cr, p.requested)
 	}
 	h := w.owned.readiness(ctx, d, true)
-	err := w.updateStatus(ctx, u, gen, func(st *api.KindCustomHttpStatus) {
+	o.setStatus(func(st *api.KindCustomHttpStatus) {
 		st.Stack = w.stacks.QualifiedName(stackName)
 		st.LastUpdate = lastUpdate(res, nil)
 		st.AppliedDigest = p.digest
@@ -194,16 +218,14 @@ func (w *Watcher) apply(ctx context.Context, u *unstructured.Unstructured, cr *a
 		}
 		setReadiness(st, gen, h)
 	})
-	return rolloutResult(h, err)
+	return rolloutResult(h)
 }
 
 // updateReadiness refreshes the replica counts and Ready from the Deployment, without Pulumi.
-func (w *Watcher) updateReadiness(ctx context.Context, u *unstructured.Unstructured, d api.Desired) error {
+func (w *Watcher) updateReadiness(ctx context.Context, o *object, d api.Desired) error {
 	h := w.owned.readiness(ctx, d, false)
-	err := w.updateStatus(ctx, u, u.GetGeneration(), func(st *api.KindCustomHttpStatus) {
-		setReadiness(st, u.GetGeneration(), h)
-	})
-	return rolloutResult(h, err)
+	o.setStatus(func(st *api.KindCustomHttpStatus) { setReadiness(st, o.gen, h) })
+	return rolloutResult(h)
 }
 
 // errRolloutInProgress is the result of a reconcile that left the stack up to date and the
@@ -212,12 +234,12 @@ func (w *Watcher) updateReadiness(ctx context.Context, u *unstructured.Unstructu
 // reaches status. The Deployment's own changes queue the object at once besides.
 var errRolloutInProgress = errors.New("the Deployment is still rolling out")
 
-// rolloutResult is a reconcile's result after its status write err: err itself when the write
-// failed, errRolloutInProgress while h goes on, nil when it is done or the Deployment gave up
-// (Stalled: its next change, or the spec's, queues the object).
-func rolloutResult(h rollout.Health, err error) error {
-	if err != nil || h.Done || h.Stalled {
-		return err
+// rolloutResult is a reconcile's result for the rollout h: errRolloutInProgress while it goes
+// on, nil when it is done or the Deployment gave up (Stalled: its next change, or the spec's,
+// queues the object).
+func rolloutResult(h rollout.Health) error {
+	if h.Done || h.Stalled {
+		return nil
 	}
 	return errRolloutInProgress
 }
@@ -236,14 +258,14 @@ func (w *Watcher) reportRecovered(u *unstructured.Unstructured, stackName string
 // failed handles a failed up or destroy of u's stack stackName: a lock is removed when the
 // rules of stalelock.go allow it, else reported as a wait (a StackLocked Event when its owner
 // differs from the one status names, pulumi_operator_stacks_locked); any other failure gets a
-// Warning Event with its reason (fallback, ReasonUpdateFailed or ReasonDestroyFailed, when no
+// Warning Event with its reason (fallback, api.ReasonUpdateFailed or api.ReasonDestroyFailed, when no
 // sentinel names it). It returns the reason and message for status.
 func (w *Watcher) failed(ctx context.Context, u *unstructured.Unstructured, stackName string, err error, fallback string) (string, string) {
 	reason := failureReason(err)
-	if reason == ReasonUpdateFailed {
+	if reason == api.ReasonUpdateFailed {
 		reason = fallback
 	}
-	if reason != ReasonUpdateConflict {
+	if reason != api.ReasonUpdateConflict {
 		w.recorder.Event(u, corev1.EventTypeWarning, reason, err.Error())
 		return reason, err.Error()
 	}
@@ -254,7 +276,7 @@ func (w *Watcher) failed(ctx context.Context, u *unstructured.Unstructured, stac
 		return reason, err.Error() + " (its owner can no longer write: the lock was removed; retrying)"
 	}
 	msg := lockWait(stackName, err)
-	if c := currentCondition(u, ConditionReady); c == nil || c.Message != clipMessage(msg) {
+	if c := currentCondition(u, api.ConditionReady); c == nil || c.Message != clipMessage(msg) {
 		w.recorder.Event(u, corev1.EventTypeWarning, ReasonStackLocked, msg)
 	}
 	w.metrics.setLocked(cache.MetaObjectToName(u), true)
@@ -276,21 +298,19 @@ func (w *Watcher) timedOut(ctx, opCtx context.Context, op, stackName string, err
 }
 
 // failureReason is the condition reason of a failed up: one per sentinel of package stack,
-// ReasonTimedOut for an up past its deadline, ReasonUpdateFailed for anything else.
+// api.ReasonTimedOut for an up past its deadline, api.ReasonUpdateFailed for anything else.
 func failureReason(err error) string {
 	switch {
 	case errors.Is(err, errTimedOut):
-		return ReasonTimedOut
+		return api.ReasonTimedOut
 	case errors.Is(err, stack.ErrLocked):
-		return ReasonUpdateConflict
-	case errors.Is(err, stack.ErrLocked):
-		return ReasonUpdateConflict
+		return api.ReasonUpdateConflict
 	case errors.Is(err, stack.ErrPluginMissing):
-		return ReasonPluginMissing
+		return api.ReasonPluginMissing
 	case errors.Is(err, stack.ErrBackendUnavailable):
-		return ReasonBackendUnavailable
+		return api.ReasonBackendUnavailable
 	}
-	return ReasonUpdateFailed
+	return api.ReasonUpdateFailed
 }
 
 // lastUpdate is status.lastUpdate for the operation in res (times truncated to seconds);

@@ -99,13 +99,13 @@ func TestReadyWaitsForReplicas(t *testing.T) {
 	// The image's pods cannot be placed (the local cluster's node takes no such image): Ready
 	// carries the pods' own reason and counts the available pods.
 	o := f.waitFor(t, "stuck", "Unschedulable with a count", func(o *api.KindCustomHttp) bool {
-		c := cond(o, ConditionReady)
+		c := cond(o, api.ConditionReady)
 		return c.Reason == "Unschedulable" && o.Status.AppliedDigest != "" && strings.Contains(c.Message, "replicas available")
 	})
-	if c := cond(o, ConditionReady); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "0 of 2 replicas available") {
+	if c := cond(o, api.ConditionReady); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "0 of 2 replicas available") {
 		t.Fatalf("Ready = %+v", c)
 	}
-	if c := cond(o, ConditionReconciling); c.Status != metav1.ConditionTrue {
+	if c := cond(o, api.ConditionReconciling); c.Status != metav1.ConditionTrue {
 		t.Fatalf("Reconciling = %+v, want True while pods are unavailable", c)
 	}
 	if o.Status.Replicas != 2 || o.Status.AvailableReplicas != 0 {
@@ -122,9 +122,9 @@ func TestSuspend(t *testing.T) {
 	f := start(t)
 	f.create(t, "paused", "  replicaCount: 1\n  port: 80\n  suspend: true\n")
 	o := f.waitFor(t, "paused", "Suspended", func(o *api.KindCustomHttp) bool {
-		return cond(o, ConditionReconciling).Reason == ReasonSuspended
+		return cond(o, api.ConditionReconciling).Reason == api.ReasonSuspended
 	})
-	if c := cond(o, ConditionReconciling); c.Status != metav1.ConditionFalse {
+	if c := cond(o, api.ConditionReconciling); c.Status != metav1.ConditionFalse {
 		t.Fatalf("Reconciling = %+v", c)
 	}
 	f.noUpsThrough(t, 2, "resyncs while suspended")
@@ -148,7 +148,7 @@ func TestReconcileRequestAnnotation(t *testing.T) {
 	if f.stacks.ups.Load() != ups+1 || !f.stacks.lastRunOptions().Refresh {
 		t.Fatalf("ups %d (want %d) refresh %v", f.stacks.ups.Load(), ups+1, f.stacks.lastRunOptions().Refresh)
 	}
-	if c := cond(o, ConditionReady); c.Status != metav1.ConditionTrue {
+	if c := cond(o, api.ConditionReady); c.Status != metav1.ConditionTrue {
 		t.Fatalf("Ready = %+v", c)
 	}
 	f.noUpsThrough(t, 2, "resyncs after a handled request")
@@ -192,7 +192,7 @@ func TestLockedStackIsAWait(t *testing.T) {
 	_, done := holdLock(t, f, "web", 8*time.Second)
 	f.create(t, "web", "  replicaCount: 1\n  port: 80\n")
 	f.waitFor(t, "web", "UpdateConflict", func(o *api.KindCustomHttp) bool {
-		return cond(o, ConditionReady).Reason == ReasonUpdateConflict
+		return cond(o, api.ConditionReady).Reason == api.ReasonUpdateConflict
 	})
 	// The holder itself may read a checkpoint torn by the watcher's concurrent attempt (the
 	// file backend's race, classified as ErrLocked); only another failure is one.
@@ -308,15 +308,15 @@ func TestShutdownCancelsAfterGrace(t *testing.T) {
 	if n := histogramCountOf(t, f.registry, "pulumi_operator_pulumi_operation_duration_seconds", "result", "succeeded"); n != 0 {
 		t.Errorf("succeeded ups observed = %d, want 0: the program cannot have finished", n)
 	}
-	// The cancelled up is in status, although Run's context had ended (updateStatus does not
+	// The cancelled up is in status, although Run's context had ended (flushStatus does not
 	// end with it): not left at "pulumi up ... is running".
 	u, err := f.cr.Get(context.Background(), "slow", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	o, _ := api.FromUnstructured(u)
-	if lu := o.Status.LastUpdate; lu == nil || lu.Result != "failed" || cond(o, ConditionReady).Reason == ReasonProgressing {
-		t.Errorf("status after the cancelled up: lastUpdate %+v, Ready %+v; want the failed up recorded", lu, cond(o, ConditionReady))
+	if lu := o.Status.LastUpdate; lu == nil || lu.Result != "failed" || cond(o, api.ConditionReady).Reason == api.ReasonProgressing {
+		t.Errorf("status after the cancelled up: lastUpdate %+v, Ready %+v; want the failed up recorded", lu, cond(o, api.ConditionReady))
 	}
 	// Pulumi stopped cleanly: no lock file left, and the next up of the stack just runs.
 	stackName, _ := f.stacks.StackName(f.ns, "slow")
@@ -335,7 +335,7 @@ func TestMetrics(t *testing.T) {
 	f.create(t, "web", "  replicaCount: 1\n  port: 80\n")
 	f.create(t, "bad", "  replicaCount: 1\n  port: 80\n  configMapData: {\"a/b\": x}\n")
 	f.waitFor(t, "web", "Ready", readyAt(1))
-	f.waitFor(t, "bad", "Stalled", func(o *api.KindCustomHttp) bool { return cond(o, ConditionStalled).Status == metav1.ConditionTrue })
+	f.waitFor(t, "bad", "Stalled", func(o *api.KindCustomHttp) bool { return cond(o, api.ConditionStalled).Status == metav1.ConditionTrue })
 	if v := counter(t, f.registry, "pulumi_operator_reconciles_total", "result", "success"); v < 2 {
 		t.Errorf("reconciles_total{result=success} = %v", v)
 	}

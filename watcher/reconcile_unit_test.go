@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
@@ -42,48 +43,48 @@ func TestUnitStallVsFail(t *testing.T) {
 	}{
 		"stall: port 0": {
 			object: kch("web", map[string]any{"replicaCount": int64(1), "port": int64(0)}),
-			reason: ReasonInvalidSpec,
+			reason: api.ReasonInvalidSpec,
 		},
 		"stall: unknown field (a typo)": {
 			object: kch("web", map[string]any{"replicas": int64(1), "port": int64(80)}),
-			reason: ReasonInvalidSpec,
+			reason: api.ReasonInvalidSpec,
 		},
 		"stall: name is no DNS-1035 label": {
 			object: kch("web.v2", valid()),
-			reason: ReasonInvalidSpec,
+			reason: api.ReasonInvalidSpec,
 		},
 		"fail: up fails": {
 			object: kch("web", valid()),
 			setup:  func(f *unitFixture) { f.stacks.upErr = errors.New("pulumi up: boom") },
-			reason: ReasonUpdateFailed,
+			reason: api.ReasonUpdateFailed,
 		},
 		"fail: provider plugin missing": {
 			object: kch("web", valid()),
 			setup: func(f *unitFixture) {
 				f.stacks.upErr = &stack.OperationError{Summary: "plugin missing", Err: stack.ErrPluginMissing}
 			},
-			reason: ReasonPluginMissing,
+			reason: api.ReasonPluginMissing,
 		},
 		"fail: backend unavailable": {
 			object: kch("web", valid()),
 			setup: func(f *unitFixture) {
 				f.stacks.upErr = &stack.OperationError{Summary: "backend down", Err: stack.ErrBackendUnavailable}
 			},
-			reason: ReasonBackendUnavailable,
+			reason: api.ReasonBackendUnavailable,
 		},
 		"fail: stack locked by a live update is a wait, reported once": {
 			object: kch("web", valid()),
 			setup: func(f *unitFixture) {
 				f.stacks.upErr = &stack.OperationError{Summary: "locked", Err: stack.ErrLocked}
 			},
-			reason: ReasonUpdateConflict,
+			reason: api.ReasonUpdateConflict,
 			events: []string{"Warning " + ReasonStackLocked},
 			result: "locked",
 		},
 		"fail: envFrom source missing, no up": {
 			object: kch("web", map[string]any{"replicaCount": int64(1), "port": int64(80),
 				"envFrom": []any{map[string]any{"configMapRef": map[string]any{"name": "absent"}}}}),
-			reason:  ReasonEnvSourceMissing,
+			reason:  api.ReasonEnvSourceMissing,
 			journal: []string{finalizerAdded, "status Ready=False/EnvSourceMissing Reconciling=True/Retrying"},
 		},
 	} {
@@ -96,11 +97,11 @@ func TestUnitStallVsFail(t *testing.T) {
 			n := tc.object.GetName()
 			requeues := f.process(n)
 			o := f.storedCR(n)
-			stalled := tc.reason == ReasonInvalidSpec
+			stalled := tc.reason == api.ReasonInvalidSpec
 			journal, events, result := tc.journal, tc.events, tc.result
 			if stalled {
-				wantCondition(t, o, ConditionStalled, metav1.ConditionTrue, tc.reason)
-				wantCondition(t, o, ConditionReconciling, metav1.ConditionFalse, tc.reason)
+				wantCondition(t, o, api.ConditionStalled, metav1.ConditionTrue, tc.reason)
+				wantCondition(t, o, api.ConditionReconciling, metav1.ConditionFalse, tc.reason)
 				if journal == nil {
 					journal = []string{finalizerAdded, "status Ready=False/InvalidSpec Reconciling=False/InvalidSpec"}
 				}
@@ -108,8 +109,8 @@ func TestUnitStallVsFail(t *testing.T) {
 					t.Errorf("an invalid spec is retried (%d requeues)", requeues)
 				}
 			} else {
-				wantCondition(t, o, ConditionStalled, metav1.ConditionFalse, tc.reason)
-				wantCondition(t, o, ConditionReconciling, metav1.ConditionTrue, ReasonRetrying)
+				wantCondition(t, o, api.ConditionStalled, metav1.ConditionFalse, tc.reason)
+				wantCondition(t, o, api.ConditionReconciling, metav1.ConditionTrue, api.ReasonRetrying)
 				if journal == nil {
 					journal = []string{finalizerAdded, statusProgressing, "up refresh=false",
 						"status Ready=False/" + tc.reason + " Reconciling=True/Retrying"}
@@ -121,7 +122,7 @@ func TestUnitStallVsFail(t *testing.T) {
 					t.Errorf("a failure is requeued %d times, want 1", requeues)
 				}
 			}
-			wantCondition(t, o, ConditionReady, metav1.ConditionFalse, tc.reason)
+			wantCondition(t, o, api.ConditionReady, metav1.ConditionFalse, tc.reason)
 			if events == nil {
 				events = []string{"Warning " + tc.reason}
 			}
@@ -170,7 +171,7 @@ func TestUnitStallReportsOnce(t *testing.T) {
 	if got := f.journal.take(); !slices.Equal(got, []string{statusProgressing, "up refresh=false", "status Ready=False/DeploymentMissing Reconciling=True/DeploymentMissing"}) {
 		t.Errorf("after the fix: %q", got)
 	}
-	wantCondition(t, f.storedCR("web"), ConditionStalled, metav1.ConditionFalse, rollout.ReasonDeploymentMissing)
+	wantCondition(t, f.storedCR("web"), api.ConditionStalled, metav1.ConditionFalse, rollout.ReasonDeploymentMissing)
 }
 
 // TestUnitFinalizerFirst: no up runs before the finalizer is stored, so a delete can never skip

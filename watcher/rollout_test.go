@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
 )
 
@@ -41,8 +42,8 @@ func TestUnitRolloutReasons(t *testing.T) {
 			t.Fatalf("reconcile = %v, want %v", err, wantErr)
 		}
 		cr := f.storedCR("web")
-		ready := meta.FindStatusCondition(cr.Status.Conditions, ConditionReady)
-		st := meta.FindStatusCondition(cr.Status.Conditions, ConditionStalled)
+		ready := meta.FindStatusCondition(cr.Status.Conditions, api.ConditionReady)
+		st := meta.FindStatusCondition(cr.Status.Conditions, api.ConditionStalled)
 		if ready == nil || ready.Reason != wantReason || (st.Status == metav1.ConditionTrue) != stalled {
 			t.Fatalf("Ready %+v, Stalled %+v; want reason %s, stalled %v", ready, st, wantReason, stalled)
 		}
@@ -57,7 +58,7 @@ func TestUnitRolloutReasons(t *testing.T) {
 			Reason: "FailedCreate", Message: `pods "web-x" is forbidden: exceeded quota: no-pods`}}
 	})
 	check("FailedCreate", errRolloutInProgress, false)
-	if msg := meta.FindStatusCondition(f.storedCR("web").Status.Conditions, ConditionReady).Message; !strings.Contains(msg, "exceeded quota") {
+	if msg := meta.FindStatusCondition(f.storedCR("web").Status.Conditions, api.ConditionReady).Message; !strings.Contains(msg, "exceeded quota") {
 		t.Errorf("Ready message %q does not carry the Deployment's", msg)
 	}
 
@@ -90,7 +91,7 @@ func TestUnitRolloutReasons(t *testing.T) {
 
 	// The cause goes: the Deployment's change queues the object, which is Ready by itself.
 	f.putOwned(dep)
-	check(ReasonSucceeded, nil, false)
+	check(api.ReasonSucceeded, nil, false)
 }
 
 // An up or destroy that runs past Options.OperationTimeout is cancelled: the object says so
@@ -116,8 +117,8 @@ func TestUnitOperationTimeout(t *testing.T) {
 			if d := time.Since(start); d > 5*time.Second {
 				t.Errorf("the worker was held %s, want about the 300ms timeout", d)
 			}
-			wantCondition(t, f.storedCR("web"), ConditionReady, metav1.ConditionFalse, ReasonTimedOut)
-			wantCondition(t, f.storedCR("web"), ConditionReconciling, metav1.ConditionTrue, ReasonRetrying)
+			wantCondition(t, f.storedCR("web"), api.ConditionReady, metav1.ConditionFalse, api.ReasonTimedOut)
+			wantCondition(t, f.storedCR("web"), api.ConditionReconciling, metav1.ConditionTrue, api.ReasonRetrying)
 			if got := f.storedCR("web").Finalizers; len(got) != 1 {
 				t.Errorf("finalizers %v after a timed-out %s, want ours kept", got, op)
 			}

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -19,63 +20,7 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 )
 
-// Condition types, with kstatus meaning (sigs.k8s.io/cli-utils/pkg/kstatus): Ready is True
-// when the stack is up to date with the current generation; Reconciling is True while work
-// toward it is under way or being retried; Stalled is True when nothing will change until the
-// user changes the spec.
-const (
-	ConditionReady       = "Ready"
-	ConditionReconciling = "Reconciling"
-	ConditionStalled     = "Stalled"
-)
-
-// Condition reasons (CamelCase, as metav1.Condition requires).
-const (
-	// ReasonSucceeded: the last up of the current generation succeeded.
-	ReasonSucceeded = "Succeeded"
-	// ReasonProgressing: an up or destroy is running.
-	ReasonProgressing = "Progressing"
-	// ReasonInvalidSpec: the spec breaks a rule; the message says which field and why.
-	ReasonInvalidSpec = "InvalidSpec"
-	// ReasonUpdateFailed: Pulumi failed; retried with backoff.
-	ReasonUpdateFailed = "UpdateFailed"
-	// ReasonUpdateConflict: another update holds the stack's lock; retried with backoff.
-	ReasonUpdateConflict = "UpdateConflict"
-	// ReasonPluginMissing: the Kubernetes provider plugin is not installed where the operator
-	// runs; retried with backoff, so installing it is enough.
-	ReasonPluginMissing = "PluginMissing"
-	// ReasonBackendUnavailable: the Pulumi state backend could not be opened (down, wrong
-	// credentials); nothing ran; retried with backoff. The message names the backend.
-	ReasonBackendUnavailable = "BackendUnavailable"
-	// ReasonTimedOut: the up or destroy ran longer than Options.OperationTimeout and was
-	// cancelled; retried with backoff.
-	ReasonTimedOut = "TimedOut"
-	// ReasonRetrying: Reconciling stays True while a failure is retried.
-	ReasonRetrying = "Retrying"
-	// ReasonDestroyFailed: deleting the objects failed; the finalizer stays until it succeeds.
-	ReasonDestroyFailed = "DestroyFailed"
-	// ReasonReplicasUnavailable: the stack is up to date but the Deployment has fewer
-	// available pods than asked for, and neither it nor its pods say why. When they do, Ready
-	// carries their reason instead: ProgressDeadlineExceeded (then Stalled), FailedCreate (a
-	// quota), ImagePullBackOff, ErrImagePull, CrashLoopBackOff, CreateContainerConfigError,
-	// Unschedulable, ... (internal/rollout).
-	ReasonReplicasUnavailable = rollout.ReasonReplicasUnavailable
-	// ReasonEnvSourceMissing: a ConfigMap or Secret named in spec.envFrom does not exist;
-	// retried with backoff and at once when it appears.
-	ReasonEnvSourceMissing = "EnvSourceMissing"
-	// ReasonEnvSourceNotWatched (an Event, Warning): spec.envFrom names a Secret the operator
-	// does not read (Options.SecretNamespaces): its data reaches the pods, but a change of it
-	// does not roll them.
-	ReasonEnvSourceNotWatched = "EnvSourceNotWatched"
-	// ReasonObjectConflict: a Deployment, Service or ConfigMap of the object's names exists
-	// that the operator did not make for it; nothing runs until it is gone (retried with
-	// backoff). The message names it.
-	ReasonObjectConflict = "ObjectConflict"
-	// ReasonSuspended: spec.suspend is true.
-	ReasonSuspended = "Suspended"
-)
-
-// Event reasons besides the condition reasons above.
+// Event reasons besides the condition reasons (api/v1 conditions.go).
 const (
 	// ReasonCreated: the first up of a stack (Normal).
 	ReasonCreated = "Created"
@@ -111,13 +56,13 @@ func setReadiness(st *api.KindCustomHttpStatus, gen int64, h rollout.Health) {
 	case h.Done:
 		markReady(st, gen, "stack up to date, "+h.Message)
 	case h.Stalled:
-		setCondition(st, gen, ConditionReady, metav1.ConditionFalse, h.Reason, h.Message)
-		setCondition(st, gen, ConditionReconciling, metav1.ConditionFalse, h.Reason, h.Message)
-		setCondition(st, gen, ConditionStalled, metav1.ConditionTrue, h.Reason, h.Message)
+		setCondition(st, gen, api.ConditionReady, metav1.ConditionFalse, h.Reason, h.Message)
+		setCondition(st, gen, api.ConditionReconciling, metav1.ConditionFalse, h.Reason, h.Message)
+		setCondition(st, gen, api.ConditionStalled, metav1.ConditionTrue, h.Reason, h.Message)
 	default:
-		setCondition(st, gen, ConditionReady, metav1.ConditionFalse, h.Reason, h.Message)
-		setCondition(st, gen, ConditionReconciling, metav1.ConditionTrue, h.Reason, h.Message)
-		setCondition(st, gen, ConditionStalled, metav1.ConditionFalse, h.Reason, h.Message)
+		setCondition(st, gen, api.ConditionReady, metav1.ConditionFalse, h.Reason, h.Message)
+		setCondition(st, gen, api.ConditionReconciling, metav1.ConditionTrue, h.Reason, h.Message)
+		setCondition(st, gen, api.ConditionStalled, metav1.ConditionFalse, h.Reason, h.Message)
 	}
 }
 
@@ -155,41 +100,87 @@ func setCondition(st *api.KindCustomHttpStatus, generation int64, typ string, st
 
 // markReady: the stack is up to date.
 func markReady(st *api.KindCustomHttpStatus, gen int64, msg string) {
-	setCondition(st, gen, ConditionReady, metav1.ConditionTrue, ReasonSucceeded, msg)
-	setCondition(st, gen, ConditionReconciling, metav1.ConditionFalse, ReasonSucceeded, msg)
-	setCondition(st, gen, ConditionStalled, metav1.ConditionFalse, ReasonSucceeded, msg)
+	setCondition(st, gen, api.ConditionReady, metav1.ConditionTrue, api.ReasonSucceeded, msg)
+	setCondition(st, gen, api.ConditionReconciling, metav1.ConditionFalse, api.ReasonSucceeded, msg)
+	setCondition(st, gen, api.ConditionStalled, metav1.ConditionFalse, api.ReasonSucceeded, msg)
 }
 
 // markReconciling: work toward generation gen has started.
 func markReconciling(st *api.KindCustomHttpStatus, gen int64, msg string) {
-	setCondition(st, gen, ConditionReady, metav1.ConditionUnknown, ReasonProgressing, msg)
-	setCondition(st, gen, ConditionReconciling, metav1.ConditionTrue, ReasonProgressing, msg)
-	setCondition(st, gen, ConditionStalled, metav1.ConditionFalse, ReasonProgressing, msg)
+	setCondition(st, gen, api.ConditionReady, metav1.ConditionUnknown, api.ReasonProgressing, msg)
+	setCondition(st, gen, api.ConditionReconciling, metav1.ConditionTrue, api.ReasonProgressing, msg)
+	setCondition(st, gen, api.ConditionStalled, metav1.ConditionFalse, api.ReasonProgressing, msg)
 }
 
 // markFailed: a retryable failure with the given reason.
 func markFailed(st *api.KindCustomHttpStatus, gen int64, reason, msg string) {
-	setCondition(st, gen, ConditionReady, metav1.ConditionFalse, reason, msg)
-	setCondition(st, gen, ConditionReconciling, metav1.ConditionTrue, ReasonRetrying, "retrying with backoff: "+msg)
-	setCondition(st, gen, ConditionStalled, metav1.ConditionFalse, reason, msg)
+	setCondition(st, gen, api.ConditionReady, metav1.ConditionFalse, reason, msg)
+	setCondition(st, gen, api.ConditionReconciling, metav1.ConditionTrue, api.ReasonRetrying, "retrying with backoff: "+msg)
+	setCondition(st, gen, api.ConditionStalled, metav1.ConditionFalse, reason, msg)
 }
 
 // markStalled: nothing happens until the spec changes.
 func markStalled(st *api.KindCustomHttpStatus, gen int64, reason, msg string) {
-	setCondition(st, gen, ConditionReady, metav1.ConditionFalse, reason, msg)
-	setCondition(st, gen, ConditionReconciling, metav1.ConditionFalse, reason, msg)
-	setCondition(st, gen, ConditionStalled, metav1.ConditionTrue, reason, msg)
+	setCondition(st, gen, api.ConditionReady, metav1.ConditionFalse, reason, msg)
+	setCondition(st, gen, api.ConditionReconciling, metav1.ConditionFalse, reason, msg)
+	setCondition(st, gen, api.ConditionStalled, metav1.ConditionTrue, reason, msg)
 }
 
 // statusWriteTimeout bounds one status write, its conflict retries included.
 const statusWriteTimeout = 10 * time.Second
 
-// updateStatus applies mutate to the object's status and writes it through the status
-// subresource, only if it changed. It starts from u and, on a conflict, from a fresh read, so
-// a write never loses another writer's change; mutate must therefore be safe to run again.
-// On success u holds the stored object, so later writes build on it.
+// object is the KindCustomHttp one reconcile works on: the informer's copy, deep-copied (u: what
+// Events, the finalizer's updates and the status write name), its typed form, converted once
+// when the reconcile takes it from the cache (cr; nil with convErr when it does not convert:
+// only a Stalled status is then written), the generation it acts on, and the status changes
+// the reconcile makes. Those are written once, when the reconcile ends (finalizeStatus), as
+// kustomize-controller's deferred finalizeStatus does; flushStatus writes them earlier only
+// before a long Pulumi run.
+type object struct {
+	u       *unstructured.Unstructured
+	cr      *api.KindCustomHttp
+	convErr error
+	gen     int64
+	changes []func(*api.KindCustomHttpStatus)
+}
+
+// newObject converts u, the reconcile's deep copy of the informer's object, once.
+func newObject(u *unstructured.Unstructured) *object {
+	o := &object{u: u, gen: u.GetGeneration()}
+	o.cr, o.convErr = api.FromUnstructured(u)
+	return o
+}
+
+// setStatus records a change of the object's status, made when the status is written. It must
+// be safe to run again: a write that conflicts starts over from a fresh read.
+func (o *object) setStatus(change func(*api.KindCustomHttpStatus)) {
+	o.changes = append(o.changes, change)
+}
+
+// finalizeStatus is the reconcile's deferred last step: it writes the status changes o holds
+// (flushStatus) and returns the reconcile's result. A write that fails is the result when the
+// reconcile itself succeeded (so that the object is retried); when the reconcile failed its
+// error stays the result and the write's is logged. An object gone meanwhile (its finalizer
+// removed) has no status to write.
+func (w *Watcher) finalizeStatus(ctx context.Context, o *object, err error) error {
+	serr := w.flushStatus(ctx, o)
+	switch {
+	case serr == nil || apierrors.IsNotFound(serr):
+		return err
+	case err == nil:
+		return serr
+	default:
+		w.log.Error("write status failed", "object", objectRef(o.u), "err", serr)
+		return err
+	}
+}
+
+// flushStatus applies o's status changes to the object's status and writes it through the
+// status subresource, only if it changed; o then holds no changes. It starts from o.u and, on a
+// conflict, from a fresh read, so a write never loses another writer's change. On success o.u
+// holds the stored object, so later writes build on it.
 //
-// status.observedGeneration is gen, the generation the reconcile acted on, never that of the
+// status.observedGeneration is o.gen, the generation the reconcile acted on, never that of the
 // fresh read: a spec changed while an up ran conflicts with this write, and reporting the new
 // generation would tell `kubectl wait`, kstatus, Flux and Argo CD that a spec no up has applied
 // is done. The newer generation is then reconciled next (its update queued the object).
@@ -198,7 +189,13 @@ const statusWriteTimeout = 10 * time.Second
 // past its grace, a lost lease) is the one that most needs writing, and with a cancelled ctx
 // the request failed and retry.RetryOnConflict returned nil for it, so nothing was written or
 // logged. It is bounded by statusWriteTimeout instead.
-func (w *Watcher) updateStatus(ctx context.Context, u *unstructured.Unstructured, gen int64, mutate func(*api.KindCustomHttpStatus)) error {
+func (w *Watcher) flushStatus(ctx context.Context, o *object) error {
+	if len(o.changes) == 0 {
+		return nil
+	}
+	changes := o.changes
+	o.changes = nil
+	u, gen := o.u, o.gen
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusWriteTimeout)
 	defer cancel()
 	c := w.client.Namespace(u.GetNamespace())
@@ -224,7 +221,9 @@ func (w *Watcher) updateStatus(ctx context.Context, u *unstructured.Unstructured
 			return err
 		}
 		st.ObservedGeneration = gen
-		mutate(&st)
+		for _, change := range changes {
+			change(&st)
+		}
 		conditions = st.Conditions
 		raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 )
 
 // TestUnitClipMessage: a condition message over the CRD's 32768-byte limit (which would make
@@ -43,8 +44,16 @@ func TestUnitClipMessage(t *testing.T) {
 		})
 	}
 	var st api.KindCustomHttpStatus
-	setCondition(&st, 1, ConditionStalled, metav1.ConditionTrue, ReasonInvalidSpec, strings.Repeat("x", 40000))
+	setCondition(&st, 1, api.ConditionStalled, metav1.ConditionTrue, api.ReasonInvalidSpec, strings.Repeat("x", 40000))
 	if n := len(st.Conditions[0].Message); n > maxConditionMessage {
 		t.Errorf("setCondition stored a %d-byte message", n)
+	}
+}
+
+// TestRolloutReasonIsTheAPIs: the reason internal/rollout gives a rollout under way is the
+// condition reason api/v1 documents, since setReadiness passes it through unchanged.
+func TestRolloutReasonIsTheAPIs(t *testing.T) {
+	if rollout.ReasonReplicasUnavailable != api.ReasonReplicasUnavailable {
+		t.Fatalf("rollout says %q, api/v1 documents %q", rollout.ReasonReplicasUnavailable, api.ReasonReplicasUnavailable)
 	}
 }

@@ -125,7 +125,7 @@ func TestUnitRequestEchoedOnFailure(t *testing.T) {
 	if cr.Status.LastHandledReconcileAt != "token-1" {
 		t.Errorf("lastHandledReconcileAt %q after a failed up, want token-1", cr.Status.LastHandledReconcileAt)
 	}
-	wantCondition(t, cr, ConditionReconciling, "True", ReasonRetrying)
+	wantCondition(t, cr, api.ConditionReconciling, "True", api.ReasonRetrying)
 }
 
 // countSeries is how many series metric name has in reg.

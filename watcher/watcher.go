@@ -85,7 +85,7 @@ type Options struct {
 	ShutdownGrace time.Duration
 	// OperationTimeout bounds one up or destroy: past it the operation is cancelled (Pulumi
 	// stops cleanly, saves the state and releases the lock), the object is Ready False with
-	// ReasonTimedOut and retried with backoff, so that no object holds a worker for long. Default
+	// api.ReasonTimedOut and retried with backoff, so that no object holds a worker for long. Default
 	// 3 minutes: an up waits for no rollout (infra.SkipAwait) and takes seconds; the Kubernetes
 	// provider's own await timeout, which this replaces for the operator, is 10 minutes.
 	OperationTimeout time.Duration

@@ -176,7 +176,7 @@ func cond(o *api.KindCustomHttp, typ string) metav1.Condition {
 
 func readyAt(gen int64) func(*api.KindCustomHttp) bool {
 	return func(o *api.KindCustomHttp) bool {
-		c := cond(o, ConditionReady)
+		c := cond(o, api.ConditionReady)
 		return c.Status == metav1.ConditionTrue && o.Status.ObservedGeneration == gen && c.ObservedGeneration == gen
 	}
 }
@@ -205,7 +205,7 @@ func TestReconcileLifecycle(t *testing.T) {
 	if lu == nil || lu.Kind != "up" || lu.Result != "succeeded" || lu.ResourceChanges["create"] != 1 || lu.EndTime.Before(&lu.StartTime) {
 		t.Errorf("status.lastUpdate = %+v", lu)
 	}
-	for _, typ := range []string{ConditionReconciling, ConditionStalled} {
+	for _, typ := range []string{api.ConditionReconciling, api.ConditionStalled} {
 		if c := cond(o, typ); c.Status != metav1.ConditionFalse {
 			t.Errorf("%s = %+v, want False", typ, c)
 		}
@@ -288,14 +288,14 @@ func TestInvalidSpecStalls(t *testing.T) {
 	f := start(t)
 	f.create(t, "bad", "  replicaCount: 1\n  port: 80\n  configMapData:\n    a/b: x\n")
 	o := f.waitFor(t, "bad", "Stalled", func(o *api.KindCustomHttp) bool {
-		return cond(o, ConditionStalled).Status == metav1.ConditionTrue
+		return cond(o, api.ConditionStalled).Status == metav1.ConditionTrue
 	})
-	c := cond(o, ConditionStalled)
-	if c.Reason != ReasonInvalidSpec || !strings.Contains(c.Message, "spec.configMapData[a/b]") {
-		t.Fatalf("Stalled = %+v, want reason %s naming the key", c, ReasonInvalidSpec)
+	c := cond(o, api.ConditionStalled)
+	if c.Reason != api.ReasonInvalidSpec || !strings.Contains(c.Message, "spec.configMapData[a/b]") {
+		t.Fatalf("Stalled = %+v, want reason %s naming the key", c, api.ReasonInvalidSpec)
 	}
-	f.waitEvent(t, "bad", ReasonInvalidSpec)
-	if r := cond(o, ConditionReady); r.Status != metav1.ConditionFalse || r.Reason != ReasonInvalidSpec {
+	f.waitEvent(t, "bad", api.ReasonInvalidSpec)
+	if r := cond(o, api.ConditionReady); r.Status != metav1.ConditionFalse || r.Reason != api.ReasonInvalidSpec {
 		t.Fatalf("Ready = %+v", r)
 	}
 	rv := o.ResourceVersion
@@ -316,7 +316,7 @@ func TestInvalidSpecStalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	o = f.waitFor(t, "bad", "Ready after the fix", readyAt(2))
-	if c := cond(o, ConditionStalled); c.Status != metav1.ConditionFalse {
+	if c := cond(o, api.ConditionStalled); c.Status != metav1.ConditionFalse {
 		t.Fatalf("Stalled after fix = %+v", c)
 	}
 }
@@ -329,8 +329,8 @@ func TestUpFailureIsRetried(t *testing.T) {
 	f.create(t, "flaky", "  replicaCount: 1\n  port: 80\n")
 	sawFailure := false
 	o := f.waitFor(t, "flaky", "Ready after retries", func(o *api.KindCustomHttp) bool {
-		if c := cond(o, ConditionReady); c.Reason == ReasonUpdateFailed && strings.Contains(c.Message, "injected failure") &&
-			cond(o, ConditionReconciling).Status == metav1.ConditionTrue && o.Status.LastUpdate != nil &&
+		if c := cond(o, api.ConditionReady); c.Reason == api.ReasonUpdateFailed && strings.Contains(c.Message, "injected failure") &&
+			cond(o, api.ConditionReconciling).Status == metav1.ConditionTrue && o.Status.LastUpdate != nil &&
 			o.Status.LastUpdate.Result == "failed" {
 			sawFailure = true
 		}
@@ -342,7 +342,7 @@ func TestUpFailureIsRetried(t *testing.T) {
 	if n := f.stacks.ups.Load(); n != 3 {
 		t.Errorf("ups = %d, want 3 (two failures, one success)", n)
 	}
-	f.waitEvent(t, "flaky", ReasonUpdateFailed)
+	f.waitEvent(t, "flaky", api.ReasonUpdateFailed)
 	if o.Status.LastUpdate.Result != "succeeded" {
 		t.Errorf("lastUpdate = %+v", o.Status.LastUpdate)
 	}
@@ -424,7 +424,7 @@ func TestStaleDeleteDeliveryDestroysOnce(t *testing.T) {
 		t.Fatalf("object being deleted: %v (deletionTimestamp %v)", err, stale.GetDeletionTimestamp())
 	}
 	for i := 0; i < 2; i++ {
-		if err := w.reconcileDelete(ctx, stale.DeepCopy()); err != nil {
+		if err := w.reconcileDelete(ctx, newObject(stale.DeepCopy())); err != nil {
 			t.Fatalf("delivery %d: %v", i+1, err)
 		}
 	}

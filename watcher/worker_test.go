@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -80,7 +81,7 @@ func TestUnitRun(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- f.w.Run(ctx, 2) }()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		c := meta.FindStatusCondition(f.storedCR("web").Status.Conditions, ConditionReady)
+		c := meta.FindStatusCondition(f.storedCR("web").Status.Conditions, api.ConditionReady)
 		if c != nil && c.Status == metav1.ConditionTrue {
 			break
 		}

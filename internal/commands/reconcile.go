@@ -23,7 +23,6 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
-	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
 // reconcileFlags are reconcile's own flags.
@@ -195,17 +194,17 @@ func waitHandled(ctx context.Context, res dynamic.ResourceInterface, name, reque
 // description when it is Ready at its generation, an error wrapping errUpFailed when it failed
 // (Stalled, or a failure being retried), and neither while it is still on its way.
 func handledOutcome(cr *api.KindCustomHttp) (string, error) {
-	ready := meta.FindStatusCondition(cr.Status.Conditions, watcher.ConditionReady)
+	ready := meta.FindStatusCondition(cr.Status.Conditions, api.ConditionReady)
 	if ready == nil {
 		return "", nil
 	}
-	stalled := meta.FindStatusCondition(cr.Status.Conditions, watcher.ConditionStalled)
-	reconciling := meta.FindStatusCondition(cr.Status.Conditions, watcher.ConditionReconciling)
+	stalled := meta.FindStatusCondition(cr.Status.Conditions, api.ConditionStalled)
+	reconciling := meta.FindStatusCondition(cr.Status.Conditions, api.ConditionReconciling)
 	switch {
 	case ready.Status == metav1.ConditionTrue && ready.ObservedGeneration == cr.Generation:
 		return fmt.Sprintf("reconciled: Ready (%s)", ready.Message), nil
 	case stalled != nil && stalled.Status == metav1.ConditionTrue,
-		reconciling != nil && reconciling.Status == metav1.ConditionTrue && reconciling.Reason == watcher.ReasonRetrying:
+		reconciling != nil && reconciling.Status == metav1.ConditionTrue && reconciling.Reason == api.ReasonRetrying:
 		return "", fmt.Errorf("%w: %s: %s", errUpFailed, ready.Reason, ready.Message)
 	}
 	return "", nil

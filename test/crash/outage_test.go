@@ -13,7 +13,6 @@ import (
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
-	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
 // outage is how long TestBackendOutage keeps PostgreSQL down.
@@ -24,7 +23,7 @@ const outage = 30 * time.Second
 // at 15 s for an unavailable backend) gives attempts about 0, 1, 3, 7, 15, 30 s after the
 // first failure: 5 or 6 in 30 s, 2 in the second 15 s. The bounds leave one run of slack
 // for a spec change during the outage. Attempts that do not thin out mean something bypasses
-// the backoff (the operator's own status writes did, once); over a longer outage that is
+// the backoff (e.g. the operator's own status writes); over a longer outage that is
 // hundreds.
 const (
 	maxRunsPerObject     = 7
@@ -132,8 +131,8 @@ func TestBackendOutage(t *testing.T) {
 		switch {
 		case !ok:
 			t.Errorf("%s never reported Ready False during the outage", name)
-		case !strings.HasPrefix(msg, watcher.ReasonBackendUnavailable+": "):
-			t.Errorf("%s: Ready False reason is not %s: %q", name, watcher.ReasonBackendUnavailable, msg)
+		case !strings.HasPrefix(msg, api.ReasonBackendUnavailable+": "):
+			t.Errorf("%s: Ready False reason is not %s: %q", name, api.ReasonBackendUnavailable, msg)
 		case !strings.Contains(msg, backendHost) && !strings.Contains(strings.ToLower(msg), "postgres"):
 			t.Errorf("%s: Ready False message names neither PostgreSQL nor %s: %q", name, backendHost, msg)
 		}

@@ -181,7 +181,7 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 	opWrong.start()
 	s.replicas = 3
 	step("change under the wrong password", s)
-	t.Logf("wrong password: Ready False: %s", waitCondition("Ready", metav1.ConditionFalse, watcher.ReasonBackendUnavailable))
+	t.Logf("wrong password: Ready False: %s", waitCondition("Ready", metav1.ConditionFalse, api.ReasonBackendUnavailable))
 	opWrong.stop()
 	// 5. The database stopped: the up fails.
 	pg.down(t)
@@ -189,7 +189,7 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 	op.start()
 	s.replicas = 1
 	step("change with the database down", s)
-	t.Logf("database down: Ready False: %s", waitCondition("Ready", metav1.ConditionFalse, watcher.ReasonBackendUnavailable))
+	t.Logf("database down: Ready False: %s", waitCondition("Ready", metav1.ConditionFalse, api.ReasonBackendUnavailable))
 	// 6. The database back: Ready.
 	pg.up(t)
 	pgDown = false
@@ -211,7 +211,7 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 	<-sampled
 
 	events := eventTexts(t, c, ns)
-	for _, want := range []string{watcher.ReasonInvalidSpec, watcher.ReasonBackendUnavailable, watcher.ReasonDestroyed} {
+	for _, want := range []string{api.ReasonInvalidSpec, api.ReasonBackendUnavailable, watcher.ReasonDestroyed} {
 		if !strings.Contains(events, "reason: "+want) {
 			t.Errorf("no %s Event: the scenario did not happen as planned", want)
 		}

@@ -207,7 +207,7 @@ func leaderLoss(t *testing.T, engineHost string) {
 			return false, err
 		}
 		for _, cd := range o.Status.Conditions {
-			if cd.Type == watcher.ConditionReady && cd.Status == metav1.ConditionTrue && cd.ObservedGeneration == o.Generation {
+			if cd.Type == api.ConditionReady && cd.Status == metav1.ConditionTrue && cd.ObservedGeneration == o.Generation {
 				return true, nil
 			}
 		}

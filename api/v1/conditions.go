@@ -1,0 +1,65 @@
+package v1
+
+// The status conditions the operator writes on a KindCustomHttp (status.conditions), here
+// beside the types so that every reader (the controller, `pulumi-operator reconcile --wait`,
+// tests, users' tools) names them alike.
+
+// Condition types, with kstatus meaning (sigs.k8s.io/cli-utils/pkg/kstatus): Ready is True
+// when the stack is up to date with the current generation; Reconciling is True while work
+// toward it is under way or being retried; Stalled is True when nothing will change until the
+// user changes the spec.
+const (
+	ConditionReady       = "Ready"
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
+)
+
+// Condition reasons (CamelCase, as metav1.Condition requires).
+const (
+	// ReasonSucceeded: the last up of the current generation succeeded.
+	ReasonSucceeded = "Succeeded"
+	// ReasonProgressing: an up or destroy is running.
+	ReasonProgressing = "Progressing"
+	// ReasonInvalidSpec: the spec breaks a rule; the message says which field and why.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonUpdateFailed: Pulumi failed; retried with backoff.
+	ReasonUpdateFailed = "UpdateFailed"
+	// ReasonUpdateConflict: another update holds the stack's lock; retried with backoff.
+	ReasonUpdateConflict = "UpdateConflict"
+	// ReasonPluginMissing: the Kubernetes provider plugin is not installed where the operator
+	// runs; retried with backoff, so installing it is enough.
+	ReasonPluginMissing = "PluginMissing"
+	// ReasonBackendUnavailable: the Pulumi state backend could not be opened (down, wrong
+	// credentials); nothing ran; retried with backoff. The message names the backend.
+	ReasonBackendUnavailable = "BackendUnavailable"
+	// ReasonTimedOut: the up or destroy ran longer than the operator's --operation-timeout and was
+	// cancelled; retried with backoff.
+	ReasonTimedOut = "TimedOut"
+	// ReasonRetrying: Reconciling stays True while a failure is retried.
+	ReasonRetrying = "Retrying"
+	// ReasonDestroyFailed: deleting the objects failed; the finalizer stays until it succeeds.
+	ReasonDestroyFailed = "DestroyFailed"
+	// ReasonReplicasUnavailable: the stack is up to date but the Deployment has fewer
+	// available pods than asked for, and neither it nor its pods say why. When they do, Ready
+	// carries their reason instead: ProgressDeadlineExceeded (then Stalled), FailedCreate (a
+	// quota), ImagePullBackOff, ErrImagePull, CrashLoopBackOff, CreateContainerConfigError,
+	// Unschedulable, ... (internal/rollout).
+	ReasonReplicasUnavailable = "ReplicasUnavailable"
+	// ReasonEnvSourceMissing: a ConfigMap or Secret named in spec.envFrom does not exist;
+	// retried with backoff and at once when it appears.
+	ReasonEnvSourceMissing = "EnvSourceMissing"
+	// ReasonEnvSourceNotWatched (an Event, Warning): spec.envFrom names a Secret the operator
+	// does not read (its --secret-namespaces): its data reaches the pods, but a change of it
+	// does not roll them.
+	ReasonEnvSourceNotWatched = "EnvSourceNotWatched"
+	// ReasonObjectConflict: a Deployment, Service or ConfigMap of the object's names exists
+	// that the operator did not make for it; nothing runs until it is gone (retried with
+	// backoff). The message names it.
+	ReasonObjectConflict = "ObjectConflict"
+	// ReasonSuspended: spec.suspend is true.
+	ReasonSuspended = "Suspended"
+	// ReasonStackMissing: a KindCustomHttp being deleted has no stack in the backend, but
+	// objects it created still exist; the finalizer stays until the backend is restored or the
+	// groupsp.measutosh.dev/on-missing-stack annotation says what to do with them.
+	ReasonStackMissing = "StackMissing"
+)
