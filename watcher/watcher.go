@@ -203,9 +203,9 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 	// No resync for the owned objects' and the envFrom sources' informers (0, here and in
 	// worker.go): the KindCustomHttp informer's own resync already queues every object each
 	// period, and its reconcile reads the owned objects from these caches to look for drift.
-	// A resync of each of them queued every object again, four reconciles per object per
-	// period instead of one (docs/benchmarks.md figure 3: 12235 reconciles of 1000 idle
-	// objects over 3 resyncs). Their real changes still queue the owner at once.
+	// A resync of each of them would queue every object again: four reconciles per object per
+	// period instead of one (docs/benchmarks.md, the idle figure). Their real changes still
+	// queue the owner at once.
 	w.owned = newOwnedObjects(kube, opts.Namespace, 0, w.queue.Add)
 	_, _ = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: w.enqueue,

@@ -169,7 +169,8 @@ func absList(list string) string {
 // engineHostPath is stack.Config.EngineHost for cfg: --engine-host when given ("" for none),
 // else the engine host next to this binary when it is there (the image and bin/ hold both),
 // else "": every up a pulumi CLI process. The operator uses it by default because it halves an
-// up's CPU (docs/benchmarks.md, figure 2); stack.Config leaves it off unless set.
+// up's CPU (docs/benchmarks.md; docs/design/engine-host.md); stack.Config leaves it off unless
+// set.
 func engineHostPath(cfg *config) string {
 	switch cfg.engineHost {
 	case stack.NoEngineHost:

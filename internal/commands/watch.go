@@ -33,10 +33,9 @@ func watchCommand(cfg *config) *cli.Command {
 			&cli.StringFlag{Name: "namespace", EnvVars: []string{"WATCH_NAMESPACE"}, Destination: &cfg.namespace,
 				Usage: "watch only `NAMESPACE`; default all namespaces"},
 			&cli.IntFlag{Name: "workers", EnvVars: []string{"PULUMI_OPERATOR_WORKERS"}, Value: 2, Destination: &cfg.workers,
-				// 2: the fastest burst on 2 cores and the least memory (docs/benchmarks.md, figure 2:
-				// 100 new objects took 157 s at 2, 172 s at 4, 189 s at 8; peak RSS 565 MiB, 1014 MiB,
-				// 1869 MiB). An up is CPU-bound, so more workers than cores only add memory.
-				Usage: "`N` objects reconciled at once (each runs one pulumi process and its provider plugin: ~250 MiB; about the number of cores)"},
+				// 2: an up is CPU-bound, so more workers than cores add memory (a provider plugin
+				// each) more than speed; docs/benchmarks.md has the burst by workers.
+				Usage: "`N` objects reconciled at once (each runs a provider plugin, some hundred MiB; about the number of cores)"},
 			&cli.DurationFlag{Name: "resync", EnvVars: []string{"PULUMI_OPERATOR_RESYNC"}, Value: 10 * time.Minute, Destination: &cfg.resync,
 				Usage: "informer resync `PERIOD`; an unchanged object starts no Pulumi run"},
 			&cli.StringSliceFlag{Name: "secret-namespaces", EnvVars: []string{"PULUMI_OPERATOR_SECRET_NAMESPACES"}, Destination: &cfg.secretNamespaces,
