@@ -203,9 +203,13 @@ func (b *bench) rawManager(backendURL, log string) (*stack.Manager, error) {
 	if !strings.HasPrefix(backendURL, "file://") {
 		ws += "-" + strings.TrimSuffix(log, ".jsonl")
 	}
+	backendURL, password := splitPassword(backendURL)
+	env := map[string]string{"KUBECONFIG": b.kube.kubeconfig, "PULUMI_CONFIG_PASSPHRASE": "bench", wrapperLog: path}
+	if password != "" {
+		env["PGPASSWORD"] = password
+	}
 	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: backendURL,
-		WorkRoot: ws, PulumiPath: self, ClusterName: "bench",
-		Env: map[string]string{"KUBECONFIG": b.kube.kubeconfig, "PULUMI_CONFIG_PASSPHRASE": "bench", wrapperLog: path}})
+		WorkRoot: ws, PulumiPath: self, ClusterName: "bench", Env: env})
 	if err != nil {
 		return nil, fmt.Errorf("create raw stack manager: %w", err)
 	}

@@ -66,15 +66,8 @@ func (b *bench) startOperator(ctx context.Context, s operatorSpec) (*operator, e
 	}
 	var pgPassword string
 	if s.backendURL != "" {
-		// The operator refuses a URL with a password: it goes in PGPASSWORD.
-		backendURL := s.backendURL
-		if u, err := url.Parse(backendURL); err == nil {
-			if p, ok := u.User.Password(); ok {
-				pgPassword = p
-				u.User = url.User(u.User.Username())
-				backendURL = u.String()
-			}
-		}
+		var backendURL string
+		backendURL, pgPassword = splitPassword(s.backendURL)
 		args = append([]string{"--backend-url", backendURL}, args...)
 	}
 	if s.engineHost != "" {
@@ -167,4 +160,20 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// splitPassword takes the password out of a backend URL: the operator and stack.New refuse a
+// URL that holds one (stack.ErrCredentialsInURL), and take a PostgreSQL password from
+// PGPASSWORD instead. password is "" when the URL has none.
+func splitPassword(raw string) (withoutPassword, password string) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw, ""
+	}
+	p, ok := u.User.Password()
+	if !ok {
+		return raw, ""
+	}
+	u.User = url.User(u.User.Username())
+	return u.String(), p
 }
