@@ -143,12 +143,12 @@ func (e *replyError) operationError() *OperationError {
 }
 
 // useEngineHost reports whether an up of stackName with opts goes to the engine host: there is
-// one, no progress output is wanted (the host reports at the end, the CLI as it goes: laptop
+// one and Config.CLIUps is not set, no progress output is wanted (the host reports at the end, the CLI as it goes: laptop
 // commands keep the CLI), and the CLI's passphrase is one the host reads alike from any
 // directory (PULUMI_CONFIG_PASSPHRASE, or an absolute PULUMI_CONFIG_PASSPHRASE_FILE; a relative
 // one is the CLI's relative to each stack's workspace).
 func (m *Manager) useEngineHost(opts RunOptions) bool {
-	if m.engineHost == nil || m.streams(opts) != nil {
+	if m.engineHost == nil || m.cfg.CLIUps || m.streams(opts) != nil {
 		return false
 	}
 	if _, ok := m.lookupEnv("PULUMI_CONFIG_PASSPHRASE"); ok {

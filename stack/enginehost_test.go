@@ -527,3 +527,26 @@ func TestReplyKinds(t *testing.T) {
 		})
 	}
 }
+
+// TestCLIUpsInitInHost: with Config.CLIUps (--engine-host none) every up is a `pulumi up`
+// process, and the engine host still creates the new stack: no `pulumi stack init`.
+func TestCLIUpsInitInHost(t *testing.T) {
+	m, _, runs := hostManager(t)
+	m.cfg.CLIUps = true
+	name, _ := m.StackName("ns", "cliups")
+	if _, err := m.Up(context.Background(), name, program("x", 0), RunOptions{}); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	if got, want := runs(), []string{"up"}; !slices.Equal(got, want) {
+		t.Fatalf("first up with CLIUps ran %q, want %q (the stack made by the engine host)", got, want)
+	}
+	if hostPid(m) == 0 {
+		t.Fatal("no engine host process: who made the stack?")
+	}
+	if _, err := m.Up(context.Background(), name, program("y", 0), RunOptions{}); err != nil {
+		t.Fatalf("second up: %v", err)
+	}
+	if got, want := runs(), []string{"up"}; !slices.Equal(got, want) {
+		t.Fatalf("second up with CLIUps ran %q, want %q", got, want)
+	}
+}

@@ -72,8 +72,11 @@ type Config struct {
 	// a CLI process each and creates new stacks: a path, which must exist; empty runs every up
 	// as a `pulumi up` CLI process and creates stacks with `pulumi stack init`. It is used only
 	// on a DIY backend with the passphrase secrets provider; ups go to it only when they want no
-	// progress output (the watcher's; see useEngineHost).
+	// progress output (the watcher's; see useEngineHost) and CLIUps is not set.
 	EngineHost string
+	// CLIUps runs every up as a `pulumi up` CLI process although there is an EngineHost, which
+	// then still creates new stacks and prunes their history: what `--engine-host none` means.
+	CLIUps bool
 	// PreviousPassphraseFile, when set, names a file holding the passphrase the stacks were
 	// encrypted with before the current one (PULUMI_CONFIG_PASSPHRASE[_FILE]): every up, refresh
 	// and destroy first re-encrypts a stack it opens under the current one (rotate.go). Read at

@@ -101,7 +101,7 @@ func App() *cli.App {
 			&cli.StringFlag{Name: "stack-init", EnvVars: []string{"PULUMI_OPERATOR_STACK_INIT"}, Destination: &cfg.stackInit, Hidden: true,
 				Usage: "no longer used: new stacks are created by the engine host (--engine-host), or by `pulumi stack init` without one"},
 			&cli.StringFlag{Name: "engine-host", EnvVars: []string{"PULUMI_OPERATOR_ENGINE_HOST"}, Destination: &cfg.engineHost,
-				Usage: "`PATH` of pulumi-operator-engine, one long-lived process that runs the ups of `watch` (and of any command that shows no progress) without a pulumi CLI process each, on a DIY backend with the passphrase secrets provider; `none` runs every up as a `pulumi up` process; default: the one next to this binary, if there is one"},
+				Usage: "`PATH` of pulumi-operator-engine, one long-lived process that runs the ups of `watch` (and of any command that shows no progress) without a pulumi CLI process each, on a DIY backend with the passphrase secrets provider; `none` runs every up as a `pulumi up` process (the one next to this binary still creates new stacks); default: the one next to this binary, if there is one"},
 			&cli.IntFlag{Name: "keep-history", EnvVars: []string{"PULUMI_OPERATOR_KEEP_HISTORY"}, Value: 10, Destination: &cfg.keepHistory,
 				Usage: "keep the `N` newest updates of each stack's history and checkpoint backups in a DIY backend (pruned by the engine host after each update); 0 keeps all"},
 			&cli.StringFlag{Name: "cluster-name", EnvVars: []string{"PULUMI_OPERATOR_CLUSTER_NAME"}, Destination: &cfg.clusterName,

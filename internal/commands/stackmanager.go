@@ -122,6 +122,7 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 		WorkRoot:    filepath.Join(cfg.stateDir, "workspaces"),
 		PulumiPath:  pulumiPath,
 		EngineHost:  engineHostPath(cfg),
+		CLIUps:      cfg.engineHost == stack.NoEngineHost,
 		KeepHistory: cfg.keepHistory,
 		ClusterName: cluster,
 		Env:         env,
@@ -166,16 +167,16 @@ func absList(list string) string {
 	return strings.Join(parts, string(os.PathListSeparator))
 }
 
-// engineHostPath is stack.Config.EngineHost for cfg: --engine-host when given ("" for none),
-// else the engine host next to this binary when it is there (the image and bin/ hold both),
-// else "": every up a pulumi CLI process. The operator uses it by default because it halves an
-// up's CPU (docs/benchmarks.md; docs/design/engine-host.md); stack.Config leaves it off unless
-// set.
+// engineHostPath is stack.Config.EngineHost for cfg: --engine-host when given, else the engine
+// host next to this binary when it is there (the image and bin/ hold both), else "": every up a
+// pulumi CLI process and every new stack a `pulumi stack init`. With --engine-host none
+// (stack.Config.CLIUps) the one next to this binary still creates new stacks and prunes
+// history; only the ups are CLI processes. The operator uses it for ups by default because it
+// halves an up's CPU (docs/benchmarks.md; docs/design/engine-host.md); stack.Config leaves it
+// off unless set.
 func engineHostPath(cfg *config) string {
 	switch cfg.engineHost {
-	case stack.NoEngineHost:
-		return ""
-	case "":
+	case stack.NoEngineHost, "":
 		return besideExecutable(stack.EngineHost)
 	default:
 		return cfg.engineHost
