@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -34,10 +33,6 @@ type ownedObjects struct {
 	services    corelisters.ServiceLister
 	configMaps  corelisters.ConfigMapLister
 	hasSynced   []cache.InformerSynced
-	// wants holds, per object (cache.ObjectName), what drift compares the live objects with,
-	// for the digest it was made for (wanted): infra.Expected runs the program against mocks,
-	// which costs milliseconds, and drift is checked on every event of an owned object.
-	wants sync.Map
 }
 
 func newOwnedObjects(kube kubernetes.Interface, namespace string, resync time.Duration, enqueue func(cache.ObjectName)) *ownedObjects {
@@ -102,20 +97,15 @@ func (o *ownedObjects) readiness(ctx context.Context, d api.Desired, live bool) 
 	return rollout.Assess(dep, d.ReplicaCount, pods)
 }
 
-// drift lists how the live objects differ from what the program declares for d (infra.Expected,
-// made once per digest, the plan's), in the fields people change by hand: replicas, the
-// container's image and port, the Service's type and port, the ConfigMap's data, existence.
-// The cache may lag behind an up that just ran, so a difference seen there is confirmed with a
-// live read before it counts: no false repair, and no API call while nothing differs.
-func (o *ownedObjects) drift(ctx context.Context, digest string, d api.Desired) []string {
-	want, err := o.want(digest, d)
-	if err != nil {
-		return nil // cannot tell; Expected fails only for a program bug, which an up reports
-	}
+// drift lists how the live objects differ from d, in the fields the program sets and people
+// change by hand (replicas, image, ports, service type, ConfigMap data, existence). The cache
+// may lag behind an up that just ran, so a difference seen there is confirmed with a live read
+// before it counts: no false repair, and no API call while nothing differs.
+func (o *ownedObjects) drift(ctx context.Context, d api.Desired) []string {
 	dep, _ := o.deployments.Deployments(d.Namespace).Get(d.Name)
 	svc, _ := o.services.Services(d.Namespace).Get(d.Name)
 	cm, _ := o.configMaps.ConfigMaps(d.Namespace).Get(d.ConfigMapName())
-	if len(compare(want, dep, svc, cm)) == 0 {
+	if len(compare(d, dep, svc, cm)) == 0 {
 		return nil
 	}
 	dep, svc, cm = nil, nil, nil
@@ -134,114 +124,48 @@ func (o *ownedObjects) drift(ctx context.Context, digest string, d api.Desired) 
 	} else if !apierrors.IsNotFound(err) {
 		return nil
 	}
-	return compare(want, dep, svc, cm)
+	return compare(d, dep, svc, cm)
 }
 
-// wanted is the part of infra.Expected that drift compares, for one digest.
-type wanted struct {
-	digest        string
-	deployment    string
-	replicas      *int32
-	containers    []corev1.Container
-	service       string
-	serviceType   corev1.ServiceType
-	headless      bool
-	ports         []corev1.ServicePort
-	configMap     string
-	configMapData map[string]string
-}
-
-// want is d's wanted for digest, from the cache or made now (infra.Expected).
-func (o *ownedObjects) want(digest string, d api.Desired) (wanted, error) {
-	key := cache.ObjectName{Namespace: d.Namespace, Name: d.Name}
-	if v, ok := o.wants.Load(key); ok && v.(wanted).digest == digest {
-		return v.(wanted), nil
-	}
-	objs, err := infra.Expected(d)
-	if err != nil {
-		return wanted{}, err
-	}
-	w := wanted{
-		digest:        digest,
-		deployment:    objs.Deployment.Name,
-		replicas:      objs.Deployment.Spec.Replicas,
-		containers:    objs.Deployment.Spec.Template.Spec.Containers,
-		service:       objs.Service.Name,
-		serviceType:   objs.Service.Spec.Type,
-		headless:      objs.Service.Spec.ClusterIP == corev1.ClusterIPNone,
-		ports:         objs.Service.Spec.Ports,
-		configMap:     objs.ConfigMap.Name,
-		configMapData: objs.ConfigMap.Data,
-	}
-	o.wants.Store(key, w)
-	return w, nil
-}
-
-// forget drops what was kept for the object key.
-func (o *ownedObjects) forget(key cache.ObjectName) { o.wants.Delete(key) }
-
-// compare is drift's pure part; nil objects are missing ones. Only the fields a person changes
-// by hand are compared, each with what the program declares: the apiserver fills in defaults
-// (a container's pull policy, a Service's cluster IP) that the program leaves out.
-func compare(w wanted, dep *appsv1.Deployment, svc *corev1.Service, cm *corev1.ConfigMap) []string {
+// compare is drift's pure part; nil objects are missing ones. It reads the fields people change
+// by hand in what Declare sets for d: TestCompareFollowsDeclare runs Declare (infra.Expected)
+// for a table of specs and checks that compare finds no drift in what it declares and finds
+// each of these fields changed. It does not call infra.Expected itself: that runs the program
+// against Pulumi's mocks, about a millisecond per object, which every object would pay on each
+// restart of the operator.
+func compare(d api.Desired, dep *appsv1.Deployment, svc *corev1.Service, cm *corev1.ConfigMap) []string {
 	var diffs []string
 	if dep == nil {
-		diffs = append(diffs, "Deployment "+w.deployment+" deleted")
+		diffs = append(diffs, "Deployment "+d.Name+" deleted")
 	} else {
-		if dep.Spec.Replicas == nil || w.replicas == nil || *dep.Spec.Replicas != *w.replicas {
-			diffs = append(diffs, fmt.Sprintf("Deployment %s replicas %v, want %v", w.deployment, deref(dep.Spec.Replicas), deref(w.replicas)))
+		if dep.Spec.Replicas == nil || *dep.Spec.Replicas != d.ReplicaCount {
+			diffs = append(diffs, fmt.Sprintf("Deployment %s replicas %v, want %d", d.Name, deref(dep.Spec.Replicas), d.ReplicaCount))
 		}
-		if !sameContainers(dep.Spec.Template.Spec.Containers, w.containers) {
-			diffs = append(diffs, "Deployment "+w.deployment+" container changed")
+		cs := dep.Spec.Template.Spec.Containers
+		if len(cs) != 1 || cs[0].Image != d.Image || len(cs[0].Ports) != 1 || cs[0].Ports[0].ContainerPort != d.ContainerPort {
+			diffs = append(diffs, "Deployment "+d.Name+" container changed")
 		}
 	}
 	if svc == nil {
-		diffs = append(diffs, "Service "+w.service+" deleted")
+		diffs = append(diffs, "Service "+d.Name+" deleted")
 	} else {
-		if svc.Spec.Type != w.serviceType || w.headless != (svc.Spec.ClusterIP == corev1.ClusterIPNone) {
-			diffs = append(diffs, fmt.Sprintf("Service %s type %s", w.service, svc.Spec.Type))
+		wantType, headless := corev1.ServiceType(d.ServiceType), d.ServiceType == api.ServiceTypeHeadless
+		if headless {
+			wantType = corev1.ServiceTypeClusterIP
 		}
-		if !samePorts(svc.Spec.Ports, w.ports) {
-			diffs = append(diffs, "Service "+w.service+" ports changed")
+		if svc.Spec.Type != wantType || headless != (svc.Spec.ClusterIP == corev1.ClusterIPNone) {
+			diffs = append(diffs, fmt.Sprintf("Service %s type %s", d.Name, svc.Spec.Type))
+		}
+		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != d.Port {
+			diffs = append(diffs, "Service "+d.Name+" ports changed")
 		}
 	}
 	if cm == nil {
-		diffs = append(diffs, "ConfigMap "+w.configMap+" deleted")
-	} else if !(len(cm.Data) == 0 && len(w.configMapData) == 0) && !maps.Equal(cm.Data, w.configMapData) {
-		diffs = append(diffs, "ConfigMap "+w.configMap+" data changed")
+		diffs = append(diffs, "ConfigMap "+d.ConfigMapName()+" deleted")
+	} else if !(len(cm.Data) == 0 && len(d.ConfigMapData) == 0) && !maps.Equal(cm.Data, d.ConfigMapData) {
+		diffs = append(diffs, "ConfigMap "+d.ConfigMapName()+" data changed")
 	}
 	return diffs
-}
-
-// sameContainers compares the containers' names, images and ports (number, protocol).
-func sameContainers(live, want []corev1.Container) bool {
-	if len(live) != len(want) {
-		return false
-	}
-	for i := range want {
-		if live[i].Name != want[i].Name || live[i].Image != want[i].Image || len(live[i].Ports) != len(want[i].Ports) {
-			return false
-		}
-		for j := range want[i].Ports {
-			if live[i].Ports[j].ContainerPort != want[i].Ports[j].ContainerPort {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// samePorts compares the Service's ports (number).
-func samePorts(live, want []corev1.ServicePort) bool {
-	if len(live) != len(want) {
-		return false
-	}
-	for i := range want {
-		if live[i].Port != want[i].Port {
-			return false
-		}
-	}
-	return true
 }
 
 func deref(p *int32) any {
