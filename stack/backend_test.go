@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
@@ -127,8 +128,8 @@ func TestBackendPostgres(t *testing.T) { testBackend(t, postgresBackend(t)) }
 
 func TestBackendS3(t *testing.T) { testBackend(t, s3Backend(t)) }
 
-// testBackend runs up, a no-change up, preview, two stacks at once and destroy against b, and
-// checks after each step what b itself holds.
+// testBackend runs up, a no-change up, preview, a lock left by a killed update and its removal,
+// two stacks at once and destroy against b, and checks after each step what b itself holds.
 func testBackend(t *testing.T, b stateBackend) {
 	m := backendManager(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -176,6 +177,37 @@ func testBackend(t *testing.T, b stateBackend) {
 	}
 	if exists, err := m.Exists(ctx, name); err != nil || !exists {
 		t.Fatalf("Exists = %v, %v", exists, err)
+	}
+
+	// A lock left on this backend by a killed update (a CLI process; without the engine host, so
+	// that the second up meets the lock): the engine host lists it and removes it, and updates
+	// work again.
+	lock := killedLock(t, m, name)
+	attachHost(t, m)
+	if held, locks, ok := m.heldLocks(name); !ok || !held || len(locks) != 1 || !sameLock(locks[0], lock) {
+		t.Fatalf("heldLocks after the kill = %v, %+v, %v; want %+v", held, locks, ok, lock)
+	}
+	if err := m.CancelLock(ctx, name); err != nil {
+		t.Fatalf("CancelLock: %v", err)
+	}
+	if held, locks, ok := m.heldLocks(name); !ok || held || len(locks) != 0 {
+		t.Fatalf("heldLocks after CancelLock = %v, %+v, %v; want none held", held, locks, ok)
+	}
+	if res, err := m.Up(ctx, name, program("hello", 0), RunOptions{}); err != nil || res.Outputs["greeting"] != "hello" {
+		t.Fatalf("up after CancelLock = %+v, %v", res, err)
+	}
+
+	// History pruning reaches this backend's keys: the engine host keeps the newest update's
+	// history entry (an update record and its checkpoint) and deletes the older ones.
+	history := func() []string { return b.keys(t, ".pulumi/history/kindcustomhttp/"+name+"/") }
+	if n := len(history()); n < 4 {
+		t.Fatalf("history of %s holds %d files after several updates, want at least 4", name, n)
+	}
+	if r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpPrune, Stack: name, Keep: 1}); err != nil || r.Code != 0 || r.Pruned == 0 {
+		t.Fatalf("prune to 1 = %+v, %v; want files deleted", r, err)
+	}
+	if got := history(); len(got) != 2 {
+		t.Fatalf("history after pruning to 1 update = %v, want 2 files (one update's record and checkpoint)", got)
 	}
 
 	// Two more stacks at once: both land in the backend, neither disturbs the other.

@@ -15,14 +15,14 @@
 //
 // With Config.EngineHost set (pulumi-operator sets it to the engine host beside its binary), an
 // up that wants no progress output runs in the engine host instead (enginehost.go): one
-// long-lived process of the pinned CLI's pkg/v3, to which the Manager sends each up and, once it
-// runs, each new stack's creation; it replies with what the CLI would have printed, so errors
-// are classified alike. Preview, refresh, destroy and the stack commands stay CLI runs.
+// long-lived process of the pinned CLI's pkg/v3, to which the Manager sends each up, each new
+// stack's creation, the history pruning and the stack's locks (which are held; removing them:
+// CancelLock); it replies with what the CLI would have printed and the kind of failure, so
+// errors are classified alike. Preview, refresh, destroy and the stack commands stay CLI runs.
 //
 // A Manager is safe for concurrent use: operations on different stacks may run at once, and
 // ListStacks beside any of them. Each runs its own CLI processes in a workspace directory no
-// other call uses (a stack's own; a random one for ListStacks and CancelLock's throwaway
-// stack); the Manager's only shared mutable state, which stacks are settled, is behind a
-// mutex. Updates of one stack are serialized by Pulumi's stack lock: a second one fails with
-// ErrLocked.
+// other call uses (a stack's own; a random one for ListStacks' throwaway stack); the Manager's
+// only shared mutable state, which stacks are settled, is behind a mutex. Updates of one stack
+// are serialized by Pulumi's stack lock: a second one fails with ErrLocked.
 package stack

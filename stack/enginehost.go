@@ -128,10 +128,7 @@ func (e *replyError) operationError() *OperationError {
 	oe := &OperationError{Err: redactErr(e), Summary: summarize(redactPasswords(e.Error()))}
 	switch e.kind {
 	case protocol.KindLocked:
-		oe.kind = ErrLocked
-		for _, l := range e.locks {
-			oe.Locks = append(oe.Locks, Lock{User: l.Username, Host: l.Hostname, Pid: l.Pid, Created: l.Timestamp})
-		}
+		oe.kind, oe.Locks = ErrLocked, fromProtocolLocks(e.locks)
 	case protocol.KindBackendUnreachable:
 		oe.kind = ErrBackendUnavailable
 	case protocol.KindPluginMissing:
@@ -201,11 +198,7 @@ func (m *Manager) prune(ctx context.Context, stackName string) {
 	if m.engineHost == nil || m.cfg.KeepHistory < 1 {
 		return
 	}
-	phrase, err := m.passphrase(filepath.Join(m.cfg.WorkRoot, stackName))
-	if err != nil {
-		return
-	}
-	r, err := m.engineHost.do(ctx, protocol.Request{Op: protocol.OpPrune, Stack: stackName, Keep: m.cfg.KeepHistory}, phrase, m.engineHostEnv)
+	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpPrune, Stack: stackName, Keep: m.cfg.KeepHistory})
 	if err != nil {
 		slog.Warn("could not prune the stack's history", "stack", stackName, "error", err)
 		return
@@ -224,6 +217,18 @@ func reportPrune(stackName string, r protocol.Reply) {
 	case r.Pruned > 0:
 		slog.Debug("pruned the stack's history and backups", "stack", stackName, "files", r.Pruned)
 	}
+}
+
+// hostRequest sends req, a request that runs no program (init, prune, locks, unlock), to the
+// engine host (which must be configured) and waits for its reply. The process is picked by the
+// passphrase req.Stack's runs would use, so that such a request does not replace a process that
+// its ups use. Errors: the passphrase cannot be read, or engineHost.do's.
+func (m *Manager) hostRequest(ctx context.Context, req protocol.Request) (protocol.Reply, error) {
+	phrase, err := m.passphrase(filepath.Join(m.cfg.WorkRoot, req.Stack))
+	if err != nil {
+		return protocol.Reply{}, err
+	}
+	return m.engineHost.do(ctx, req, phrase, m.engineHostEnv)
 }
 
 // engineHostEnv is the engine host's environment: the CLI's (this process's, allow-listed by childEnv, New's settings and

@@ -23,10 +23,17 @@ import (
 func hostManager(t *testing.T) (m *Manager, backend string, runs func() []string) {
 	t.Helper()
 	m, backend, runs = countingManager(t)
+	attachHost(t, m)
+	return m, backend, runs
+}
+
+// attachHost gives m the engine host (testenv.EngineHost) from now on, as Config.EngineHost
+// would have from the start.
+func attachHost(t *testing.T, m *Manager) {
+	t.Helper()
 	m.engineHost = &engineHost{path: testenv.EngineHost(t), project: m.cfg.Project, maxRuns: engineHostRuns, idle: engineHostIdle,
 		cancelGrace: engineHostCancelGrace, procs: m.procs}
 	t.Cleanup(m.Close)
-	return m, backend, runs
 }
 
 // hostPid is the pid of m's engine host process, 0 when none runs.

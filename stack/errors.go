@@ -106,10 +106,10 @@ const tornRead = "failed to load checkpoint: EOF"
 // classifyStack is classify for an error of an operation on stackName. A missing provider
 // plugin's message says where this Manager's CLI looks (Manager.KubernetesPlugin). A torn
 // checkpoint read (tornRead) is ErrLocked, the same wait as a lock, with the locks as
-// OperationError.Locks, only while the file backend holds a lock on the stack
-// (fileBackendLocks): then another update is writing the checkpoint. With no lock held, on
-// another backend, or when the lock files cannot be read, it stays a plain failure: an empty
-// checkpoint that nobody is writing is damage.
+// OperationError.Locks, only while the backend holds a lock on the stack (heldLocks, asked of
+// the engine host): then another update is writing the checkpoint. With no lock held, without an
+// engine host, or when the host cannot tell, it stays a plain failure: an empty checkpoint that
+// nobody is writing is damage.
 func (m *Manager) classifyStack(stackName string, err error) error {
 	cerr := classify(err)
 	var oe *OperationError
@@ -124,8 +124,8 @@ func (m *Manager) classifyStack(stackName string, err error) error {
 	if !errors.As(cerr, &oe) || oe.kind != nil || errors.As(err, &re) || !strings.Contains(err.Error(), tornRead) {
 		return cerr // the engine host looked at the locks itself
 	}
-	held, locks, lerr := fileBackendLocks(m.cfg.BackendURL, m.cfg.Project, stackName)
-	if lerr != nil || !held {
+	held, locks, ok := m.heldLocks(stackName)
+	if !ok || !held {
 		return cerr
 	}
 	oe.kind, oe.Locks = ErrLocked, locks

@@ -8,16 +8,20 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
 // TestClassifyTornRead: the empty checkpoint read ("failed to load checkpoint: EOF") is a lock's
-// wait only while a lock file of that stack exists in the file backend.
+// wait only while a lock file of that stack exists in the backend, as the engine host reads it;
+// a backend the host cannot read, or no engine host, leaves it a plain failure.
 func TestClassifyTornRead(t *testing.T) {
 	const stackName = "test.ns.torn"
 	torn := errors.New("failed to run update: exit status 255\ncode: 255\nstdout: \nstderr: error: " + tornRead + "\n")
 	lockJSON := `{"pid":4242,"username":"op","hostname":"pod-a","timestamp":"2026-01-02T03:04:05Z"}`
 	tests := map[string]struct {
 		backend   string            // "" for a fresh file backend
+		noHost    bool              // the Manager has no engine host
 		files     map[string]string // lock files, relative to <backend>/.pulumi/locks
 		err       error
 		want      bool // ErrLocked
@@ -30,7 +34,9 @@ func TestClassifyTornRead(t *testing.T) {
 		"torn read, no lock":                 {err: torn},
 		"torn read, lock of another stack":   {files: map[string]string{"organization/kindcustomhttp/test.ns.other/a.json": lockJSON}, err: torn},
 		"torn read, lock of another project": {files: map[string]string{"organization/other/" + stackName + "/a.json": lockJSON}, err: torn},
-		"torn read, not a file backend":      {backend: "postgres://u:p@localhost/db", err: torn},
+		"torn read, backend unreachable":     {backend: "postgres://u@127.0.0.1:1/db?sslmode=disable", err: torn},
+		"torn read, lock held, no host": {files: map[string]string{"organization/kindcustomhttp/" + stackName + "/a.json": lockJSON}, err: torn,
+			noHost: true},
 		"another failure, lock held": {files: map[string]string{"organization/kindcustomhttp/" + stackName + "/a.json": lockJSON},
 			err: errors.New("failed to run update: exit status 255\nstderr: error: boom\n")},
 	}
@@ -49,8 +55,15 @@ func TestClassifyTornRead(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			m := &Manager{cfg: Config{Project: "kindcustomhttp", BackendURL: backend}}
-			err := m.classifyStack(stackName, tc.err)
+			m, err := New(Config{Project: "kindcustomhttp", BackendURL: backend, WorkRoot: t.TempDir(), PulumiPath: testenv.PulumiCLI(t),
+				ClusterName: "test", Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test-passphrase"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.noHost {
+				attachHost(t, m)
+			}
+			err = m.classifyStack(stackName, tc.err)
 			var oe *OperationError
 			if err == nil || !errors.As(err, &oe) || !errors.Is(err, tc.err) {
 				t.Fatalf("classifyStack = %v, want an *OperationError wrapping the CLI's error", err)

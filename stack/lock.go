@@ -2,21 +2,18 @@ package stack
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"net/url"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrename"
+
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
 
 // Lock is one lock on a stack as a DIY backend reports it: who took it, where and when.
@@ -88,90 +85,44 @@ func parseLocks(msg string) []Lock {
 	return locks
 }
 
-// lockFile is the JSON of one DIY backend lock file (pkg/backend/diy/lock.go lockContent).
-type lockFile struct {
-	Pid       int       `json:"pid"`
-	Username  string    `json:"username"`
-	Hostname  string    `json:"hostname"`
-	Timestamp time.Time `json:"timestamp"`
-}
-
-// fileBackendLocks reads the locks a file:// backend holds on stack project/stackName, from
-// the files <backend dir>/.pulumi/locks/<organization>/<project>/<stack>/<lock id>.json
-// (pkg/backend/diy lock.go stackLockDir and lockPath; a DIY backend's organization is always
-// "organization", matched by a wildcard all the same).
+// CancelLock removes the stack's locks (`pulumi cancel`). Only call it for a lock whose owner is
+// known to be gone: an update still running would go on without a lock, and two updates at once
+// can corrupt the state.
 //
-// held is true when at least one lock file exists; locks lists those that parse (a lock file
-// that is being written may be empty, and still means the lock is taken). Any other backend
-// (postgres://, s3://, Pulumi Cloud) has no lock files to read: held is false. An error means
-// the lock directory could not be read, so whether a lock is held is unknown.
-func fileBackendLocks(backendURL, project, stackName string) (held bool, locks []Lock, err error) {
-	u, err := url.Parse(backendURL)
-	if err != nil || u.Scheme != "file" {
-		return false, nil, nil
-	}
-	orgs := filepath.Join(u.Path, ".pulumi", "locks")
-	entries, err := os.ReadDir(orgs)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil, nil
-	}
-	if err != nil {
-		return false, nil, fmt.Errorf("read lock directory: %w", err)
-	}
-	for _, org := range entries {
-		dir := filepath.Join(orgs, org.Name(), project, stackName)
-		files, err := os.ReadDir(dir)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return false, nil, fmt.Errorf("read lock directory: %w", err)
-		}
-		for _, f := range files {
-			if f.IsDir() || filepath.Ext(f.Name()) != ".json" {
-				continue
-			}
-			b, err := os.ReadFile(filepath.Join(dir, f.Name()))
-			if errors.Is(err, fs.ErrNotExist) { // released while this looked
-				continue
-			}
-			held = true
-			var c lockFile
-			if err != nil || json.Unmarshal(b, &c) != nil {
-				continue
-			}
-			locks = append(locks, Lock{User: c.Username, Host: c.Hostname, Pid: c.Pid, Created: c.Timestamp})
-		}
-	}
-	return held, locks, nil
-}
-
-// CancelLock removes the stack's lock (`pulumi cancel`). Only call it for a lock whose owner
-// is known to be gone: an update still running would go on without a lock, and two updates at
-// once can corrupt the state.
+// With an engine host (Config.EngineHost) the host does it (protocol.OpUnlock), on any DIY
+// backend, also for a stack that does not exist: a DIY backend's `stack init` and `stack rm`
+// take the lock too (pkg/backend/diy CreateStack, RemoveStack), so a process killed inside
+// either leaves the lock of a missing stack, which the CLI's `pulumi cancel` refuses. On a
+// file:// backend the host first removes the stack's torn metadata sidecars: the process that
+// left the lock may have died while writing one, and then nothing can even read the stack
+// ("failed to load checkpoint: EOF"). Each file removed is logged as a warning with slog's
+// default logger.
 //
-// A lock can outlive its stack: a DIY backend's `stack init` and `stack rm` take the lock too
-// (pkg/backend/diy CreateStack, RemoveStack), so a process killed inside either leaves the
-// lock of a stack that does not exist, and `pulumi cancel` refuses a stack that does not
-// exist. Then CancelLock makes the stack exist without taking its lock, by creating a
-// throwaway stack and renaming it (renameStack locks only the old name), cancels, and
-// removes the stack again.
-//
-// On a file:// backend CancelLock first repairs the stack's metadata sidecars (see
-// repairSidecars): the process that left the lock may have died while writing one, and the
-// CLI then cannot even select the stack ("failed to load checkpoint: EOF"). Each file it
-// removes is logged as a warning with slog's default logger.
+// Without one (Pulumi Cloud, or no engine host configured) it is the CLI's `pulumi cancel`, which
+// needs the stack to exist. Errors: the engine host's or the CLI's, classified (classifyStack).
 func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
-	removed, err := repairSidecars(m.cfg.BackendURL, m.cfg.Project, stackName)
-	if err != nil {
-		return fmt.Errorf("repair the metadata files of stack %s: %w", stackName, err)
+	if m.engineHost == nil {
+		return m.cancelLockCLI(ctx, stackName)
 	}
-	for _, f := range removed {
+	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpUnlock, Stack: stackName})
+	if err == nil && r.Code != 0 {
+		err = newReplyError("cancel", r)
+	}
+	for _, f := range r.Repaired {
 		slog.Warn("removed a torn metadata file of the stack, left by a killed pulumi process", "stack", stackName, "file", f)
 	}
+	if err != nil {
+		return fmt.Errorf("cancel lock of stack %s: %w", stackName, m.classifyStack(stackName, err))
+	}
+	return nil
+}
+
+// cancelLockCLI is CancelLock without an engine host: `pulumi cancel` on the stack.
+func (m *Manager) cancelLockCLI(ctx context.Context, stackName string) error {
 	st, err := m.open(ctx, stackName, false)
 	if err != nil && auto.IsSelectStack404Error(err) {
-		return m.cancelLockOfMissingStack(ctx, stackName)
+		return fmt.Errorf("cancel lock of stack %s: the stack does not exist, and `pulumi cancel` refuses a missing stack: "+
+			"run the operator with its engine host (%s) to remove it, or delete the stack's lock files from the backend", stackName, EngineHost)
 	}
 	if err != nil {
 		return fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
@@ -182,94 +133,31 @@ func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
 	return nil
 }
 
-// cancelLockOfMissingStack is CancelLock for a stack that does not exist; see there.
-func (m *Manager) cancelLockOfMissingStack(ctx context.Context, stackName string) error {
-	tmpName := scratchName("lock-sweep-")
-	defer func() { _ = os.RemoveAll(filepath.Join(m.cfg.WorkRoot, tmpName)) }()
-	tmp, err := m.open(ctx, tmpName, true)
-	if err != nil {
-		return fmt.Errorf("create stack %s to take over the lock of missing stack %s: %w", tmpName, stackName, m.classifyStack(tmpName, err))
+// heldLocks asks the engine host which locks are held on stackName (protocol.OpLocks): held is
+// true when a lock file exists, locks are those that parse. ok is false when there is no engine
+// host or it could not tell (then whether a lock is held is unknown). It waits at most
+// lockLookupTimeout: it runs on an error path, which must not hang on a stuck host.
+func (m *Manager) heldLocks(stackName string) (held bool, locks []Lock, ok bool) {
+	if m.engineHost == nil {
+		return false, nil, false
 	}
-	// auto's Rename reads the history of the old name after `stack rename` and so always
-	// fails once the rename has worked: whether the stack now exists is the answer.
-	_, renameErr := tmp.Rename(ctx, optrename.StackName(stackName))
-	st, err := m.open(ctx, stackName, false)
-	if err != nil {
-		_ = tmp.Workspace().RemoveStack(context.WithoutCancel(ctx), tmpName)
-		if renameErr != nil {
-			err = renameErr
-		}
-		return fmt.Errorf("rename stack %s to missing stack %s: %w", tmpName, stackName, m.classifyStack(stackName, err))
+	ctx, cancel := context.WithTimeout(context.Background(), lockLookupTimeout)
+	defer cancel()
+	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpLocks, Stack: stackName})
+	if err != nil || r.Code != 0 {
+		return false, nil, false
 	}
-	if err := st.Cancel(ctx); err != nil {
-		return fmt.Errorf("cancel lock of stack %s: %w", stackName, m.classifyStack(stackName, err))
-	}
-	if err := st.Workspace().RemoveStack(ctx, stackName); err != nil {
-		return fmt.Errorf("remove stack %s after cancelling its lock: %w", stackName, m.classifyStack(stackName, err))
-	}
-	return m.forget(stackName)
+	return r.Held, fromProtocolLocks(r.Locks), true
 }
 
-// repairSidecars removes the torn metadata sidecars of stack project/stackName on a file://
-// backend and returns their paths; any other backend has none (nil, nil).
-//
-// The file backend is gocloud's fileblob (gocloud.dev/blob/fileblob), which keeps each
-// blob's metadata in "<file>.attrs" beside it. It writes the blob itself atomically (a
-// temporary file renamed into place) but the sidecar in place: setAttrs truncates it, then
-// encodes JSON into it. A pulumi process killed between the two (SIGKILL, a crashed pod; a
-// kill inside `stack init`, for one) leaves an empty sidecar, and from then on every read of
-// the blob fails with the JSON decoder's "EOF": `stack select` reports "failed to load
-// checkpoint: EOF" although the checkpoint itself is whole.
-//
-// A sidecar is torn when it is not a JSON object. Removing one loses nothing the DIY
-// backend uses: fileblob reads a missing sidecar as default metadata (getAttrs), and the
-// checkpoint, lock, history and backup files themselves are never touched. The places
-// looked at are the DIY backend's for one stack (pkg/backend/diy): stacks/<project>/<stack>.json*
-// (with any organization directory in between), locks/<org>/<project>/<stack>/,
-// history/<project>/<stack>/ and backups/<project>/<stack>/, all under <dir>/.pulumi.
-//
-// An error means a directory or sidecar could not be read or a torn one not removed; the
-// paths removed until then are returned with it.
-func repairSidecars(backendURL, project, stackName string) ([]string, error) {
-	u, err := url.Parse(backendURL)
-	if err != nil || u.Scheme != "file" {
-		return nil, nil
+// lockLookupTimeout bounds heldLocks.
+const lockLookupTimeout = 30 * time.Second
+
+// fromProtocolLocks converts the engine host's locks.
+func fromProtocolLocks(in []protocol.Lock) []Lock {
+	var out []Lock
+	for _, l := range in {
+		out = append(out, Lock{User: l.Username, Host: l.Hostname, Pid: l.Pid, Created: l.Timestamp})
 	}
-	root := filepath.Join(u.Path, ".pulumi")
-	// Project and stack names hold no glob metacharacters (tokens.ValidateProjectName, Name).
-	// "<stack>.json*" also matches the .bak and compressed variants, and the files of a
-	// stack whose name starts with "<stack>.json"; a torn sidecar of that one is as safe to
-	// remove.
-	patterns := []string{
-		filepath.Join(root, "stacks", project, stackName+".json*.attrs"),
-		filepath.Join(root, "stacks", "*", project, stackName+".json*.attrs"),
-		filepath.Join(root, "locks", "*", project, stackName, "*.attrs"),
-		filepath.Join(root, "history", project, stackName, "*.attrs"),
-		filepath.Join(root, "backups", project, stackName, "*.attrs"),
-	}
-	var removed []string
-	for _, p := range patterns {
-		files, err := filepath.Glob(p)
-		if err != nil {
-			return removed, err
-		}
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			if err != nil {
-				return removed, err
-			}
-			var obj map[string]any
-			if json.Unmarshal(b, &obj) == nil && obj != nil {
-				continue
-			}
-			if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return removed, err
-			}
-			removed = append(removed, f)
-		}
-	}
-	return removed, nil
+	return out
 }

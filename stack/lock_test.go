@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +27,7 @@ func holdLock(t *testing.T, m *Manager, name string) (release func() error) {
 
 // A second update of a stack that is being updated gets ErrLocked, naming the holder, not a
 // generic failure and never success. A torn checkpoint read is ErrLocked only while the lock
-// is held.
+// is held, as the engine host reads the locks; without an engine host it is a plain failure.
 func TestLockedStack(t *testing.T) {
 	m, _ := newManager(t)
 	name, _ := m.StackName("ns", "locked")
@@ -50,6 +49,10 @@ func TestLockedStack(t *testing.T) {
 	holder := oe.Locks[0]
 
 	torn := errors.New("failed to run update: exit status 255\ncode: 255\nstdout: \nstderr: error: " + tornRead + "\n")
+	if err := m.classifyStack(name, torn); errors.Is(err, ErrLocked) || err == nil {
+		t.Fatalf("torn read without an engine host to read the locks = %v, want a plain failure", err)
+	}
+	attachHost(t, m)
 	err = m.classifyStack(name, torn)
 	if oe = nil; !errors.As(err, &oe) || !errors.Is(err, ErrLocked) || len(oe.Locks) != 1 || !sameLock(oe.Locks[0], holder) {
 		t.Fatalf("torn read while %+v holds the lock = %v, want ErrLocked naming it", holder, err)
@@ -105,21 +108,29 @@ func killedLock(t *testing.T, m *Manager, name string) Lock {
 }
 
 // A lock left by a pulumi process that was killed (SIGKILL, as a crashed pod) stays until
-// CancelLock removes it; then updates work again.
+// CancelLock removes it, with the engine host or with the CLI's `pulumi cancel`; then updates
+// work again.
 func TestStaleLockCancel(t *testing.T) {
-	m, _ := newManager(t)
-	name, _ := m.StackName("ns", "stale")
-	ctx := context.Background()
-	killedLock(t, m, name)
-	if _, err := m.Up(ctx, name, program("z", 0), RunOptions{}); !errors.Is(err, ErrLocked) {
-		t.Fatalf("up after the kill = %v, want ErrLocked (the lock is left behind)", err)
-	}
-	if err := m.CancelLock(ctx, name); err != nil {
-		t.Fatalf("CancelLock: %v", err)
-	}
-	res, err := m.Up(ctx, name, program("z", 0), RunOptions{})
-	if err != nil || res.Outputs["greeting"] != "z" {
-		t.Fatalf("up after CancelLock = %+v, %v", res, err)
+	for _, host := range []bool{true, false} {
+		t.Run(map[bool]string{true: "engine host", false: "CLI"}[host], func(t *testing.T) {
+			m, _ := newManager(t)
+			name, _ := m.StackName("ns", "stale")
+			ctx := context.Background()
+			killedLock(t, m, name)
+			if host {
+				attachHost(t, m)
+			}
+			if _, err := m.Up(ctx, name, program("z", 0), RunOptions{}); !errors.Is(err, ErrLocked) {
+				t.Fatalf("up after the kill = %v, want ErrLocked (the lock is left behind)", err)
+			}
+			if err := m.CancelLock(ctx, name); err != nil {
+				t.Fatalf("CancelLock: %v", err)
+			}
+			res, err := m.Up(ctx, name, program("z", 0), RunOptions{})
+			if err != nil || res.Outputs["greeting"] != "z" {
+				t.Fatalf("up after CancelLock = %+v, %v", res, err)
+			}
+		})
 	}
 }
 
@@ -139,7 +150,8 @@ func TestParseLocks(t *testing.T) {
 // RemoveStack locks; so does `stack init`) leaves a lock of a stack that does not exist.
 // Destroy must not call such a stack destroyed while its lock stays, and an up must not wait
 // for it forever: both report the lock (ErrLocked, with the dead owner); CancelLock removes it
-// although `pulumi cancel` refuses a missing stack; then both succeed and no lock is left. The
+// with the engine host although `pulumi cancel` refuses a missing stack (without the host it
+// says so and what to do); then both succeed and no lock is left. The
 // situation is made with a real lock of a killed pulumi process, and the stack's checkpoint
 // then deleted as that `stack rm` had done.
 func TestLockOfRemovedStack(t *testing.T) {
@@ -172,6 +184,10 @@ func TestLockOfRemovedStack(t *testing.T) {
 			t.Fatalf("%s of the removed stack = %v, want ErrLocked naming pid %d", op, err, lock.Pid)
 		}
 	}
+	if err := m.CancelLock(ctx, name); err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), EngineHost) {
+		t.Fatalf("CancelLock of a missing stack without the engine host = %v; want an error saying the stack does not exist and naming %s", err, EngineHost)
+	}
+	attachHost(t, m)
 	if err := m.CancelLock(ctx, name); err != nil {
 		t.Fatalf("CancelLock: %v", err)
 	}
@@ -192,84 +208,18 @@ func TestLockOfRemovedStack(t *testing.T) {
 	}
 }
 
-// repairSidecars removes exactly the torn (empty or not a JSON object) metadata sidecars of
-// one stack on a file backend, keeps whole ones and other stacks' files, and does nothing on
-// other backends.
-func TestRepairSidecars(t *testing.T) {
-	dir := t.TempDir()
-	root := filepath.Join(dir, ".pulumi")
-	write := func(rel, content string) string {
-		p := filepath.Join(root, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	whole := `{"user.content_type":"application/octet-stream"}` + "\n"
-	torn := []string{
-		write("stacks/proj/c.ns.a.json.attrs", ""),
-		write("stacks/proj/c.ns.a.json.bak.attrs", `{"user.content_ty`),
-		write("locks/organization/proj/c.ns.a/1.json.attrs", "null"),
-		write("history/proj/c.ns.a/c.ns.a-1.checkpoint.json.attrs", "[]"),
-		write("backups/proj/c.ns.a/c.ns.a.1.json.attrs", ""),
-	}
-	kept := []string{
-		write("stacks/proj/c.ns.a.json", ""), // a checkpoint itself is never touched
-		write("stacks/proj/c.ns.a.json.gz.attrs", whole),
-		write("stacks/proj/c.ns.b.json.attrs", ""), // another stack
-		write("locks/organization/proj/c.ns.a/2.json.attrs", whole),
-		write("locks/organization/proj/c.ns.a/1.json", ""),
-		write("stacks/other/c.ns.a.json.attrs", ""), // another project
-	}
-	removed, err := repairSidecars("file://"+dir, "proj", "c.ns.a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(removed)
-	want := slices.Clone(torn)
-	slices.Sort(want)
-	if !slices.Equal(removed, want) {
-		t.Fatalf("removed %v, want %v", removed, want)
-	}
-	for _, f := range torn {
-		if _, err := os.Stat(f); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("%s still there (%v)", f, err)
-		}
-	}
-	for _, f := range kept {
-		if _, err := os.Stat(f); err != nil {
-			t.Errorf("%s was removed: %v", f, err)
-		}
-	}
-	if removed, err := repairSidecars("postgres://u@127.0.0.1/db", "proj", "c.ns.b"); removed != nil || err != nil {
-		t.Errorf("postgres backend: %v, %v; want nothing", removed, err)
-	}
-
-	// A sidecar that cannot be read is reported, not skipped.
-	if os.Geteuid() != 0 {
-		p := write("stacks/proj/c.ns.c.json.attrs", "")
-		if err := os.Chmod(p, 0); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := repairSidecars("file://"+dir, "proj", "c.ns.c"); err == nil {
-			t.Error("an unreadable sidecar was not reported")
-		}
-	}
-}
-
 // A pulumi process killed while gocloud's fileblob rewrote the metadata sidecar of a stack's
 // checkpoint leaves the sidecar empty and the lock taken; the CLI then fails on the stack with
 // "failed to load checkpoint: EOF" (without the repair the watcher's CancelLock cannot select
-// the stack, and the object stays locked forever). CancelLock repairs the sidecar and removes
-// the lock, and the stack keeps its state.
+// the stack, and the object stays locked forever). The engine host reads that as the lock it is
+// (ErrLocked), and CancelLock has it repair the sidecar and remove the lock; the stack keeps its
+// state.
 func TestCancelLockTornSidecar(t *testing.T) {
 	m, backend := newManager(t)
 	name, _ := m.StackName("ns", "torn")
 	ctx := context.Background()
 	killedLock(t, m, name)
+	attachHost(t, m)
 	sidecar := filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json.attrs")
 	if _, err := os.Stat(sidecar); err != nil {
 		t.Fatalf("the checkpoint's sidecar (from gocloud's fileblob): %v", err)

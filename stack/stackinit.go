@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/url"
-	"path/filepath"
 	"strings"
 
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
@@ -32,11 +31,7 @@ func (m *Manager) initStack(ctx context.Context, stackName string) (created, exi
 	if m.engineHost == nil {
 		return false, false
 	}
-	phrase, err := m.passphrase(filepath.Join(m.cfg.WorkRoot, stackName))
-	if err != nil {
-		return false, false
-	}
-	r, err := m.engineHost.do(ctx, protocol.Request{Op: protocol.OpInit, Stack: stackName}, phrase, m.engineHostEnv)
+	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpInit, Stack: stackName})
 	switch {
 	case err == nil && r.Code == 0:
 		return r.Created, !r.Created

@@ -14,8 +14,9 @@ const sweepAge = time.Hour
 
 // sweepLeftovers removes from the workspace root what killed runs leave behind and nothing else
 // ever removes: engine event logs (".events-*.jsonl" in a stack's workspace; a run removes its
-// own when it ends) and the throwaway workspaces of CancelLock's and ListStacks' scratch stacks
-// ("lock-sweep-*", ".list-*"), each older than sweepAge. It returns how many it removed; what it
+// own when it ends) and the throwaway workspaces of ListStacks' scratch stacks (".list-*") and of
+// the scratch stacks earlier versions made to remove a missing stack's lock ("lock-sweep-*"),
+// each older than sweepAge. It returns how many it removed; what it
 // cannot read or remove is skipped (a later sweep tries again).
 func sweepLeftovers(root string) int {
 	entries, err := os.ReadDir(root)

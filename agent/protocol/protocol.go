@@ -37,6 +37,15 @@ const (
 	OpInit Op = "init"
 	// OpPrune keeps the Keep newest history entries and backups of Request.Stack.
 	OpPrune Op = "prune"
+	// OpLocks reads the locks other processes hold on Request.Stack, whether or not the stack
+	// exists: Reply.Locks lists those whose lock file parses, Reply.Held says whether any lock
+	// file exists (one still being written is empty and is a lock all the same).
+	OpLocks Op = "locks"
+	// OpUnlock removes every lock on Request.Stack (`pulumi cancel`), whether or not the stack
+	// exists (a killed `stack init` or `stack rm` leaves the lock of a stack that does not), after
+	// removing the stack's torn metadata sidecars on a file:// backend (Reply.Repaired). Only for
+	// locks whose owners are known to be gone: an update still running would go on unlocked.
+	OpUnlock Op = "unlock"
 )
 
 // Request is one line of the engine host's standard input.
@@ -67,7 +76,8 @@ type Reply struct {
 	Code int `json:"code"`
 	// Kind says what kind of failure a non-zero Code is; KindNone on success.
 	Kind ErrorKind `json:"kind,omitempty"`
-	// Locks are the locks other processes hold on the stack when Kind is KindLocked.
+	// Locks are the locks other processes hold on the stack when Kind is KindLocked, and
+	// OpLocks' result.
 	Locks []Lock `json:"locks,omitempty"`
 	// Stdout and Stderr are what the CLI would have printed with --suppress-progress
 	// --color=never: the display, and "error: ..." lines. They are for people; the operator
@@ -76,6 +86,11 @@ type Reply struct {
 	Stderr string `json:"stderr,omitempty"`
 	// Created is OpInit's result: true when the request made the stack, false when it existed.
 	Created bool `json:"created,omitempty"`
+	// Held is OpLocks' result: at least one lock file exists on the stack.
+	Held bool `json:"held,omitempty"`
+	// Repaired lists the torn metadata sidecars OpUnlock removed (paths in the file backend's
+	// directory), for the operator to log.
+	Repaired []string `json:"repaired,omitempty"`
 	// Changes counts the engine's steps by operation ("create", "update", "same", ...), the
 	// engine's summary event (Changes).
 	Changes map[string]int `json:"changes,omitempty"`

@@ -2,22 +2,18 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"path"
 	"strings"
 
 	"github.com/pulumi/pulumi/pkg/v3/backend"
 	"github.com/pulumi/pulumi/pkg/v3/backend/diy"
-	pkgWorkspace "github.com/pulumi/pulumi/pkg/v3/workspace"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/diag"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/diag/colors"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
-	"gocloud.dev/blob"
 
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
@@ -46,6 +42,9 @@ type runInfo struct {
 	steps bool
 	// pluginMissing: the engine reported a provider plugin it could not find.
 	pluginMissing bool
+	// lockOp: the request reads or removes the stack's locks itself (OpLocks, OpUnlock): its
+	// failure is never a lock's.
+	lockOp bool
 }
 
 // backend opens h's backend on first use (diy.New reads the bucket's .pulumi/meta.yaml): a
@@ -95,8 +94,8 @@ func (h *host) classify(ctx context.Context, stack string, err error, ran runInf
 	case errors.As(err, &missing) || ran.pluginMissing:
 		return protocol.KindPluginMissing, nil
 	}
-	if !ran.steps && stack != "" {
-		if locks, lerr := h.locks(ctx, stack); lerr == nil && len(locks) > 0 {
+	if !ran.steps && !ran.lockOp && stack != "" {
+		if _, locks, lerr := h.locks(ctx, stack); lerr == nil && len(locks) > 0 {
 			return protocol.KindLocked, locks
 		}
 	}
@@ -115,38 +114,4 @@ func (h *host) classify(ctx context.Context, stack string, err error, ran runInf
 // go/common/workspace/plugins.go MissingError.Error).
 func pluginMissing(msg string) bool {
 	return strings.Contains(msg, "no resource plugin 'pulumi-resource-")
-}
-
-// locks reads the locks held on stack of h's project: the JSON lock files under
-// .pulumi/locks/organization/<project>/<stack>/ (pkg/v3 backend/diy lock.go stackLockDir,
-// lockContent). Files that vanish or do not parse while they are read are skipped: a lock
-// released meanwhile is no lock.
-func (h *host) locks(ctx context.Context, stack string) ([]protocol.Lock, error) {
-	b, err := h.openBucket(ctx)
-	if err != nil {
-		return nil, err
-	}
-	dir := path.Join(workspace.BookkeepingDir, pkgWorkspace.LockDir, "organization", h.project, stack) + "/"
-	it := b.List(&blob.ListOptions{Prefix: dir})
-	var locks []protocol.Lock
-	for {
-		obj, err := it.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return locks, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list the stack's locks: %w", err)
-		}
-		if obj.IsDir || !strings.HasSuffix(obj.Key, ".json") {
-			continue
-		}
-		data, err := b.ReadAll(ctx, obj.Key)
-		if err != nil {
-			continue
-		}
-		var l protocol.Lock
-		if json.Unmarshal(data, &l) == nil {
-			locks = append(locks, l)
-		}
-	}
 }

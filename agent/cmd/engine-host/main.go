@@ -1,7 +1,10 @@
 // Command pulumi-operator-engine is the operator's engine host: one long-lived process that
 // runs `pulumi up` engine runs for the operator's stack.Manager, the way the pulumi CLI's `up`
 // command runs them (the same pkg/v3 calls: the DIY backend, the stack's configuration and
-// secrets manager, backend.UpdateStack), without starting a CLI process for each one. The
+// secrets manager, backend.UpdateStack), without starting a CLI process for each one. It also
+// does what the operator needs of the backend outside a run: creating a stack, pruning its
+// history, reading and removing its locks (protocol.Op), so that the operator never reads or
+// writes the backend's files itself. The
 // Manager starts it once (stack.EngineHost) and sends it requests; it is not meant to be run
 // by hand.
 //
@@ -204,7 +207,8 @@ func (h *host) cancel(id int64) {
 	}
 }
 
-// run serves one request: an up, an init, a prune, or an error reply for anything else. A
+// run serves one request: an up, an init, a prune, a lock lookup or removal, or an error reply
+// for anything else. A
 // failure's reply carries the CLI's exit code, its "error:" line and its kind (classify).
 func (h *host) run(ctx context.Context, req protocol.Request, sc scope) protocol.Reply {
 	var stdout, stderr strings.Builder
@@ -228,8 +232,19 @@ func (h *host) run(ctx context.Context, req protocol.Request, sc scope) protocol
 		}
 	case protocol.OpInit:
 		r.Created, err = h.init(ctx, req.Stack)
+	case protocol.OpLocks:
+		ran.lockOp = true
+		if req.Stack == "" {
+			err = badRequest("bad locks request: want a stack")
+		} else {
+			r.Held, r.Locks, err = h.locks(ctx, req.Stack)
+		}
+	case protocol.OpUnlock:
+		ran.lockOp = true
+		r.Repaired, err = h.unlock(ctx, req.Stack)
 	default:
-		err = badRequest("unknown operation %q: this engine host runs %s, %s and %s", req.Op, protocol.OpUp, protocol.OpInit, protocol.OpPrune)
+		err = badRequest("unknown operation %q: this engine host runs %s, %s, %s, %s and %s", req.Op,
+			protocol.OpUp, protocol.OpInit, protocol.OpPrune, protocol.OpLocks, protocol.OpUnlock)
 	}
 	if err != nil {
 		// As the CLI's main does (cmd.DisplayErrorMessage, cmd.ExitCodeFor): a bail has been

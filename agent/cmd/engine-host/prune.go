@@ -41,7 +41,9 @@ func openBucket(ctx context.Context, raw string) (*blob.Bucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	if sub := strings.TrimLeft(u.Path, "/"); sub != "" && u.Scheme != "postgres" {
+	// Every scheme but file's, postgres:// included: there the path is the database's name, and
+	// pkg/v3 puts it before each key all the same ("<db>/.pulumi/...").
+	if sub := strings.TrimLeft(u.Path, "/"); sub != "" {
 		return blob.PrefixedBucket(b, strings.TrimSuffix(sub, "/")+"/"), nil
 	}
 	return b, nil
