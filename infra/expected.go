@@ -14,7 +14,8 @@ import (
 )
 
 // Objects are the Kubernetes objects Declare asks the provider to make for one Desired, as
-// client-go types: the program's inputs, before the apiserver defaults anything.
+// client-go types: the program's inputs, before the apiserver defaults anything (Build,
+// Expected).
 type Objects struct {
 	ConfigMap  *k8scorev1.ConfigMap
 	Deployment *k8sappsv1.Deployment
@@ -22,11 +23,10 @@ type Objects struct {
 }
 
 // Expected runs Declare for d against Pulumi's mocks, in this process (nothing is sent
-// anywhere, no engine or provider runs), and returns what it declared. Tests use it to hold the
-// controller's drift comparison to whatever Declare sets (the headless Service's ClusterIP
-// None, the container's port) and to build "live" objects that are what an up leaves. It costs
-// about a millisecond per call (BenchmarkExpected), too much to run per object on each
-// reconcile.
+// anywhere, no engine or provider runs), and returns what it declared, decoded into client-go
+// types. Tests use it for "live" objects that are what an up leaves, independent of Build (which
+// TestBuildIsDeclare holds to Declare). It costs about a millisecond per call
+// (BenchmarkExpected); the controller uses Build.
 // Errors: Declare's own (none for a resolved Desired), or inputs that do not decode into the
 // client-go types (a bug here).
 func Expected(d api.Desired) (Objects, error) {

@@ -39,7 +39,7 @@ func TestExpected(t *testing.T) {
 	}
 }
 
-// BenchmarkExpected: the cost of one Expected, which the controller pays per drift check.
+// BenchmarkExpected: the cost of one Expected, the reason the controller uses Build instead.
 func BenchmarkExpected(b *testing.B) {
 	d := api.Desired{Namespace: "ns", Name: "web", ReplicaCount: 3, Port: 8080, ContainerPort: 8080, Image: "img:1",
 		ServiceType: api.ServiceTypeClusterIP, ConfigMapData: map[string]string{"k": "v"}}

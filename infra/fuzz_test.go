@@ -63,7 +63,8 @@ func dryRun(info *pulumi.RunInfo) { info.DryRun = true }
 // FuzzProgram feeds random specs through api/v1's Validate and Resolve and runs the program of
 // every valid one with Pulumi's mocks, as a preview and as an up: nothing may panic, Resolve
 // must refuse exactly what Validate finds wrong, and the declared objects must be what the spec
-// asks for (names, replicas, ports, image, Service type, ConfigMap data, owner). The seeds
+// asks for (names, replicas, ports, image, Service type, ConfigMap data, owner) and what Build
+// returns for it, field for field. The seeds
 // below and the corpus in testdata/fuzz/FuzzProgram run with every `go test`; run more with
 // `go test -run '^$' -fuzz=FuzzProgram -fuzztime=30s ./infra/`.
 func FuzzProgram(f *testing.F) {
@@ -131,6 +132,7 @@ func FuzzProgram(f *testing.F) {
 				t.Fatalf("program (preview %v) of a valid spec failed: %v", preview, err)
 			}
 			checkDeclared(t, d, m)
+			checkBuild(t, d, m.resources)
 		}
 	})
 }

@@ -3,7 +3,8 @@ package watcher
 import (
 	"context"
 	"fmt"
-	"maps"
+	"reflect"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -127,50 +128,149 @@ func (o *ownedObjects) drift(ctx context.Context, d api.Desired) []string {
 	return compare(d, dep, svc, cm)
 }
 
-// compare is drift's pure part; nil objects are missing ones. It reads the fields people change
-// by hand in what Declare sets for d: TestCompareFollowsDeclare runs Declare (infra.Expected)
-// for a table of specs and checks that compare finds no drift in what it declares and finds
-// each of these fields changed. It does not call infra.Expected itself: that runs the program
-// against Pulumi's mocks, about a millisecond per object, which every object would pay on each
-// restart of the operator.
+// compare is drift's pure part; nil objects are missing ones. It compares each live object with
+// what the program declares for d (infra.Build, which tests hold equal to Declare field for
+// field): the Deployment's and the Service's labels and spec, the ConfigMap's labels and data.
+// Every field Declare sets counts, and only those (declaredDiff): what the apiserver defaults or
+// assigns (probe timeouts, a NodePort, the ClusterIP) and what others add beside the declared
+// fields (an annotation of `kubectl rollout restart`, a label) are not drift, because an up
+// would not change them either. The metadata beyond labels is left out: the provider keeps its
+// own annotations out of what it applies.
 func compare(d api.Desired, dep *appsv1.Deployment, svc *corev1.Service, cm *corev1.ConfigMap) []string {
+	want := infra.Build(d)
 	var diffs []string
-	if dep == nil {
-		diffs = append(diffs, "Deployment "+d.Name+" deleted")
-	} else {
-		if dep.Spec.Replicas == nil || *dep.Spec.Replicas != d.ReplicaCount {
-			diffs = append(diffs, fmt.Sprintf("Deployment %s replicas %v, want %d", d.Name, deref(dep.Spec.Replicas), d.ReplicaCount))
+	check := func(what string, live bool, pairs ...any) {
+		if !live {
+			diffs = append(diffs, what+" deleted")
+			return
 		}
-		cs := dep.Spec.Template.Spec.Containers
-		if len(cs) != 1 || cs[0].Image != d.Image || len(cs[0].Ports) != 1 || cs[0].Ports[0].ContainerPort != d.ContainerPort {
-			diffs = append(diffs, "Deployment "+d.Name+" container changed")
-		}
-	}
-	if svc == nil {
-		diffs = append(diffs, "Service "+d.Name+" deleted")
-	} else {
-		wantType, headless := corev1.ServiceType(d.ServiceType), d.ServiceType == api.ServiceTypeHeadless
-		if headless {
-			wantType = corev1.ServiceTypeClusterIP
-		}
-		if svc.Spec.Type != wantType || headless != (svc.Spec.ClusterIP == corev1.ClusterIPNone) {
-			diffs = append(diffs, fmt.Sprintf("Service %s type %s", d.Name, svc.Spec.Type))
-		}
-		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != d.Port {
-			diffs = append(diffs, "Service "+d.Name+" ports changed")
+		for i := 0; i < len(pairs); i += 3 {
+			if diff, ok := declaredDiff(pairs[i].(string), reflect.ValueOf(pairs[i+1]), reflect.ValueOf(pairs[i+2])); !ok {
+				diffs = append(diffs, what+" "+diff)
+				return
+			}
 		}
 	}
-	if cm == nil {
-		diffs = append(diffs, "ConfigMap "+d.ConfigMapName()+" deleted")
-	} else if !(len(cm.Data) == 0 && len(d.ConfigMapData) == 0) && !maps.Equal(cm.Data, d.ConfigMapData) {
-		diffs = append(diffs, "ConfigMap "+d.ConfigMapName()+" data changed")
+	if dep != nil {
+		check("Deployment "+d.Name, true, "metadata.labels", want.Deployment.Labels, dep.Labels, "spec", want.Deployment.Spec, dep.Spec)
+	} else {
+		check("Deployment "+d.Name, false)
+	}
+	if svc != nil {
+		check("Service "+d.Name, true, "metadata.labels", want.Service.Labels, svc.Labels, "spec", want.Service.Spec, svc.Spec)
+	} else {
+		check("Service "+d.Name, false)
+	}
+	if cm != nil {
+		check("ConfigMap "+d.ConfigMapName(), true, "metadata.labels", want.ConfigMap.Labels, cm.Labels, "data", want.ConfigMap.Data, cm.Data)
+	} else {
+		check("ConfigMap "+d.ConfigMapName(), false)
 	}
 	return diffs
 }
 
-func deref(p *int32) any {
-	if p == nil {
-		return "unset"
+// declaredDiff reports whether live has every field that want (a declared value) sets, with the
+// same value: a zero scalar, a nil pointer and an empty string, slice or map in want are not
+// set, but a value behind a set pointer is (replicas 0, a false flag); a set slice must be no
+// longer than live's and match it element by element, a set map must have each of its keys in
+// live. When a field differs it returns where, as a JSON path under path, with both values
+// ("spec.replicas is 5, want 2"). Nothing is allocated while the values agree: it runs for
+// every object on each resync.
+//
+// Hand-written because apimachinery's equality.Semantic.DeepDerivative, which has these rules
+// otherwise, compares zero numbers too: a probe's timeoutSeconds, which Declare leaves unset
+// and the apiserver sets to 1, would be drift on every object.
+func declaredDiff(path string, want, live reflect.Value) (string, bool) {
+	m := derive(want, live, false)
+	if m == nil {
+		return "", true
 	}
-	return *p
+	return m.String(path), false
+}
+
+// mismatch is where derive found a declared field that differs: the path below the compared
+// value, outermost last (prepended as derive returns), and what differs.
+type mismatch struct {
+	rev        []string // path elements, innermost first: ".name", "[0]", "[key]"
+	what       string   // "is", "missing", "unset", "items"
+	live, want any
+}
+
+func (m *mismatch) at(elem string) *mismatch { m.rev = append(m.rev, elem); return m }
+
+// String is the message for a mismatch under path.
+func (m *mismatch) String(path string) string {
+	var b strings.Builder
+	b.WriteString(path)
+	for i := len(m.rev) - 1; i >= 0; i-- {
+		b.WriteString(m.rev[i])
+	}
+	switch m.what {
+	case "missing":
+		return b.String() + " is missing"
+	case "unset":
+		return fmt.Sprintf("%s is unset, want %v", b.String(), m.want)
+	case "items":
+		return fmt.Sprintf("%s has %v items, want %v", b.String(), m.live, m.want)
+	}
+	return fmt.Sprintf("%s is %v, want %v", b.String(), m.live, m.want)
+}
+
+// derive is declaredDiff's walk; explicit marks a value reached through a set pointer, which
+// counts even when zero.
+func derive(want, live reflect.Value, explicit bool) *mismatch {
+	switch want.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if want.IsNil() {
+			return nil
+		}
+		if live.IsNil() {
+			return &mismatch{what: "unset", want: want.Elem().Interface()}
+		}
+		return derive(want.Elem(), live.Elem(), true)
+	case reflect.Struct:
+		t := want.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			if m := derive(want.Field(i), live.Field(i), false); m != nil {
+				if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" { // an inline struct's fields are its parent's
+					m.at("." + name)
+				}
+				return m
+			}
+		}
+		return nil
+	case reflect.Slice:
+		if want.Len() == 0 {
+			return nil
+		}
+		if want.Len() > live.Len() {
+			return &mismatch{what: "items", live: live.Len(), want: want.Len()}
+		}
+		for i := range want.Len() {
+			if m := derive(want.Index(i), live.Index(i), false); m != nil {
+				return m.at(fmt.Sprintf("[%d]", i))
+			}
+		}
+		return nil
+	case reflect.Map:
+		for it := want.MapRange(); it.Next(); {
+			lv := live.MapIndex(it.Key())
+			if !lv.IsValid() {
+				return (&mismatch{what: "missing"}).at(fmt.Sprintf("[%v]", it.Key().Interface()))
+			}
+			if m := derive(it.Value(), lv, false); m != nil {
+				return m.at(fmt.Sprintf("[%v]", it.Key().Interface()))
+			}
+		}
+		return nil
+	default:
+		if (!explicit && want.IsZero()) || want.Equal(live) {
+			return nil
+		}
+		return &mismatch{what: "is", live: live.Interface(), want: want.Interface()}
+	}
 }

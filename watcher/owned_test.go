@@ -1,6 +1,8 @@
 package watcher
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,8 +13,8 @@ import (
 
 // TestCompareFollowsDeclare pins drift's compare to what the program declares: for each spec,
 // the objects Declare makes (infra.Expected, the program run against Pulumi's mocks) show no
-// drift, and each field compare reads, changed in them, shows some. A rule of Declare that
-// compare did not follow (a new default, the headless Service's ClusterIP None) fails here.
+// drift, also with what the apiserver and other clients add to them; each declared field people
+// change by hand, changed in them, shows drift, with a message naming the field.
 func TestCompareFollowsDeclare(t *testing.T) {
 	base := api.Desired{Namespace: "ns", Name: "web", ReplicaCount: 2, Port: 8080, ContainerPort: 8080, Image: api.DefaultImage,
 		ServiceType: api.ServiceTypeClusterIP, RolloutOnConfigChange: true, OwnerUID: "uid"}
@@ -30,21 +32,66 @@ func TestCompareFollowsDeclare(t *testing.T) {
 			d.EnvDigest = "abc"
 		},
 	}
-	changes := map[string]func(o *infra.Objects){
-		"replicas":       func(o *infra.Objects) { n := *o.Deployment.Spec.Replicas + 1; o.Deployment.Spec.Replicas = &n },
-		"image":          func(o *infra.Objects) { o.Deployment.Spec.Template.Spec.Containers[0].Image = "other:1" },
-		"container port": func(o *infra.Objects) { o.Deployment.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort++ },
-		"service type": func(o *infra.Objects) {
+	// Each change is made to a field Declare sets for the spec; one that has nothing to change
+	// there (no data, no env source) returns false and is not checked.
+	changes := map[string]func(o *infra.Objects) bool{
+		"replicas": func(o *infra.Objects) bool {
+			n := *o.Deployment.Spec.Replicas + 1
+			o.Deployment.Spec.Replicas = &n
+			return true
+		},
+		"image": func(o *infra.Objects) bool {
+			o.Deployment.Spec.Template.Spec.Containers[0].Image = "other:1"
+			return true
+		},
+		"container port": func(o *infra.Objects) bool {
+			o.Deployment.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort++
+			return true
+		},
+		"service type": func(o *infra.Objects) bool {
 			o.Service.Spec.Type = map[bool]corev1.ServiceType{true: corev1.ServiceTypeClusterIP, false: corev1.ServiceTypeNodePort}[o.Service.Spec.Type == corev1.ServiceTypeNodePort]
+			return true
 		},
-		"headless flipped": func(o *infra.Objects) {
-			o.Service.Spec.ClusterIP = map[bool]string{true: "", false: corev1.ClusterIPNone}[o.Service.Spec.ClusterIP == corev1.ClusterIPNone]
+		"service port": func(o *infra.Objects) bool { o.Service.Spec.Ports[0].Port++; return true },
+		"data value": func(o *infra.Objects) bool {
+			for k := range o.ConfigMap.Data {
+				o.ConfigMap.Data[k] += " changed by hand"
+				return true
+			}
+			return false
 		},
-		"service port":       func(o *infra.Objects) { o.Service.Spec.Ports[0].Port++ },
-		"data":               func(o *infra.Objects) { o.ConfigMap.Data = map[string]string{"changed": "by hand"} },
-		"Deployment deleted": func(o *infra.Objects) { o.Deployment = nil },
-		"Service deleted":    func(o *infra.Objects) { o.Service = nil },
-		"ConfigMap deleted":  func(o *infra.Objects) { o.ConfigMap = nil },
+		"data key removed": func(o *infra.Objects) bool {
+			for k := range o.ConfigMap.Data {
+				delete(o.ConfigMap.Data, k)
+				return true
+			}
+			return false
+		},
+		"env source": func(o *infra.Objects) bool {
+			c := &o.Deployment.Spec.Template.Spec.Containers[0]
+			if len(c.EnvFrom) == 0 {
+				return false
+			}
+			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "other"}}}}
+			return true
+		},
+		"read-only root off": func(o *infra.Objects) bool {
+			*o.Deployment.Spec.Template.Spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem = false
+			return true
+		},
+		"probe path": func(o *infra.Objects) bool {
+			o.Deployment.Spec.Template.Spec.Containers[0].LivenessProbe.HTTPGet.Path = "/x"
+			return true
+		},
+		"selector label": func(o *infra.Objects) bool { o.Service.Spec.Selector[infra.LabelInstance] = "other"; return true },
+		"label removed":  func(o *infra.Objects) bool { delete(o.Deployment.Labels, infra.LabelManagedBy); return true },
+		"volume ConfigMap": func(o *infra.Objects) bool {
+			o.Deployment.Spec.Template.Spec.Volumes[0].ConfigMap.Name = "other"
+			return true
+		},
+		"Deployment deleted": func(o *infra.Objects) bool { o.Deployment = nil; return true },
+		"Service deleted":    func(o *infra.Objects) bool { o.Service = nil; return true },
+		"ConfigMap deleted":  func(o *infra.Objects) bool { o.ConfigMap = nil; return true },
 	}
 	for name, spec := range specs {
 		t.Run(name, func(t *testing.T) {
@@ -61,13 +108,126 @@ func TestCompareFollowsDeclare(t *testing.T) {
 			if diffs := compare(d, o.Deployment, o.Service, o.ConfigMap); len(diffs) != 0 {
 				t.Fatalf("what Declare declares shows drift: %v", diffs)
 			}
+			o = declared()
+			defaulted(&o)
+			if diffs := compare(d, o.Deployment, o.Service, o.ConfigMap); len(diffs) != 0 {
+				t.Fatalf("what Declare declares, with the apiserver's defaults and others' additions, shows drift: %v", diffs)
+			}
+			if d.ServiceType == api.ServiceTypeHeadless {
+				o := declared()
+				o.Service.Spec.ClusterIP = "10.0.0.9"
+				if diffs := compare(d, o.Deployment, o.Service, o.ConfigMap); len(diffs) != 1 || !strings.Contains(diffs[0], "spec.clusterIP is 10.0.0.9, want None") {
+					t.Errorf("headless Service with a ClusterIP: drift %v, want one naming spec.clusterIP", diffs)
+				}
+			}
 			for what, change := range changes {
 				o := declared()
-				change(&o)
+				if !change(&o) {
+					continue
+				}
 				if diffs := compare(d, o.Deployment, o.Service, o.ConfigMap); len(diffs) == 0 {
 					t.Errorf("%s changed: no drift found", what)
 				}
 			}
 		})
+	}
+}
+
+// defaulted adds to o what the apiserver defaults or assigns and what other clients add: a
+// probe's timeout and thresholds, the image pull policy, a NodePort, a ClusterIP, the
+// Deployment's strategy, an annotation of `kubectl rollout restart`, a label of someone else's,
+// a second container's worth of nothing (no change to declared fields).
+func defaulted(o *infra.Objects) {
+	spec := &o.Deployment.Spec
+	spec.RevisionHistoryLimit = new(int32)
+	spec.ProgressDeadlineSeconds = new(int32)
+	*spec.ProgressDeadlineSeconds = 600
+	spec.Strategy.Type = "RollingUpdate"
+	if spec.Template.Annotations == nil {
+		spec.Template.Annotations = map[string]string{}
+	}
+	spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] = "2026-11-27T00:00:00Z"
+	spec.Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	spec.Template.Spec.DNSPolicy = corev1.DNSClusterFirst
+	c := &spec.Template.Spec.Containers[0]
+	c.ImagePullPolicy = corev1.PullIfNotPresent
+	c.TerminationMessagePath = "/dev/termination-log"
+	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+		p.TimeoutSeconds, p.SuccessThreshold, p.FailureThreshold = 1, 1, 3
+		p.HTTPGet.Scheme = corev1.URISchemeHTTP
+	}
+	mode := int32(0o644)
+	spec.Template.Spec.Volumes[0].ConfigMap.DefaultMode = &mode
+	o.Deployment.Labels["team"] = "web"
+	if o.Service.Spec.ClusterIP == "" {
+		o.Service.Spec.ClusterIP = "10.0.0.9"
+		o.Service.Spec.ClusterIPs = []string{"10.0.0.9"}
+	}
+	if o.Service.Spec.Type == corev1.ServiceTypeNodePort || o.Service.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		o.Service.Spec.Ports[0].NodePort = 30080
+	}
+	o.Service.Spec.SessionAffinity = corev1.ServiceAffinityNone
+}
+
+// TestDeclaredDiff: the rules of declaredDiff, each way, and the messages that name the field.
+func TestDeclaredDiff(t *testing.T) {
+	type Inner struct {
+		N int32             `json:"n,omitempty"`
+		S string            `json:"s,omitempty"`
+		P *bool             `json:"p,omitempty"`
+		L []string          `json:"l,omitempty"`
+		M map[string]string `json:"m,omitempty"`
+	}
+	type outer struct {
+		Inner `json:",inline"`
+		I     Inner `json:"i"`
+	}
+	yes, no := true, false
+	for name, tc := range map[string]struct {
+		want, live outer
+		diff       string // "" for no drift
+	}{
+		"all unset":                 {outer{}, outer{I: Inner{N: 1, S: "x", P: &yes, L: []string{"a"}, M: map[string]string{"k": "v"}}}, ""},
+		"equal":                     {outer{I: Inner{N: 2, S: "x", P: &no}}, outer{I: Inner{N: 2, S: "x", P: &no}}, ""},
+		"number":                    {outer{I: Inner{N: 2}}, outer{I: Inner{N: 5}}, "x.i.n is 5, want 2"},
+		"string":                    {outer{I: Inner{S: "a"}}, outer{I: Inner{S: "b"}}, "x.i.s is b, want a"},
+		"pointer unset":             {outer{I: Inner{P: &no}}, outer{}, "x.i.p is unset, want false"},
+		"pointer":                   {outer{I: Inner{P: &no}}, outer{I: Inner{P: &yes}}, "x.i.p is true, want false"},
+		"pointer to false, equal":   {outer{I: Inner{P: &no}}, outer{I: Inner{P: &no}}, ""},
+		"inline field":              {outer{Inner: Inner{N: 1}}, outer{Inner: Inner{N: 3}}, "x.n is 3, want 1"},
+		"list longer live":          {outer{I: Inner{L: []string{"a"}}}, outer{I: Inner{L: []string{"a", "b"}}}, ""},
+		"list shorter live":         {outer{I: Inner{L: []string{"a", "b"}}}, outer{I: Inner{L: []string{"a"}}}, "x.i.l has 1 items, want 2"},
+		"list item":                 {outer{I: Inner{L: []string{"a"}}}, outer{I: Inner{L: []string{"c"}}}, "x.i.l[0] is c, want a"},
+		"map extra key live":        {outer{I: Inner{M: map[string]string{"k": "v"}}}, outer{I: Inner{M: map[string]string{"k": "v", "o": "p"}}}, ""},
+		"map key missing":           {outer{I: Inner{M: map[string]string{"k": "v"}}}, outer{}, "x.i.m[k] is missing"},
+		"map empty value present":   {outer{I: Inner{M: map[string]string{"k": ""}}}, outer{I: Inner{M: map[string]string{"k": "x"}}}, ""},
+		"map value":                 {outer{I: Inner{M: map[string]string{"k": "v"}}}, outer{I: Inner{M: map[string]string{"k": "w"}}}, "x.i.m[k] is w, want v"},
+		"zero number not declared":  {outer{I: Inner{N: 0}}, outer{I: Inner{N: 7}}, ""},
+		"empty string not declared": {outer{I: Inner{S: ""}}, outer{I: Inner{S: "q"}}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			diff, ok := declaredDiff("x", reflect.ValueOf(tc.want), reflect.ValueOf(tc.live))
+			if ok != (tc.diff == "") || diff != tc.diff {
+				t.Errorf("declaredDiff = %q, %v; want %q", diff, ok, tc.diff)
+			}
+		})
+	}
+}
+
+// BenchmarkCompare: one drift check of an object whose live objects match, which every object
+// pays on each resync and each operator start.
+func BenchmarkCompare(b *testing.B) {
+	d := api.Desired{Namespace: "ns", Name: "web", ReplicaCount: 2, Port: 8080, ContainerPort: 8080, Image: api.DefaultImage,
+		ServiceType: api.ServiceTypeClusterIP, RolloutOnConfigChange: true, OwnerUID: "uid", ConfigMapData: map[string]string{"hostports": "a,1\n"}}
+	o, err := infra.Expected(d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defaulted(&o)
+	b.ReportAllocs()
+	for b.Loop() {
+		if diffs := compare(d, o.Deployment, o.Service, o.ConfigMap); len(diffs) != 0 {
+			b.Fatal(diffs)
+		}
 	}
 }

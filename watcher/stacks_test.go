@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -100,31 +99,14 @@ func (p *programStacks) lastRunOptions() stack.RunOptions {
 	return p.lastOpts
 }
 
-// applyObjects creates or overwrites d's three objects as infra.Program declares them.
+// applyObjects creates or overwrites d's three objects as infra.Program declares them
+// (infra.Build, which the infra tests hold equal to what the program declares).
 func applyObjects(ctx context.Context, kube kubernetes.Interface, d api.Desired) error {
-	meta := metav1.ObjectMeta{Namespace: d.Namespace, Labels: infra.Labels(d)}
-	cm := &corev1.ConfigMap{ObjectMeta: meta, Data: d.ConfigMapData}
-	cm.Name = d.ConfigMapName()
-	dep := &appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{
-		Replicas: &d.ReplicaCount,
-		Selector: &metav1.LabelSelector{MatchLabels: infra.SelectorLabels(d)},
-		Template: corev1.PodTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Labels: infra.Labels(d)},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{
-				Name: infra.ContainerName, Image: d.Image,
-				Ports: []corev1.ContainerPort{{Name: infra.PortName, ContainerPort: d.ContainerPort}},
-			}}},
-		},
-	}}
-	dep.Name = d.Name
+	o := infra.Build(d)
+	cm, dep, svc := o.ConfigMap, o.Deployment, o.Service
 	if strings.Contains(d.Image, "pending") {
 		dep.Spec.Template.Spec.NodeSelector = map[string]string{"no-such-label": "x"}
 	}
-	svc := &corev1.Service{ObjectMeta: meta, Spec: corev1.ServiceSpec{
-		Type: corev1.ServiceTypeClusterIP, Selector: infra.SelectorLabels(d),
-		Ports: []corev1.ServicePort{{Name: infra.PortName, Port: d.Port, TargetPort: intstr.FromString(infra.PortName)}},
-	}}
-	svc.Name = d.Name
 	if err := upsert(ctx, kube.CoreV1().ConfigMaps(d.Namespace).Get, func(x *corev1.ConfigMap) error {
 		_, err := kube.CoreV1().ConfigMaps(d.Namespace).Update(ctx, x, metav1.UpdateOptions{})
 		return err
@@ -153,7 +135,7 @@ func applyObjects(ctx context.Context, kube kubernetes.Interface, d api.Desired)
 		return err
 	},
 		func(x *corev1.Service) {
-			x.Spec.Ports, x.Spec.Selector, x.Labels = svc.Spec.Ports, svc.Spec.Selector, svc.Labels
+			x.Spec.Type, x.Spec.Ports, x.Spec.Selector, x.Labels = svc.Spec.Type, svc.Spec.Ports, svc.Spec.Selector, svc.Labels
 		}, svc.Name); err != nil {
 		return fmt.Errorf("apply service: %w", err)
 	}

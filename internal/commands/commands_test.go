@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -321,8 +322,15 @@ func TestCommandsFlow(t *testing.T) {
 	if s := l.stacks(); len(s) != 0 {
 		t.Fatalf("stacks after destroy: %v", s)
 	}
-	if _, err := c.Kube.AppsV1().Deployments(ns).Get(context.Background(), "flow", metaGet); err == nil {
-		t.Fatal("the Deployment survived destroy")
+	// The objects are not awaited (infra.SkipAwait): destroy returns once the apiserver took the
+	// delete, and the garbage collector may still be removing the Deployment's ReplicaSets.
+	gone := false
+	for deadline := time.Now().Add(30 * time.Second); !gone && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		_, err := c.Kube.AppsV1().Deployments(ns).Get(context.Background(), "flow", metaGet)
+		gone = apierrors.IsNotFound(err)
+	}
+	if !gone {
+		t.Fatal("the Deployment survived destroy (still there 30 s later)")
 	}
 }
 
