@@ -27,6 +27,7 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 	"github.com/pulumi-operator/pulumi-operator/stack"
+	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
 var (
@@ -150,6 +151,17 @@ func TestSampleEndToEnd(t *testing.T) {
 	})
 	if err != nil || before == "" {
 		t.Fatalf("rotating the Secret did not roll the pods (env digest %q)", before)
+	}
+
+	// What the provider made is what the program declares (infra.Build, which drift compares
+	// with): through a create, three changes and the rollouts they started (each a stream of
+	// Deployment events, each event a drift check), the operator saw no drift.
+	evs, err := c.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + watcher.ReasonDriftDetected})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		t.Errorf("drift found in what the provider made from the program: %s", e.Message)
 	}
 
 	// Delete: objects, stack and CR all go.
