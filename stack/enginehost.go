@@ -83,6 +83,9 @@ type engineHost struct {
 	maxRuns     int
 	idle        time.Duration
 	cancelGrace time.Duration
+	// oneShot retires a process as soon as no request waits on it (Config.CLIUps): requests that
+	// overlap share it, the next one starts another.
+	oneShot bool
 	// procs holds every engine host process while it runs (Manager.Kill).
 	procs *processSet
 
@@ -195,7 +198,7 @@ func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, op
 // operation has succeeded; the next prune catches up), so failures are only logged. Nothing
 // happens without an engine host or with KeepHistory 0.
 func (m *Manager) prune(ctx context.Context, stackName string) {
-	if m.engineHost == nil || m.cfg.KeepHistory < 1 {
+	if m.engineHost == nil || m.cfg.KeepHistory < 1 || !m.pruneDue(stackName) {
 		return
 	}
 	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpPrune, Stack: stackName, Keep: m.cfg.KeepHistory})
@@ -207,6 +210,27 @@ func (m *Manager) prune(ctx context.Context, stackName string) {
 		r.PruneError = strings.TrimSpace(r.Stderr)
 	}
 	reportPrune(stackName, r)
+}
+
+// pruneDue reports whether an up or refresh of stackName that ran as a CLI process should prune
+// its history now: always, but with Config.CLIUps only every KeepHistory-th time per stack
+// (counted in this process), so that each prune's engine host process is paid once per
+// KeepHistory ups and the history holds at most twice KeepHistory updates.
+func (m *Manager) pruneDue(stackName string) bool {
+	if !m.cfg.CLIUps {
+		return true
+	}
+	m.unprunedMu.Lock()
+	defer m.unprunedMu.Unlock()
+	if m.unpruned == nil {
+		m.unpruned = map[string]int{}
+	}
+	m.unpruned[stackName]++
+	if m.unpruned[stackName] < m.cfg.KeepHistory {
+		return false
+	}
+	delete(m.unpruned, stackName)
+	return true
 }
 
 // reportPrune logs what pruning did for the reply r of stackName: a warning when it failed.
@@ -322,11 +346,15 @@ func (h *engineHost) send(req protocol.Request, phrase string, env func() []stri
 }
 
 // finished forgets request id; a retired process with nothing left waiting is told to exit,
-// and one that is not is retired after h.idle unless a request comes first.
+// and one that is not is retired after h.idle unless a request comes first (at once when
+// h.oneShot).
 func (h *engineHost) finished(p *engineProc, id int64) {
 	p.mu.Lock()
 	delete(p.waiting, id)
 	empty := len(p.waiting) == 0
+	if empty && h.oneShot {
+		p.retired = true
+	}
 	if empty && !p.retired && h.idle > 0 {
 		if p.idleTimer != nil {
 			p.idleTimer.Stop()

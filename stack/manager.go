@@ -66,7 +66,8 @@ type Config struct {
 	// KeepHistory is how many of its newest updates each stack keeps in the backend's history
 	// and backups (a DIY backend writes both on every update and never removes them). Pruning
 	// is the engine host's (pulumi-operator-engine): after each of its ups, and after an up or
-	// refresh run as a CLI process when there is an engine host. Zero keeps everything.
+	// refresh run as a CLI process when there is an engine host (with CLIUps after every
+	// KeepHistory-th, so a stack keeps up to twice as many). Zero keeps everything.
 	KeepHistory int
 	// EngineHost is the engine host (EngineHost, pulumi-operator-engine) that runs ups without
 	// a CLI process each and creates new stacks: a path, which must exist; empty runs every up
@@ -75,7 +76,10 @@ type Config struct {
 	// progress output (the watcher's; see useEngineHost) and CLIUps is not set.
 	EngineHost string
 	// CLIUps runs every up as a `pulumi up` CLI process although there is an EngineHost, which
-	// then still creates new stacks and prunes their history: what `--engine-host none` means.
+	// then still creates new stacks, reads and removes locks and prunes their history: what
+	// `--engine-host none` means. Its process then lives only while it has requests (one per new
+	// stack, lock lookup or removal, and one per KeepHistory ups of a stack, which each prune),
+	// so that this mode costs the memory of the CLI processes alone.
 	CLIUps bool
 	// PreviousPassphraseFile, when set, names a file holding the passphrase the stacks were
 	// encrypted with before the current one (PULUMI_CONFIG_PASSPHRASE[_FILE]): every up, refresh
@@ -102,6 +106,10 @@ type Manager struct {
 	drop        []string
 	// engineHost runs ups without a CLI process each (enginehost.go); nil for the CLI.
 	engineHost *engineHost
+	// unpruned counts, per stack, the CLI-run ups and refreshes since its last prune, with
+	// Config.CLIUps (pruneDue); unprunedMu guards it.
+	unprunedMu sync.Mutex
+	unpruned   map[string]int
 
 	mu sync.Mutex
 	// settled holds the stacks known to hold no pending operation of a dead update (see
@@ -157,6 +165,9 @@ func New(cfg Config) (*Manager, error) {
 	host, err := engineHostFor(cfg, procs)
 	if err != nil {
 		return nil, err
+	}
+	if host != nil && cfg.CLIUps {
+		host.oneShot = true
 	}
 	env := map[string]string{
 		// No network here and none wanted: never look for CLI updates, never download a
