@@ -65,15 +65,17 @@ type config struct {
 // App builds the pulumi-operator command line. Run it with os.Args; it never exits the
 // process itself (ExitErrHandler is a no-op): pass Run's error to ExitCode. Each call returns
 // a new App with its own flag values, so tests may run several.
-func App() *cli.App {
-	cfg := &config{}
+func App() *cli.App { return newApp(&config{}) }
+
+// newApp is App with its flags' destination cfg.
+func newApp(cfg *config) *cli.App {
 	of := &objectFlags{}
 	home, _ := os.UserHomeDir()
-	return &cli.App{
+	app := &cli.App{
 		Name:  "pulumi-operator",
 		Usage: "reconcile KindCustomHttp resources with Pulumi stacks",
-		Description: "Global options go before the command. Every flag can also be set by the environment variable\n" +
-			"   shown with it. Stacks: one per KindCustomHttp, named <cluster>.<namespace>.<name>, shared by\n" +
+		Description: "Global options go before or after the command, as in kubectl. Every flag can also be set by\n" +
+			"   the environment variable shown with it here. Stacks: one per KindCustomHttp, named <cluster>.<namespace>.<name>, shared by\n" +
 			"   `watch` in the cluster and `up`/`preview`/`refresh`/`destroy` on a laptop or in CI.",
 		EnableBashCompletion: true,
 		Version:              "v" + version.Version,
@@ -117,13 +119,7 @@ func App() *cli.App {
 			&cli.IntFlag{Name: "kube-api-burst", EnvVars: []string{"PULUMI_OPERATOR_KUBE_API_BURST"}, Value: defaultKubeBurst, Destination: &cfg.kubeBurst,
 				Usage: "Kubernetes API requests allowed at once above --kube-api-qps (`N`)"},
 		},
-		Before: func(c *cli.Context) error {
-			cfg.explicitFile = c.IsSet("project-file")
-			if err := checkKubeAPILimits(cfg); err != nil {
-				return cli.Exit(err.Error(), ExitInvalidInput)
-			}
-			return setupLogging(cfg, c.App.ErrWriter)
-		},
+		Before: func(c *cli.Context) error { return setupGlobal(c, cfg) },
 		Commands: []*cli.Command{
 			watchCommand(cfg),
 			upCommand(cfg, of),
@@ -137,6 +133,93 @@ func App() *cli.App {
 			completionCommand(),
 		},
 	}
+	for _, cmd := range app.Commands {
+		acceptGlobalFlags(cmd, app.Flags, cfg)
+	}
+	return app
+}
+
+// setupGlobal acts on the global flags once they are all parsed: c is the App's own context,
+// whose flag set holds them.
+func setupGlobal(c *cli.Context, cfg *config) error {
+	cfg.explicitFile = c.IsSet("project-file")
+	if err := checkKubeAPILimits(cfg); err != nil {
+		return cli.Exit(err.Error(), ExitInvalidInput)
+	}
+	return setupLogging(cfg, c.App.ErrWriter)
+}
+
+// acceptGlobalFlags lets cmd take every global flag after its name too, as kubectl, flux and helm
+// do (`pulumi-operator watch --engine-host none`): cmd gets a copy of each, listed in its --help
+// under "GLOBAL OPTIONS", and a Before that hands what was given there to the App's flag set
+// (and so to cfg) and runs setupGlobal again with it.
+//
+// Hand-written because urfave/cli v2 parses an App's flags only before the command's name; its
+// v3 has no such split. The copies have no destination of their own (applying a flag resets its
+// destination to the default, which would undo a value given before the command) and no
+// environment variables (the App's flags read those; a copy set from the environment would
+// override a value given on the command line before the command).
+func acceptGlobalFlags(cmd *cli.Command, global []cli.Flag, cfg *config) {
+	names := map[string]bool{}
+	for _, f := range global {
+		cp := localCopy(f)
+		if cp == nil {
+			panic(fmt.Sprintf("acceptGlobalFlags: global flag %v of unhandled type %T", f.Names(), f)) // a programming error; TestGlobalFlagsAnywhere covers every flag
+		}
+		cmd.Flags = append(cmd.Flags, cp)
+		for _, n := range f.Names() {
+			names[n] = true
+		}
+	}
+	before := cmd.Before
+	cmd.Before = func(c *cli.Context) error {
+		// The App's context is the command's parent: its flag set holds the App's flags.
+		root := c.Lineage()[1]
+		given := false
+		for _, n := range c.LocalFlagNames() {
+			if !names[n] {
+				continue
+			}
+			if err := root.Set(n, fmt.Sprint(c.Value(n))); err != nil {
+				return cli.Exit(fmt.Sprintf("--%s: %v", n, err), ExitInvalidInput)
+			}
+			given = true
+		}
+		if given {
+			if err := setupGlobal(root, cfg); err != nil {
+				return err
+			}
+		}
+		if before != nil {
+			return before(c)
+		}
+		return nil
+	}
+}
+
+// localCopy is f for a command's flag set (acceptGlobalFlags): no destination, no environment
+// variables, in the "GLOBAL OPTIONS" category; nil for a flag type no global flag has.
+func localCopy(f cli.Flag) cli.Flag {
+	const category = "GLOBAL OPTIONS"
+	switch f := f.(type) {
+	case *cli.StringFlag:
+		c := *f
+		c.Destination, c.EnvVars, c.Category = nil, nil, category
+		return &c
+	case *cli.IntFlag:
+		c := *f
+		c.Destination, c.EnvVars, c.Category = nil, nil, category
+		return &c
+	case *cli.BoolFlag:
+		c := *f
+		c.Destination, c.EnvVars, c.Category = nil, nil, category
+		return &c
+	case *cli.Float64Flag:
+		c := *f
+		c.Destination, c.EnvVars, c.Category = nil, nil, category
+		return &c
+	}
+	return nil
 }
 
 // setupLogging makes slog's default logger write to w (stderr) in --log-format, at
