@@ -1765,7 +1765,7 @@ func TestCRDPrinterColumns(t *testing.T) {
 		t.Fatal(err)
 	}
 	got.Object["status"] = map[string]any{
-		"stack": "kindcustomhttp/c." + ns + ".columns",
+		"stack": "organization/kindcustomhttp/c." + ns + ".columns",
 		"conditions": []any{map[string]any{"type": "Ready", "status": "False", "reason": "UpFailed",
 			"message": "up failed: quota exceeded", "lastTransitionTime": "2026-01-01T00:00:00Z"}},
 	}
@@ -1795,7 +1795,7 @@ func TestCRDPrinterColumns(t *testing.T) {
 		cells[col.Name], priority[col.Name] = table.Rows[0].Cells[i], col.Priority
 	}
 	for name, want := range map[string]string{"Ready": "False", "Reason": "UpFailed",
-		"Message": "up failed: quota exceeded", "Stack": "kindcustomhttp/c." + ns + ".columns"} {
+		"Message": "up failed: quota exceeded", "Stack": "organization/kindcustomhttp/c." + ns + ".columns"} {
 		if cells[name] != want {
 			t.Errorf("column %s = %v, want %q (all: %v)", name, cells[name], want, cells)
 		}

@@ -1,9 +1,11 @@
 package stack
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/exec"
@@ -11,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/blang/semver"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
@@ -110,6 +113,9 @@ type Manager struct {
 	// Config.CLIUps (pruneDue); unprunedMu guards it.
 	unprunedMu sync.Mutex
 	unpruned   map[string]int
+	// cloudOrg is Pulumi Cloud's default organization for QualifiedName, asked once.
+	cloudOrgOnce sync.Once
+	cloudOrg     string
 
 	mu sync.Mutex
 	// settled holds the stacks known to hold no pending operation of a dead update (see
@@ -246,8 +252,53 @@ func (m *Manager) CLIVersion() semver.Version { return m.cmd.Version() }
 // Project is the Pulumi project name.
 func (m *Manager) Project() string { return m.cfg.Project }
 
-// QualifiedName is how status shows a stack: "<project>/<stack>".
-func (m *Manager) QualifiedName(stack string) string { return m.cfg.Project + "/" + stack }
+// QualifiedName is how status and the commands name a stack: the fully qualified name that the
+// CLI's `--stack` (`pulumi -s`, `pulumi stack select`) accepts from any directory on this
+// backend. On a DIY backend (file, PostgreSQL, S3) it is "organization/<project>/<stack>" (the
+// DIY backends' only organization is "organization": pkg/v3 backend/diy; "<project>/<stack>"
+// is refused there). On Pulumi Cloud it is "<org>/<project>/<stack>" with the CLI's default
+// organization (`pulumi org get-default`, asked once); when that cannot be had, the bare stack
+// name, which the CLI resolves in the project's directory ("<project>/<stack>" would read as
+// an organization named after the project).
+func (m *Manager) QualifiedName(stack string) string {
+	if !isCloud(m.cfg.BackendURL) {
+		return diyOrganization + "/" + m.cfg.Project + "/" + stack
+	}
+	m.cloudOrgOnce.Do(func() { m.cloudOrg = m.defaultOrganization() })
+	if m.cloudOrg == "" {
+		return stack
+	}
+	return m.cloudOrg + "/" + m.cfg.Project + "/" + stack
+}
+
+// diyOrganization is the organization of every stack of a DIY backend (pkg/v3 backend/diy).
+const diyOrganization = "organization"
+
+// isCloud reports whether backendURL is Pulumi Cloud's (http or https; pkg/v3 backend/diy
+// IsDIYBackendURL's rule), as opposed to a DIY backend's bucket URL. An empty URL is the CLI's
+// default, Pulumi Cloud.
+func isCloud(backendURL string) bool {
+	u, err := url.Parse(backendURL)
+	return backendURL == "" || (err == nil && (u.Scheme == "http" || u.Scheme == "https"))
+}
+
+// defaultOrganization is the CLI's default organization on Pulumi Cloud (`pulumi org
+// get-default`), "" when the CLI cannot tell (not logged in, unreachable); the failure is logged.
+func (m *Manager) defaultOrganization() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var env []string
+	for k, v := range m.cliEnv() {
+		env = append(env, k+"="+v)
+	}
+	out, stderr, _, err := m.cmd.Run(ctx, m.cfg.WorkRoot, nil, nil, nil, env, "org", "get-default")
+	org := strings.TrimSpace(out)
+	if err != nil || org == "" || strings.ContainsAny(org, "/ \n") {
+		slog.Warn("could not learn Pulumi Cloud's default organization: stacks are named without it", "error", err, "stderr", RedactText(strings.TrimSpace(stderr)))
+		return ""
+	}
+	return org
+}
 
 // StackName is the stack of the KindCustomHttp namespace/name in this Manager's cluster (see
 // Name for the rule).

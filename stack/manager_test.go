@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -237,5 +238,53 @@ func TestChildGOGC(t *testing.T) {
 				t.Fatalf("GOGC in the CLI's added environment = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestQualifiedNamePastes: the name status shows for a stack of a DIY backend is one the pinned
+// CLI's `pulumi stack select` takes in the repository (the old "<project>/<stack>" it refuses); on Pulumi Cloud without a reachable service the CLI cannot
+// tell its default organization, and the name is the bare stack name, which it resolves in the
+// project's directory.
+func TestQualifiedNamePastes(t *testing.T) {
+	m, backend := newManager(t)
+	name, _ := m.StackName("ns", "paste")
+	if _, err := m.Up(context.Background(), name, program("x", 0), RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	q := m.QualifiedName(name)
+	if want := "organization/kindcustomhttp/" + name; q != want {
+		t.Fatalf("QualifiedName = %q, want %q", q, want)
+	}
+	// Where a user pastes it: the repository, whose Pulumi.yaml is the project's.
+	project, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "Pulumi.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "Pulumi.yaml"), project, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	selectStack := func(ref string) (string, error) {
+		cmd := exec.Command(testenv.PulumiCLI(t), "stack", "select", ref)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "PULUMI_BACKEND_URL=file://"+backend, "PULUMI_HOME="+t.TempDir(),
+			"PULUMI_SKIP_UPDATE_CHECK=true", "PULUMI_CONFIG_PASSPHRASE=test-passphrase")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := selectStack(q); err != nil {
+		t.Fatalf("pulumi stack select %s: %v\n%q", q, err, out)
+	}
+	if out, err := selectStack("kindcustomhttp/" + name); err == nil || !strings.Contains(out, "organization name must be 'organization'") {
+		t.Errorf("pulumi stack select kindcustomhttp/%s (the old status.stack) = %v, %s; want the CLI's refusal", name, err, out)
+	}
+
+	cloud, err := New(Config{Project: "kindcustomhttp", BackendURL: "https://127.0.0.1:1", WorkRoot: t.TempDir(),
+		PulumiPath: testenv.PulumiCLI(t), ClusterName: "test", Env: map[string]string{"PULUMI_ACCESS_TOKEN": "pul-none", "PULUMI_CONFIG_PASSPHRASE": "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cloud.QualifiedName(name); got != name {
+		t.Errorf("QualifiedName on an unreachable Pulumi Cloud = %q, want the bare %q", got, name)
 	}
 }

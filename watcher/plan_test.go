@@ -73,7 +73,7 @@ func TestUnitPlan(t *testing.T) {
 			check: func(t *testing.T, o *api.KindCustomHttp, _ string) {
 				wantCondition(t, o, api.ConditionReady, metav1.ConditionTrue, api.ReasonSucceeded)
 				wantCondition(t, o, api.ConditionStalled, metav1.ConditionFalse, api.ReasonSucceeded)
-				if o.Status.AppliedDigest == "" || o.Status.Stack != "kindcustomhttp/test.ns.web" ||
+				if o.Status.AppliedDigest == "" || o.Status.Stack != "organization/kindcustomhttp/test.ns.web" ||
 					o.Status.Outputs == nil || o.Status.Outputs.DeploymentName != "web" ||
 					o.Status.LastUpdate == nil || o.Status.LastUpdate.Result != "succeeded" ||
 					o.Status.Replicas != 2 || o.Status.AvailableReplicas != 2 {

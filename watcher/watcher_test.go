@@ -195,7 +195,7 @@ func TestReconcileLifecycle(t *testing.T) {
 	if !strings.Contains(strings.Join(o.Finalizers, ","), Finalizer) {
 		t.Fatalf("finalizers = %v, want %s", o.Finalizers, Finalizer)
 	}
-	if want := "kindcustomhttp/test." + f.ns + ".web"; o.Status.Stack != want {
+	if want := "organization/kindcustomhttp/test." + f.ns + ".web"; o.Status.Stack != want {
 		t.Errorf("status.stack = %q, want %q", o.Status.Stack, want)
 	}
 	if o.Status.Outputs == nil || o.Status.Outputs.DeploymentName != "web" || o.Status.Outputs.ConfigMapName != "web-configmap" {

@@ -196,7 +196,8 @@ type KindCustomHttpStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
-	// stack is the Pulumi stack that owns the objects, "<project>/<stack>".
+	// stack is the Pulumi stack that owns the objects, as `pulumi stack select` takes it:
+	// "organization/<project>/<stack>" on a DIY backend, "<org>/<project>/<stack>" on Pulumi Cloud.
 	Stack string `json:"stack,omitempty"`
 	// lastUpdate describes the last Pulumi operation run for this object.
 	LastUpdate *UpdateStatus `json:"lastUpdate,omitempty"`
