@@ -102,7 +102,9 @@ func (s *fakeStacks) StackName(namespace, name string) (string, error) {
 	return stack.Name("test", namespace, name)
 }
 
-func (s *fakeStacks) QualifiedName(stackName string) string { return "organization/kindcustomhttp/" + stackName }
+func (s *fakeStacks) QualifiedName(stackName string) string {
+	return "organization/kindcustomhttp/" + stackName
+}
 
 func (s *fakeStacks) Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
 	s.mu.Lock()
