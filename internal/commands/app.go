@@ -97,7 +97,7 @@ func newApp(cfg *config) *cli.App {
 			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"PULUMI_OPERATOR_STATE_DIR"}, Value: filepath.Join(home, ".pulumi-operator"), Destination: &cfg.stateDir,
 				Usage: "`DIR` for per-stack workspaces and the default file backend"},
 			&cli.StringFlag{Name: "pulumi", EnvVars: []string{"PULUMI_OPERATOR_PULUMI"}, Destination: &cfg.pulumiPath,
-				Usage: "pulumi CLI `PATH`; default: the pinned CLI next to this binary"},
+				Usage: "pulumi CLI `PATH`; default: the pinned CLI next to this binary, else the pulumi on PATH (warned about when it is not the pinned version)"},
 			// Kept so that command lines and manifests that set it keep working: the stack-init
 			// helper is gone, the engine host creates new stacks (stackManager warns).
 			&cli.StringFlag{Name: "stack-init", EnvVars: []string{"PULUMI_OPERATOR_STACK_INIT"}, Destination: &cfg.stackInit, Hidden: true,

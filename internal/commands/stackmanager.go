@@ -95,9 +95,13 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 	if backend == "" {
 		backend = "file://" + filepath.Join(cfg.stateDir, "backend")
 	}
-	pulumiPath, err := pulumiCLIPath(cfg)
+	pulumiPath, why, err := pulumiCLI(cfg)
 	if err != nil {
 		return nil, "", err
+	}
+	if why == noCLI {
+		return nil, "", fmt.Errorf("no pulumi CLI: none at %s and none on PATH; put the pinned one there (`make tools`), install pulumi v%s on PATH, or pass --pulumi",
+			pulumiPath, stack.PinnedCLIVersion)
 	}
 	if cfg.stackInit != "" {
 		slog.Warn("--stack-init (PULUMI_OPERATOR_STACK_INIT) is no longer used and is ignored: the engine host creates new stacks, or `pulumi stack init` without one (--engine-host none)",
@@ -133,6 +137,10 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 	})
 	if err != nil {
 		return nil, "", err
+	}
+	if v := mgr.CLIVersion().String(); v != stack.PinnedCLIVersion {
+		slog.Warn("the pulumi CLI is not the version this operator pins and is tested with: install pulumi v"+stack.PinnedCLIVersion+" or put the pinned one next to this binary",
+			"pulumi", pulumiPath, "found", why, "version", v, "pinned", stack.PinnedCLIVersion)
 	}
 	slog.Debug("stack manager ready", "project", project, "backend", stack.RedactURL(backend),
 		"cluster", cluster, "pulumi", pulumiPath, "pulumiVersion", mgr.CLIVersion().String())

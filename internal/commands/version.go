@@ -35,18 +35,41 @@ func versionCommand(cfg *config) *cli.Command {
 	}
 }
 
-// pulumiCLIPath is the pulumi CLI the operator runs: --pulumi, else the pinned CLI next to
-// this binary. Errors only when the executable's own path is unknown.
+// pulumiCLIPath is the pulumi CLI the operator runs (pulumiCLI without the reason).
 func pulumiCLIPath(cfg *config) (string, error) {
+	path, _, err := pulumiCLI(cfg)
+	return path, err
+}
+
+// pulumiCLI is the pulumi CLI the operator runs and why that one, in this order: --pulumi; the
+// pinned CLI next to this binary (the image, bin/ and a release archive ship both); the `pulumi`
+// on PATH (a `go install` of the operator beside an installed CLI), which may be another
+// version (newStackManager warns; stack.New refuses another major version). When there is
+// none, the path next to this binary is returned, so that the error of running it names where
+// the pinned one belongs. Errors only when the executable's own path is unknown.
+func pulumiCLI(cfg *config) (path, why string, err error) {
 	if cfg.pulumiPath != "" {
-		return cfg.pulumiPath, nil
+		return cfg.pulumiPath, "--pulumi", nil
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return "", fmt.Errorf("find pinned pulumi CLI: %w (pass --pulumi)", err)
+		return "", "", fmt.Errorf("find pinned pulumi CLI: %w (pass --pulumi)", err)
 	}
-	return filepath.Join(filepath.Dir(exe), "pulumi"), nil
+	beside := filepath.Join(filepath.Dir(exe), "pulumi")
+	if _, err := os.Stat(beside); err == nil {
+		return beside, "next to this binary", nil
+	}
+	if onPath, err := exec.LookPath("pulumi"); err == nil {
+		if abs, err := filepath.Abs(onPath); err == nil {
+			onPath = abs
+		}
+		return onPath, "on PATH; none next to this binary", nil
+	}
+	return beside, noCLI, nil
 }
+
+// noCLI is pulumiCLI's reason when it found no CLI.
+const noCLI = "none next to this binary nor on PATH"
 
 // printVersion writes one line each: the operator's version; the pulumi CLI's (`pulumi
 // version`) and path; the Kubernetes provider plugin's and path, with the Pulumi home it was
@@ -55,11 +78,11 @@ func pulumiCLIPath(cfg *config) (string, error) {
 func printVersion(ctx context.Context, out io.Writer, cfg *config) error {
 	fmt.Fprintf(out, "pulumi-operator: v%s (pins pulumi v%s, Kubernetes provider v%s)\n",
 		version.Version, stack.PinnedCLIVersion, stack.KubernetesPluginVersion)
-	path, err := pulumiCLIPath(cfg)
+	path, why, err := pulumiCLI(cfg)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "pulumi CLI: %s\n", cliVersion(ctx, path))
+	fmt.Fprintf(out, "pulumi CLI: %s (%s)\n", cliVersion(ctx, path), why)
 	home := stack.DefaultPulumiHome(path)
 	shownHome := home
 	if shownHome == "" {
@@ -89,7 +112,8 @@ func clusterAdmissionStatus(ctx context.Context, cfg *config) string {
 	return line
 }
 
-// cliVersion is "<version> at <path>" from `<path> version`, or "not found at <path> (...)" /
+// cliVersion is "<version> at <path>" from `<path> version` (", not the pinned v<pinned>" after
+// the version when it differs), or "not found at <path> (...)" /
 // "did not answer at <path> (...)" (it exists but failed or timed out), saying how to get the
 // pinned CLI.
 func cliVersion(ctx context.Context, path string) string {
@@ -99,10 +123,14 @@ func cliVersion(ctx context.Context, path string) string {
 	cmd.Env = stack.Environ() // as every pulumi process the operator starts
 	out, err := cmd.Output()
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Sprintf("not found at %s (%v; build the pinned CLI with `make tools` or pass --pulumi)", path, err)
+		return fmt.Sprintf("not found at %s (%v; build the pinned CLI with `make tools`, install pulumi v%s on PATH, or pass --pulumi)", path, err, stack.PinnedCLIVersion)
 	}
 	if err != nil {
 		return fmt.Sprintf("did not answer at %s (`%s version`: %v; rebuild the pinned CLI with `make tools` or pass --pulumi)", path, path, err)
 	}
-	return strings.TrimSpace(string(out)) + " at " + path
+	v := strings.TrimSpace(string(out))
+	if strings.TrimPrefix(v, "v") != stack.PinnedCLIVersion {
+		v += ", not the pinned v" + stack.PinnedCLIVersion
+	}
+	return v + " at " + path
 }

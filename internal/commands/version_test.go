@@ -1,7 +1,11 @@
 package commands
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -36,7 +40,7 @@ func TestVersion(t *testing.T) {
 	}
 	for _, want := range []string{
 		"pulumi-operator: v" + version.Version + " ",
-		"pulumi CLI: v" + stack.PinnedCLIVersion + " at " + cli + "\n",
+		"pulumi CLI: v" + stack.PinnedCLIVersion + " at " + cli + " (--pulumi)\n",
 		"Kubernetes provider plugin: v" + stack.KubernetesPluginVersion + " at " + plugin + " ",
 	} {
 		if !strings.Contains(out, want) {
@@ -78,5 +82,63 @@ func TestVersionMissingParts(t *testing.T) {
 	out, _ = runApp(t, "--pulumi", broken, "version")
 	if want := "pulumi CLI: did not answer at " + broken; !strings.Contains(out, want) {
 		t.Errorf("version output lacks %q:\n%s", want, out)
+	}
+}
+
+// TestPulumiOnPath: with no --pulumi and no CLI next to the binary (the test binary's directory
+// has none), the pulumi on PATH is used and `version` says so; one of another version is named
+// as such by `version` and warned about when the stack manager starts; with none anywhere the
+// stack manager's error says where a CLI was looked for and what to do.
+func TestPulumiOnPath(t *testing.T) {
+	real := testenv.PulumiCLI(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(exe), "pulumi")); err == nil {
+		t.Fatalf("a pulumi next to the test binary %s: this test needs none there", exe)
+	}
+	t.Setenv("PULUMI_OPERATOR_PULUMI", "") // restored after the test
+	os.Unsetenv("PULUMI_OPERATOR_PULUMI")  // --pulumi's variable: unset, not empty
+	dir := t.TempDir()
+	t.Setenv("PATH", dir)
+	if err := os.Symlink(real, filepath.Join(dir, "pulumi")); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runApp(t, "version")
+	if want := "pulumi CLI: v" + stack.PinnedCLIVersion + " at " + filepath.Join(dir, "pulumi") + " (on PATH; none next to this binary)\n"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("version with the pinned CLI on PATH: exit %d, output lacks %q:\n%s", code, want, out)
+	}
+
+	// Another version on PATH: the real CLI, but answering `pulumi version` with an older one
+	// (no second CLI version can be had here).
+	other := t.TempDir()
+	script := "#!/bin/sh\nif [ \"$1\" = version ]; then echo v3.254.0; exit 0; fi\nexec " + real + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(other, "pulumi"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", other)
+	out, _ = runApp(t, "version")
+	if want := "pulumi CLI: v3.254.0, not the pinned v" + stack.PinnedCLIVersion + " at " + filepath.Join(other, "pulumi") + " (on PATH"; !strings.Contains(out, want) {
+		t.Errorf("version with another CLI on PATH lacks %q:\n%s", want, out)
+	}
+	var logs bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "x")
+	cfg := &config{stateDir: t.TempDir(), clusterName: "c", projectFile: filepath.Join(t.TempDir(), "none.yaml"), keepHistory: 1}
+	mgr, _, err := newStackManager(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatalf("stack manager with another CLI version on PATH: %v", err)
+	}
+	mgr.Close()
+	if !strings.Contains(logs.String(), "not the version this operator pins") || !strings.Contains(logs.String(), "version=3.254.0") {
+		t.Errorf("no warning about the CLI's version in the log:\n%s", logs.String())
+	}
+
+	t.Setenv("PATH", t.TempDir())
+	_, _, err = newStackManager(context.Background(), cfg, nil)
+	if err == nil || !strings.Contains(err.Error(), "none on PATH") || !strings.Contains(err.Error(), "--pulumi") {
+		t.Errorf("no CLI anywhere: %v; want an error saying where it looked and what to do", err)
 	}
 }
