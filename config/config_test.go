@@ -847,8 +847,8 @@ func exists(t *testing.T, c *testenv.Cluster, gvr schema.GroupVersionResource, n
 	}
 }
 
-// TestHelmInstall installs the chart, upgrades it, uninstalls it, and installs it again over
-// what uninstall keeps, in a namespace enforcing the restricted Pod Security Standard. kwok runs
+// TestHelmInstall packages the chart and installs the archive, upgrades it, uninstalls it, and
+// installs it again over what uninstall keeps, in a namespace enforcing the restricted Pod Security Standard. kwok runs
 // the pods (no image is pulled), so this proves the apiserver accepts every object and the
 // Deployment becomes Available.
 func TestHelmInstall(t *testing.T) {
@@ -868,14 +868,24 @@ func TestHelmInstall(t *testing.T) {
 	kc := []string{"--kubeconfig", c.Kubeconfig, "--namespace", ns}
 	staticPV(t, c, ns, release+"-state")
 
-	install := func() {
+	// The first install is of the packaged chart (`helm package`), which must be made without a
+	// warning (a symbolic link in the chart draws one); the later ones are of the directory.
+	pkgDir := t.TempDir()
+	pkg := exec.Command(helmCLI(t), "package", root(chartDir), "--destination", pkgDir)
+	pkg.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	out, err := pkg.CombinedOutput()
+	archives, _ := filepath.Glob(filepath.Join(pkgDir, "*.tgz"))
+	if err != nil || len(archives) != 1 || strings.Contains(strings.ToLower(string(out)), "warning") {
+		t.Fatalf("helm package: %v, archives %v, output:\n%s", err, archives, out)
+	}
+	install := func(chart string) {
 		t.Helper()
-		if out, err := helm(t, append([]string{"install", release, root(chartDir), "--wait", "--timeout", "2m",
+		if out, err := helm(t, append([]string{"install", release, chart, "--wait", "--timeout", "2m",
 			"--set", "passphrase=" + testPassword}, kc...)...); err != nil {
-			t.Fatalf("helm install: %v\n%s", err, out)
+			t.Fatalf("helm install %s: %v\n%s", chart, err, out)
 		}
 	}
-	install()
+	install(archives[0])
 	t.Cleanup(func() { _, _ = helm(t, append([]string{"uninstall", release, "--wait"}, kc...)...) })
 
 	if _, err := c.Client.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1",
@@ -930,7 +940,7 @@ func TestHelmInstall(t *testing.T) {
 	exists(t, c, schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, ns, release+"-secrets")
 
 	// A second install adopts them.
-	install()
+	install(root(chartDir))
 	pvc, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, release+"-state", metav1.GetOptions{})
 	if err != nil || pvc.Status.Phase != corev1.ClaimBound {
 		t.Fatalf("state claim after reinstall: %v, %v", pvc, err)
@@ -1838,6 +1848,42 @@ func TestManifestArgsParse(t *testing.T) {
 			if out, err := run(t, nil, bin, args...); err != nil {
 				t.Errorf("%s: pulumi-operator %v: %v\n%s", src, c.Args, err, out)
 			}
+		}
+	}
+}
+
+// TestChartReadmeNamespace: the chart README's install makes the namespace with the Pod Security
+// label that config/manager's namespace carries (helm's --create-namespace makes one without),
+// and so does the repository README's.
+func TestChartReadmeNamespace(t *testing.T) {
+	ns, err := os.ReadFile(root("config/manager/namespace.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const label = "pod-security.kubernetes.io/enforce"
+	var value string
+	for _, line := range strings.Split(string(ns), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == label {
+			value = strings.TrimSpace(v)
+		}
+	}
+	if value == "" {
+		t.Fatalf("config/manager/namespace.yaml has no %s label", label)
+	}
+	for file, namespace := range map[string]string{filepath.Join(chartDir, "README.md"): "pulumi-operator", "README.md": "pulumi-operator-system"} {
+		b, err := os.ReadFile(root(file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		for _, want := range []string{"kubectl create namespace " + namespace + "\n",
+			"kubectl label namespace " + namespace + " " + label + "=" + value + "\n"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s: the install lacks %q", file, want)
+			}
+		}
+		if strings.Contains(text, "--create-namespace") {
+			t.Errorf("%s: an install with --create-namespace makes a namespace without the %s label", file, label)
 		}
 	}
 }

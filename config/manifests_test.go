@@ -1,4 +1,4 @@
-// Tests of the generated manifests: the CRD (config/crd, and the chart's crds/ that links to it)
+// Tests of the generated manifests: the CRD (config/crd, and the chart's crds/ that copies it)
 // and the ClusterRoles (config/rbac) are exactly what controller-gen generates from the markers
 // (`make manifests`); the chart's templates grant the same rules; every field of the CRD has a
 // description for `kubectl explain`; and the schema keeps the contract of the original operator
@@ -109,9 +109,12 @@ func TestManifestsAreGenerated(t *testing.T) {
 				"list them in the kustomization and here", strings.Join(g.args, " "), wrote, g.dir, g.files)
 		}
 	}
-	// The chart's crds/ holds a symbolic link to config/crd's file (helm follows it and packages
-	// its contents); a copy would do if it were the same.
+	// The chart's crds/ holds a copy of config/crd's file, not a symbolic link (helm warns about
+	// one at install, and a chart must be whole without the repository).
 	generated[filepath.Join(chartDir, "crds", crdFile)] = generated[filepath.Join("config", "crd", crdFile)]
+	if fi, err := os.Lstat(root(filepath.Join(chartDir, "crds", crdFile))); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		t.Errorf("%s is a symbolic link: run `make manifests`, which copies the CRD there", filepath.Join(chartDir, "crds", crdFile))
+	}
 
 	paths := make([]string, 0, len(generated))
 	for p := range generated {
