@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,7 +55,7 @@ func scrape(t *testing.T, addr string) string {
 // metricName matches the names of the operator's metrics in PromQL and in a scrape.
 var metricName = regexp.MustCompile(`\b(?:pulumi_operator_|workqueue_|rest_client_|process_)[a-z_]+\b`)
 
-// The running operator's /metrics, scraped: per-object condition series (one per condition,
+// The running operator's /metrics, scraped: promlint finds nothing in it; per-object condition series (one per condition,
 // at its current status) that follow the object's status and go with it, Pulumi operation and reconcile histograms, the
 // work queue and client-go's API request metrics; and every metric the chart's PrometheusRule
 // and the Grafana dashboard query is one the operator serves.
@@ -101,6 +102,16 @@ func TestWatchMetrics(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s; it has:\n%s", want, grep(body, strings.SplitN(want, "{", 2)[0]))
 		}
+	}
+
+	// Prometheus' own linter (promlint, what `promtool check metrics` runs) finds nothing in
+	// what the operator serves: names, units, suffixes, help texts.
+	problems, err := promlint.New(strings.NewReader(body)).Lint()
+	if err != nil {
+		t.Fatalf("promlint: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
 
 	// Every metric the alerts and the dashboard query exists.
