@@ -16,6 +16,7 @@ require (
 	github.com/pulumi/pulumi-kubernetes/sdk/v4 v4.33.0
 	github.com/pulumi/pulumi/sdk/v3 v3.255.0
 	github.com/urfave/cli/v2 v2.27.7
+	github.com/yuin/gopher-lua v1.1.2
 	golang.org/x/sync v0.23.0
 	golang.org/x/sys v0.48.0
 	golang.org/x/term v0.46.0

@@ -23,7 +23,9 @@ import (
 // deadline passes); Terminating while its delete destroys the stack, then gone. Each kstatus
 // result of each version of the object is taken from a watch, so none is missed between polls.
 // (The object's first version, before the operator has written any status, reads Current:
-// kstatus takes an object without conditions or observedGeneration as done.)
+// kstatus takes an object without conditions or observedGeneration as done.) The Argo CD
+// health check of docs/argocd.md, run on the same versions, goes Progressing, Healthy,
+// Progressing, Healthy, Progressing, Degraded.
 func TestKstatus(t *testing.T) {
 	f := start(t)
 	ctx := context.Background()
@@ -46,6 +48,10 @@ func TestKstatus(t *testing.T) {
 	defer w.Stop()
 	const gone = status.Status("(deleted)")
 	var history []status.Status
+	// The Argo CD health check (docs/argocd.md) on each version not being deleted (Argo CD
+	// reports those as pending deletion itself), consecutive repeats folded.
+	script := argoHealthScript(t)
+	var health []string
 	// expect reads the watch until it has seen want, in order, each once (other results may come
 	// between them), failing with every result seen after 60 s.
 	expect := func(what string, want ...status.Status) {
@@ -67,6 +73,11 @@ func TestKstatus(t *testing.T) {
 						t.Fatalf("%s: kstatus: %v", what, err)
 					}
 					s = r.Status
+					if u.GetDeletionTimestamp() == nil {
+						if h, _ := argoHealth(t, script, u); len(health) == 0 || health[len(health)-1] != h {
+							health = append(health, h)
+						}
+					}
 				default:
 					continue
 				}
@@ -114,6 +125,11 @@ func TestKstatus(t *testing.T) {
 		t.Errorf("kstatus Terminating before the delete: %v", history)
 	}
 	t.Logf("kstatus through the object's life: %v", history)
+	t.Logf("Argo CD health through the object's life: %v", health)
+	want := []string{"Progressing", "Healthy", "Progressing", "Healthy", "Progressing", "Degraded"}
+	if !slices.Equal(health, want) {
+		t.Errorf("Argo CD health through the object's life: %v, want %v", health, want)
+	}
 }
 
 // progressDeadlineExceeded reports whether d's rollout gave up (Progressing False,
