@@ -256,6 +256,9 @@ func writeDoc(path string, r *Results) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
+	if _, err := writePlots(r, filepath.Join(filepath.Dir(path), plotsDir)); err != nil {
+		return err
+	}
 	return os.WriteFile(path, []byte(keepSoak(path, md)), 0o644)
 }
 

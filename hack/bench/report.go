@@ -596,6 +596,9 @@ var docTemplate = template.Must(template.New("benchmarks.md.tmpl").Parse(docSkel
 // computed here (formatted cells, Markdown-escaped text, sums and shares).
 type docData struct {
 	*Results
+	// Plots are the run's plots (plotsFor), files in PlotsDir beside the doc (writePlots).
+	Plots    []plotRef
+	PlotsDir string
 	// Generated is the run's date as the doc's first paragraph gives it, RunDate as the table
 	// of versions does (both UTC); Minutes is how long the run took.
 	Generated, RunDate string
@@ -688,6 +691,8 @@ func (r *Results) markdown() (string, error) {
 func (r *Results) docData() *docData {
 	d := &docData{
 		Results:        r,
+		Plots:          plotsFor(r),
+		PlotsDir:       plotsDir,
 		Generated:      r.Date.UTC().Format("2006-01-02 15:04 MST"),
 		RunDate:        r.Date.UTC().Format(time.RFC3339),
 		Minutes:        r.Seconds / 60,

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +166,53 @@ func TestBurstGroups(t *testing.T) {
 	}
 	if f := got["burst_cpu_per_up"]; f.Value != 0.72 {
 		t.Errorf("CLI CPU per up %v, want 0.72 (144 CPU s over 200 ups)", f.Value)
+	}
+}
+
+// TestPlots: writePlots draws each plot the golden results have data for as an SVG whose
+// titles and axis labels are there, the doc links each one, and results without bursts,
+// latency samples or idle windows get no plot of them.
+func TestPlots(t *testing.T) {
+	r, err := readResults(filepath.Join("testdata", "render", "full.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	refs, err := writePlots(r, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"burst-time.svg", "burst-cpu.svg", "latency.svg", "idle-cpu.svg", "idle-rss.svg"}
+	var got []string
+	for _, ref := range refs {
+		got = append(got, ref.File)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("plots %v, want %v", got, want)
+	}
+	md, err := r.markdown()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range refs {
+		b, err := os.ReadFile(filepath.Join(dir, ref.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		svg := string(b)
+		if !strings.HasPrefix(strings.TrimSpace(svg), "<?xml") || !strings.Contains(svg, "<svg") {
+			t.Errorf("%s is no SVG: %.80q", ref.File, svg)
+		}
+		for _, text := range []string{ref.Title[:20]} {
+			if !strings.Contains(svg, text) {
+				t.Errorf("%s lacks its title %q", ref.File, text)
+			}
+		}
+		if link := "](" + plotsDir + "/" + ref.File + ")"; !strings.Contains(md, link) {
+			t.Errorf("the doc does not link %s", ref.File)
+		}
+	}
+	if refs := plotsFor(&Results{}); len(refs) != 0 {
+		t.Errorf("plots of empty results: %v, want none", refs)
 	}
 }
