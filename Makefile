@@ -93,7 +93,7 @@ clean: cluster-down
 	rm -rf $(BIN) $(LOCAL)
 
 # ---- Installing the operator into a cluster: config/default (kustomize) or charts/pulumi-operator.
-.PHONY: deploy undeploy helm
+.PHONY: deploy undeploy helm promtool
 
 ## deploy: the CRD, RBAC and the operator (config/default) into the cluster of $KUBECONFIG
 ## (default: the local cluster); create Secret pulumi-operator-secrets first (README.md)
@@ -161,6 +161,13 @@ helm:
 # The chart tests (config/) need bin/helm; under CI=true they fail without it.
 test: helm
 
+## promtool: the pinned promtool, bin/promtool (hack/tools/promtool: the PrometheusRule's unit tests)
+promtool:
+	hack/build-promtool.sh $(BIN)
+
+# config/prometheusrule_test.go needs bin/promtool; under CI=true it fails without it.
+test: promtool
+
 # ---- Generated manifests: the CRD and the ClusterRoles come from +kubebuilder markers.
 .PHONY: controller-gen manifests generate
 
@@ -169,7 +176,8 @@ controller-gen:
 	ONLY=controller-gen hack/build-tools.sh $(BIN)
 
 ## manifests: regenerate from the markers the CRD, config/crd (from api/v1; the chart's crds/ holds
-## a copy: helm warns about a symbolic link, and `helm package` must carry the file itself), and the ClusterRoles config/rbac/role.yaml (watcher/rbac.go) and
+## a copy: helm warns about a symbolic link, and `helm package` must carry the file itself), and
+## the ClusterRoles config/rbac/role.yaml (watcher/rbac.go) and
 ## config/rbac/cluster_name_role.yaml (internal/commands/rbac.go). config/manifests_test.go runs the same
 ## commands and fails until the committed files are what they generate.
 manifests: controller-gen
