@@ -281,7 +281,7 @@ func TestCommandsFlow(t *testing.T) {
 		res.Results[0].Outputs["deploymentName"] != "flow" {
 		t.Fatalf("up --json = %s (%v)", out, err)
 	}
-	if want := "kindcustomhttp/cli." + ns + ".flow"; res.Results[0].Stack != want {
+	if want := "organization/kindcustomhttp/cli." + ns + ".flow"; res.Results[0].Stack != want {
 		t.Fatalf("stack %q, want %q: the watcher's naming", res.Results[0].Stack, want)
 	}
 
