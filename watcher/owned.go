@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,7 +135,8 @@ func (o *ownedObjects) drift(ctx context.Context, d api.Desired) []string {
 // Every field Declare sets counts, and only those (declaredDiff): what the apiserver defaults or
 // assigns (probe timeouts, a NodePort, the ClusterIP) and what others add beside the declared
 // fields (an annotation of `kubectl rollout restart`, a label) are not drift, because an up
-// would not change them either. The metadata beyond labels is left out: the provider keeps its
+// would not change them either. The ConfigMap's data is the exception: it must hold exactly
+// the declared keys (undeclaredKey). The metadata beyond labels is left out: the provider keeps its
 // own annotations out of what it applies.
 func compare(d api.Desired, dep *appsv1.Deployment, svc *corev1.Service, cm *corev1.ConfigMap) []string {
 	want := infra.Build(d)
@@ -162,11 +164,33 @@ func compare(d api.Desired, dep *appsv1.Deployment, svc *corev1.Service, cm *cor
 		check("Service "+d.Name, false)
 	}
 	if cm != nil {
+		before := len(diffs)
 		check("ConfigMap "+d.ConfigMapName(), true, "metadata.labels", want.ConfigMap.Labels, cm.Labels, "data", want.ConfigMap.Data, cm.Data)
+		if diff, ok := undeclaredKey("data", want.ConfigMap.Data, cm.Data); !ok && len(diffs) == before {
+			diffs = append(diffs, "ConfigMap "+d.ConfigMapName()+" "+diff)
+		}
 	} else {
 		check("ConfigMap "+d.ConfigMapName(), false)
 	}
 	return diffs
+}
+
+// undeclaredKey reports whether live has no key that want lacks, naming the first such key
+// otherwise ("data[extra.txt] is not declared"). The ConfigMap's data is the whole of
+// spec.configMapData, not a set of fields among others': a key an earlier spec had, left by an up
+// that was killed before it removed it, or added by hand, reaches the pods as a file.
+func undeclaredKey(path string, want, live map[string]string) (string, bool) {
+	keys := make([]string, 0, len(live))
+	for k := range live {
+		if _, ok := want[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return "", true
+	}
+	slices.Sort(keys)
+	return fmt.Sprintf("%s[%s] is not declared", path, keys[0]), false
 }
 
 // declaredDiff reports whether live has every field that want (a declared value) sets, with the

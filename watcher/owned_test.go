@@ -60,6 +60,13 @@ func TestCompareFollowsDeclare(t *testing.T) {
 			}
 			return false
 		},
+		"data key added": func(o *infra.Objects) bool {
+			if o.ConfigMap.Data == nil {
+				o.ConfigMap.Data = map[string]string{}
+			}
+			o.ConfigMap.Data["extra.txt"] = "left by an earlier spec"
+			return true
+		},
 		"data key removed": func(o *infra.Objects) bool {
 			for k := range o.ConfigMap.Data {
 				delete(o.ConfigMap.Data, k)
