@@ -56,9 +56,13 @@ func (m *Manager) sweepRemoved(ctx context.Context, stackName string) error {
 }
 
 // forget drops what this Manager keeps of a stack removed from the backend: its settled
-// record (a stack of the same name made later starts afresh) and its workspace directory.
+// record and its count of unpruned updates (a stack of the same name made later starts afresh)
+// and its workspace directory.
 func (m *Manager) forget(stackName string) error {
 	m.recordPending(stackName)
+	m.unprunedMu.Lock()
+	delete(m.unpruned, stackName)
+	m.unprunedMu.Unlock()
 	if err := os.RemoveAll(filepath.Join(m.cfg.WorkRoot, stackName)); err != nil {
 		return fmt.Errorf("remove workspace directory of stack %s: %w", stackName, err)
 	}

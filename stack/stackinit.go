@@ -3,7 +3,6 @@ package stack
 import (
 	"context"
 	"log/slog"
-	"net/url"
 	"strings"
 
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
@@ -13,12 +12,9 @@ import (
 // DIY backend (not Pulumi Cloud, whose API makes stacks and runs updates) and the passphrase
 // secrets provider, whose salt the Manager writes (salt.go) and the first up records; a KMS
 // provider's key is made at `stack init` (cloud.NewCloudSecretsManager), which the host does not
-// do. Pulumi Cloud is told apart by its http(s) scheme, the rule of pkg/v3 backend/diy
-// IsDIYBackendURL (every other scheme is a bucket's), which the operator does not link; the host
-// applies that function itself.
+// do. Pulumi Cloud is told apart by isCloud; the host applies pkg/v3's own rule itself.
 func engineHostCanServe(cfg Config) bool {
-	u, err := url.Parse(cfg.BackendURL)
-	return err == nil && u.Scheme != "http" && u.Scheme != "https" && cfg.SecretsProvider == "passphrase"
+	return !isCloud(cfg.BackendURL) && cfg.SecretsProvider == "passphrase"
 }
 
 // initStack creates stackName with the engine host (starting one when none runs): the same

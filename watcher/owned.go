@@ -136,8 +136,8 @@ func (o *ownedObjects) drift(ctx context.Context, d api.Desired) []string {
 // assigns (probe timeouts, a NodePort, the ClusterIP) and what others add beside the declared
 // fields (an annotation of `kubectl rollout restart`, a label) are not drift, because an up
 // would not change them either. The ConfigMap's data is the exception: it must hold exactly
-// the declared keys (undeclaredKey). The metadata beyond labels is left out: the provider keeps its
-// own annotations out of what it applies.
+// the declared keys (undeclaredKey). The metadata beyond labels is left out: the provider keeps
+// its own annotations out of what it applies.
 func compare(d api.Desired, dep *appsv1.Deployment, svc *corev1.Service, cm *corev1.ConfigMap) []string {
 	want := infra.Build(d)
 	var diffs []string
@@ -198,7 +198,7 @@ func undeclaredKey(path string, want, live map[string]string) (string, bool) {
 // set, but a value behind a set pointer is (replicas 0, a false flag); a set slice must be no
 // longer than live's and match it element by element, a set map must have each of its keys in
 // live. When a field differs it returns where, as a JSON path under path, with both values
-// ("spec.replicas is 5, want 2"). Nothing is allocated while the values agree: it runs for
+// ("spec.replicas is 5, want 2"); the message and its path are built only then, as it runs for
 // every object on each resync.
 //
 // Hand-written because apimachinery's equality.Semantic.DeepDerivative, which has these rules

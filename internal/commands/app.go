@@ -154,8 +154,8 @@ func setupGlobal(c *cli.Context, cfg *config) error {
 // under "GLOBAL OPTIONS", and a Before that hands what was given there to the App's flag set
 // (and so to cfg) and runs setupGlobal again with it.
 //
-// Hand-written because urfave/cli v2 parses an App's flags only before the command's name; its
-// v3 has no such split. The copies have no destination of their own (applying a flag resets its
+// Hand-written because urfave/cli v2 parses an App's flags only before the command's name. The
+// copies have no destination of their own (applying a flag resets its
 // destination to the default, which would undo a value given before the command) and no
 // environment variables (the App's flags read those; a copy set from the environment would
 // override a value given on the command line before the command).

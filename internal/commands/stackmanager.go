@@ -139,7 +139,7 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 		return nil, "", err
 	}
 	if v := mgr.CLIVersion().String(); v != stack.PinnedCLIVersion {
-		slog.Warn("the pulumi CLI is not the version this operator pins and is tested with: install pulumi v"+stack.PinnedCLIVersion+" or put the pinned one next to this binary",
+		slog.Warn("the pulumi CLI is not the version this operator pins and is tested with: install the pinned version or put the pinned CLI next to this binary",
 			"pulumi", pulumiPath, "found", why, "version", v, "pinned", stack.PinnedCLIVersion)
 	}
 	slog.Debug("stack manager ready", "project", project, "backend", stack.RedactURL(backend),

@@ -35,12 +35,6 @@ func versionCommand(cfg *config) *cli.Command {
 	}
 }
 
-// pulumiCLIPath is the pulumi CLI the operator runs (pulumiCLI without the reason).
-func pulumiCLIPath(cfg *config) (string, error) {
-	path, _, err := pulumiCLI(cfg)
-	return path, err
-}
-
 // pulumiCLI is the pulumi CLI the operator runs and why that one, in this order: --pulumi; the
 // pinned CLI next to this binary (the image, bin/ and a release archive ship both); the `pulumi`
 // on PATH (a `go install` of the operator beside an installed CLI), which may be another

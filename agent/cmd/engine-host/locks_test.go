@@ -25,17 +25,25 @@ func writeFile(t *testing.T, root, rel, content string) string {
 	return p
 }
 
+// backendWithStack is a fresh file:// backend (its directory and URL) holding stack dev of
+// project proj, made by the host's init.
+func backendWithStack(t *testing.T) (dir, url string) {
+	t.Helper()
+	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
+	dir = t.TempDir()
+	url = "file://" + dir
+	if _, replies, _ := serveLines(t, url, "proj", `{"id":1,"op":"init","stack":"dev"}`); replies[1].Code != 0 {
+		t.Fatalf("init: %+v", replies[1])
+	}
+	return dir, url
+}
+
 // TestLocksAndUnlock: locks reads a stack's lock files from a real file:// backend (held with
 // none for no lock; held with the parsed lock, and held for an empty file being written), for
 // an existing stack and for one that does not exist; unlock removes every lock of either, and
 // only that stack's; a lock request without a stack is a bad request, never a lock.
 func TestLocksAndUnlock(t *testing.T) {
-	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
-	dir := t.TempDir()
-	url := "file://" + dir
-	if _, replies, _ := serveLines(t, url, "proj", `{"id":1,"op":"init","stack":"dev"}`); replies[1].Code != 0 {
-		t.Fatalf("init: %+v", replies[1])
-	}
+	dir, url := backendWithStack(t)
 	_, replies, _ := serveLines(t, url, "proj", `{"id":1,"op":"locks","stack":"dev"}`)
 	if r := replies[1]; r.Code != 0 || r.Held || len(r.Locks) != 0 {
 		t.Fatalf("locks of an unlocked stack: %+v; want none held", r)
@@ -81,12 +89,7 @@ func TestLocksAndUnlock(t *testing.T) {
 // removes the torn sidecar (Repaired names it) and the lock, and the stack reads again, its
 // checkpoint untouched.
 func TestUnlockRepairsTornSidecar(t *testing.T) {
-	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
-	dir := t.TempDir()
-	url := "file://" + dir
-	if _, replies, _ := serveLines(t, url, "proj", `{"id":1,"op":"init","stack":"dev"}`); replies[1].Code != 0 {
-		t.Fatalf("init: %+v", replies[1])
-	}
+	dir, url := backendWithStack(t)
 	checkpoint := filepath.Join(dir, ".pulumi", "stacks", "proj", "dev.json")
 	before, err := os.ReadFile(checkpoint)
 	if err != nil {
