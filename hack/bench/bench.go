@@ -137,7 +137,7 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 			b.broken("profile", err)
 		}
 	}
-	if b.floorCPU == 0 && (ph["burst"] || ph["idle"]) && ctx.Err() == nil {
+	if b.floorCPU == 0 && (ph["burst"] || ph["idle"] || ph["scale"]) && ctx.Err() == nil {
 		if err := b.measureFloorCPU(ctx); err != nil {
 			b.broken("floor CPU", err)
 		}
@@ -177,6 +177,19 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 			b.broken("idle", err)
 		}
 		b.load("idle, end")
+	}
+	if ph["scale"] && ctx.Err() == nil {
+		b.logf("cost curve: bursts of %v CRs, idle operator over %v CRs, 3 resyncs of %s each", b.opts.scaleBursts, b.opts.scaleIdle, b.opts.resync)
+		if err := b.phaseScale(ctx); err != nil {
+			b.broken("scale", err)
+		}
+		b.load("scale, end")
+	}
+	if ph["shards"] && ctx.Err() == nil {
+		if err := b.phaseShards(ctx); err != nil {
+			b.broken("shards", err)
+		}
+		b.load("shards, end")
 	}
 	if ctx.Err() != nil {
 		b.broken("run", errors.New("interrupted"))

@@ -17,12 +17,28 @@ import (
 // that one process instead of a pulumi CLI each); empty runs it with --engine-host none. The
 // objects stay (Ready, in the shared backend) for the idle measurement.
 func (b *bench) phaseBurst(ctx context.Context, workers int, engineHost string) BurstResult {
-	r := BurstResult{Workers: workers, CRs: b.opts.burst, EngineHost: engineHost != ""}
 	ns := fmt.Sprintf("bench-burst-w%d", workers)
 	name := fmt.Sprintf("burst-w%d", workers)
-	if r.EngineHost {
+	if engineHost != "" {
 		ns, name = ns+"-host", name+"-host"
 	}
+	return b.burst(ctx, burstSpec{crs: b.opts.burst, namespace: ns, name: name, workers: workers, engineHost: engineHost})
+}
+
+// burstSpec is one burst: crs new objects in namespace, created at once, reconciled by an
+// operator (log operator-<name>.log) of workers workers with --engine-host engineHost (""
+// for none).
+type burstSpec struct {
+	crs             int
+	namespace, name string
+	workers         int
+	engineHost      string
+}
+
+// burst runs s and measures it (figure 2, and the bursts of the cost curve).
+func (b *bench) burst(ctx context.Context, s burstSpec) BurstResult {
+	r := BurstResult{Workers: s.workers, CRs: s.crs, EngineHost: s.engineHost != ""}
+	ns, name, workers, engineHost := s.namespace, s.name, s.workers, s.engineHost
 	if err := b.kube.ensureNamespace(ctx, ns); err != nil {
 		r.Error = err.Error()
 		return r
@@ -39,8 +55,8 @@ func (b *bench) phaseBurst(ctx context.Context, workers int, engineHost string) 
 		return r
 	}
 	defer b.stopOperator(op)
-	objs := make([]*unstructured.Unstructured, b.opts.burst)
-	keys := make([]string, b.opts.burst)
+	objs := make([]*unstructured.Unstructured, s.crs)
+	keys := make([]string, s.crs)
 	for i := range objs {
 		objs[i] = crObject(ns, fmt.Sprintf("b-%03d", i), 1, true)
 		keys[i] = ns + "/" + objs[i].GetName()
@@ -50,6 +66,7 @@ func (b *bench) phaseBurst(ctx context.Context, workers int, engineHost string) 
 	cpu0, _ := b.host.treeCPU(op.pid())
 	opSelf0, _ := b.host.cpu(op.pid())
 	busy0, cl0, self0 := b.host.busy(), b.clusterCPU(), rusageCPU(syscall.RUSAGE_SELF)
+	req0, _ := op.metric("rest_client_requests_total", nil)
 	smp := startSampler(b.host, op.pid())
 	t0 := time.Now()
 	if err := b.kube.createMany(ctx, objs, 20); err != nil {
@@ -58,7 +75,7 @@ func (b *bench) phaseBurst(ctx context.Context, workers int, engineHost string) 
 		return r
 	}
 	// w=1 runs the 100 ups one after the other: allow 20 s each.
-	last, ready, err := b.kube.crs.waitAll(ctx, keys, 1, time.Duration(b.opts.burst)*20*time.Second/time.Duration(min(workers, 2)))
+	last, ready, err := b.kube.crs.waitAll(ctx, keys, 1, time.Duration(s.crs)*20*time.Second/time.Duration(min(workers, 2)))
 	peakTree, peakSelf, _, procs := smp.stop()
 	cpu1, _ := b.host.treeCPU(op.pid())
 	opSelf1, _ := b.host.cpu(op.pid())
@@ -75,16 +92,18 @@ func (b *bench) phaseBurst(ctx context.Context, workers int, engineHost string) 
 	r.OtherCPUSeconds = max(busy-r.OperatorCPUSeconds-cl-self, 0)
 	r.PeakTreeRSSMiB, r.PeakOperatorRSSMiB, r.PeakProcesses = mib(peakTree), mib(peakSelf), procs
 	r.Ups = op.countMsg("running up", t0.Truncate(time.Millisecond))
+	req1, _ := op.metric("rest_client_requests_total", nil)
+	r.APIRequests = req1 - req0
 	r.ReconcileErrors, _ = op.metric("pulumi_operator_reconciles_total", map[string]string{"result": "error"})
 	r.ReconcileLocked, _ = op.metric("pulumi_operator_reconciles_total", map[string]string{"result": "locked"})
 	if b.floorCPU > 0 {
-		r.FloorSeconds = b.floorCPU * float64(b.opts.burst) / float64(b.cores)
+		r.FloorSeconds = b.floorCPU * float64(s.crs) / float64(b.cores)
 		if r.Seconds > 0 {
 			r.Ratio = r.Seconds / r.FloorSeconds
 		}
 	}
 	b.logf("  burst w=%d%s: %d/%d Ready in %.1f s (floor %.1f s, %.2fx), peak RSS %.0f MiB (operator %.0f MiB, %d processes), %d ups, %.0f errors",
-		workers, cond(r.EngineHost, " (engine host)", ""), ready, b.opts.burst, r.Seconds, r.FloorSeconds, r.Ratio, r.PeakTreeRSSMiB, r.PeakOperatorRSSMiB, procs, r.Ups, r.ReconcileErrors)
+		workers, cond(r.EngineHost, " (engine host)", ""), ready, s.crs, r.Seconds, r.FloorSeconds, r.Ratio, r.PeakTreeRSSMiB, r.PeakOperatorRSSMiB, procs, r.Ups, r.ReconcileErrors)
 	b.logf("    CPU: operator tree %.0f s (the operator process itself %.1f s), cluster %.0f s, bench %.0f s, other work on the machine %.0f s, of %.0f s busy",
 		r.OperatorCPUSeconds, r.OperatorSelfCPUSeconds, cl, self, r.OtherCPUSeconds, busy)
 	return r

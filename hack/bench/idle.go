@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -167,6 +168,7 @@ func waitSettled(ctx context.Context, op *operator, n int) error {
 func (b *bench) idleWindow(ctx context.Context, op *operator, label string) (IdleWindow, error) {
 	w := IdleWindow{Label: label, Resyncs: 3}
 	rec0, _ := op.metric("pulumi_operator_reconciles_total", nil)
+	req0, _ := op.metric("rest_client_requests_total", nil)
 	cpu0, err := b.host.cpu(op.pid())
 	if err != nil {
 		return w, fmt.Errorf("read operator CPU: %w", err)
@@ -189,14 +191,20 @@ func (b *bench) idleWindow(ctx context.Context, op *operator, label string) (Idl
 	w.PeakTreeRSSMiB, w.PeakProcesses = mib(peakTree), procs
 	rec1, _ := op.metric("pulumi_operator_reconciles_total", nil)
 	w.Reconciles = rec1 - rec0
-	b.logf("  idle %s: %.0f s, %d ups, %.2f CPU s (%.1f%% of a core), %.0f reconciles, RSS peak %.0f MiB",
-		label, w.Seconds, w.Ups, w.CPUSeconds, w.CPUPercent, w.Reconciles, w.PeakRSSMiB)
+	req1, _ := op.metric("rest_client_requests_total", nil)
+	w.APIRequests = req1 - req0
+	b.logf("  idle %s: %.0f s, %d ups, %.2f CPU s (%.1f%% of a core), %.0f reconciles, %.0f API requests, RSS peak %.0f MiB",
+		label, w.Seconds, w.Ups, w.CPUSeconds, w.CPUPercent, w.Reconciles, w.APIRequests, w.PeakRSSMiB)
 	return w, nil
 }
 
 func (b *bench) bestRate() float64 {
 	r := 0.0
-	for _, br := range b.res.Bursts {
+	all := b.res.Bursts
+	if b.res.Scale != nil {
+		all = append(slices.Clip(all), b.res.Scale.Bursts...)
+	}
+	for _, br := range all {
 		if br.Seconds > 0 {
 			r = max(r, float64(br.CRs)/br.Seconds)
 		}

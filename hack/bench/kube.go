@@ -119,13 +119,14 @@ func (k *kube) ensureNamespace(ctx context.Context, ns string) error {
 	return nil
 }
 
-// addFakeNode adds one more kwok node (cluster-up.sh makes one, for 1000 pods): the idle
-// measurement alone runs 1000 pods, and the latency, burst and raw stacks some more.
+// addFakeNode adds one more kwok node, for 20,000 pods (cluster-up.sh makes one, for 1000):
+// the idle measurement alone runs 1000 pods, the cost curve (make bench-scale) up to 10,000
+// and its shards 2000 more. The pods of the program request no resources.
 func (k *kube) addFakeNode(ctx context.Context, name string) error {
 	list := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("64"),
 		corev1.ResourceMemory: resource.MustParse("256Gi"),
-		corev1.ResourcePods:   resource.MustParse("1000"),
+		corev1.ResourcePods:   resource.MustParse("20000"),
 	}
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name,

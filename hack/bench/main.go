@@ -25,6 +25,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,8 +44,11 @@ const (
 	exitSkip   = 3
 )
 
-// allPhases in the order they run.
+// allPhases in the order they run: those of `make bench`.
 var allPhases = []string{"latency", "drift", "change", "postgres", "profile", "burst", "idle"}
+
+// scalePhases run only when asked (`make bench-scale`): the cost curve and the shards.
+var scalePhases = []string{"scale", "shards"}
 
 type options struct {
 	samples, warmup, burst, idle, idleWorkers int
@@ -56,6 +60,8 @@ type options struct {
 	keepState                                 bool
 	postgresURL                               string
 	idleCompare                               []candidate
+	scaleBursts, scaleIdle                    []int // phase scale
+	shards, shardObjects                      int   // phase shards
 }
 
 // candidate is another operator build to measure over the idle objects.
@@ -82,13 +88,17 @@ func run() int {
 	samples := fs.Int("samples", 5, "samples of figures 1, 4 and 5 (medians)")
 	warmup := fs.Int("warmup", 1, "warm-up pairs before figure 1's samples")
 	burst := fs.Int("burst", 100, "CRs per burst")
-	burstWorkers := fs.String("burst-workers", "1,2,4,8", "worker counts of the bursts")
+	burstWorkers := fs.String("burst-workers", "1,2,4,8", "worker counts of the bursts with --engine-host none; empty for none")
 	hostWorkers := fs.String("engine-host-workers", "2,4", "worker counts of the bursts run again with --engine-host (the pulumi-operator-engine beside --pulumi); empty for none")
 	idle := fs.Int("idle", 1000, "unchanged CRs for the idle figure (fewer if the budget cannot pay for creating them)")
 	idleWorkers := fs.Int("idle-workers", 8, "--workers of the idle operator")
 	resync := fs.Duration("resync", 10*time.Second, "--resync of the idle operator")
 	budget := fs.Duration("budget", 50*time.Minute, "time the whole run may take; the idle figure uses fewer CRs to fit (0: no limit)")
-	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run: "+strings.Join(allPhases, ","))
+	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run: "+strings.Join(allPhases, ",")+"; or "+strings.Join(scalePhases, ",")+" (make bench-scale)")
+	scaleBursts := fs.String("scale-bursts", "100,300,1000", "phase scale: burst sizes, ascending (the largest is the idle curve's first objects)")
+	scaleIdle := fs.String("scale-idle", "1000,3000,10000", "phase scale: idle object counts, ascending")
+	shardCount := fs.Int("shards", 3, "phase shards: operators, one label selector each, on the PostgreSQL backend")
+	shardObjects := fs.Int("shard-objects", 1000, "phase shards: objects spread over the shards")
 	idleCompare := fs.String("idle-compare", "", "LABEL=BINARY,...: after the idle windows, one more for each of these operator builds over the same objects")
 	postgresURL := fs.String("postgres-url", os.Getenv("PULUMI_TEST_POSTGRES_URL"), "postgres:// backend of the postgres phase (figures 1 and 5 again); run.sh starts one")
 	previous := fs.String("previous", "", "results.json of an earlier run: the doc shows how far apart the two runs are")
@@ -120,6 +130,9 @@ func run() int {
 	o := options{samples: *samples, warmup: *warmup, burst: *burst, idle: *idle, idleWorkers: *idleWorkers,
 		resync: *resync, budget: *budget, phases: map[string]bool{}, keepState: *keep, postgresURL: *postgresURL}
 	for _, w := range strings.Split(*burstWorkers, ",") {
+		if strings.TrimSpace(w) == "" {
+			continue // "" runs no --engine-host none bursts (a scale run of the engine host only)
+		}
 		n, err := strconv.Atoi(strings.TrimSpace(w))
 		if err != nil || n < 1 {
 			fmt.Fprintf(os.Stderr, "bench: --burst-workers %q: want a list of positive integers\n", *burstWorkers)
@@ -138,6 +151,20 @@ func run() int {
 		}
 		o.hostWorkers = append(o.hostWorkers, n)
 	}
+	var err error
+	if o.scaleBursts, err = positiveInts(*scaleBursts); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: --scale-bursts: %v\n", err)
+		return exitUsage
+	}
+	if o.scaleIdle, err = positiveInts(*scaleIdle); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: --scale-idle: %v\n", err)
+		return exitUsage
+	}
+	o.shards, o.shardObjects = *shardCount, *shardObjects
+	if o.shards < 1 || o.shardObjects < o.shards {
+		fmt.Fprintln(os.Stderr, "bench: --shards must be positive and --shard-objects at least --shards")
+		return exitUsage
+	}
 	for _, c := range strings.Split(*idleCompare, ",") {
 		if c == "" {
 			continue
@@ -151,8 +178,8 @@ func run() int {
 		o.idleCompare = append(o.idleCompare, candidate{label, abs})
 	}
 	for _, p := range strings.Split(*phases, ",") {
-		if !contains(allPhases, p) {
-			fmt.Fprintf(os.Stderr, "bench: unknown phase %q (want %s)\n", p, strings.Join(allPhases, ","))
+		if !contains(allPhases, p) && !contains(scalePhases, p) {
+			fmt.Fprintf(os.Stderr, "bench: unknown phase %q (want %s)\n", p, strings.Join(append(slices.Clip(allPhases), scalePhases...), ","))
 			return exitUsage
 		}
 		o.phases[p] = true
@@ -223,6 +250,14 @@ func run() int {
 				fmt.Println("docs:", *docs)
 			}
 		}
+		if *docs != "" && (b.res.Scale != nil || b.res.Shards != nil) {
+			if err := writeScaleDoc(*docs, b.res); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: write docs:", err)
+				code = exitBroken
+			} else {
+				fmt.Println("docs (scale section):", *docs)
+			}
+		}
 		if len(b.res.Broken) > 0 {
 			code = exitBroken
 		}
@@ -247,7 +282,8 @@ func cond(c bool, a, b string) string {
 	return b
 }
 
-// writeDoc renders r into the Markdown file at path, keeping its soak section (keepSoak).
+// writeDoc renders r into the Markdown file at path, keeping its soak and scale sections
+// (keepSections).
 func writeDoc(path string, r *Results) error {
 	md, err := r.markdown()
 	if err != nil {
@@ -259,7 +295,18 @@ func writeDoc(path string, r *Results) error {
 	if _, err := writePlots(r, filepath.Join(filepath.Dir(path), plotsDir)); err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(keepSoak(path, md)), 0o644)
+	old, _ := os.ReadFile(path)
+	if r.Scale != nil || r.Shards != nil {
+		section, err := r.scaleSection()
+		if err != nil {
+			return err
+		}
+		if _, err := writeScalePlots(r, filepath.Join(filepath.Dir(path), plotsDir)); err != nil {
+			return err
+		}
+		old = []byte(spliceSection(string(old), scaleBegin, scaleEnd, section))
+	}
+	return os.WriteFile(path, []byte(keepSections(string(old), md)), 0o644)
 }
 
 // The markers of the section `make soak` (hack/bench/soak) writes into docs/benchmarks.md. Their
@@ -269,19 +316,19 @@ const (
 	soakEnd   = "<!-- /soak -->"
 )
 
-// keepSoak is content with the soak section of the file at path, if it has one, appended: a
-// bench run regenerates its own figures and keeps the soak's, which take a run of their own.
-func keepSoak(path, content string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return content
+// keepSections is content with the scale and soak sections of old (the doc as it was), those
+// it has, appended: a bench run regenerates its own figures and keeps those of `make
+// bench-scale` and `make soak`, which take runs of their own.
+func keepSections(old, content string) string {
+	content = strings.TrimRight(content, "\n") + "\n"
+	for _, m := range [][2]string{{scaleBegin, scaleEnd}, {soakBegin, soakEnd}} {
+		i, j := strings.Index(old, m[0]), strings.Index(old, m[1])
+		if i < 0 || j < i {
+			continue
+		}
+		content += "\n" + old[i:j+len(m[1])] + "\n"
 	}
-	old := string(b)
-	i, j := strings.Index(old, soakBegin), strings.Index(old, soakEnd)
-	if i < 0 || j < i {
-		return content
-	}
-	return strings.TrimRight(content, "\n") + "\n\n" + old[i:j+len(soakEnd)] + "\n"
+	return content
 }
 
 // renderOnly prints the table of a results.json and writes docs from it.
@@ -300,4 +347,21 @@ func renderOnly(path, docs string) int {
 		fmt.Println("docs:", docs)
 	}
 	return exitOK
+}
+
+// positiveInts parses a comma-separated list of positive integers in ascending order; ""
+// is the empty list.
+func positiveInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if strings.TrimSpace(f) == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || (len(out) > 0 && n <= out[len(out)-1]) {
+			return nil, fmt.Errorf("%q: want positive integers in ascending order", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -27,6 +27,7 @@ type operatorSpec struct {
 	env           map[string]string // added to the environment
 	backendURL    string            // --backend-url; "" for the default file backend in --state-dir
 	engineHost    string            // --engine-host; "" to leave the flag out (every up a pulumi CLI process)
+	stateDir      string            // --state-dir; "" for the run's shared one
 }
 
 // operator is a running `pulumi-operator watch`.
@@ -54,7 +55,11 @@ func (b *bench) startOperator(ctx context.Context, s operatorSpec) (*operator, e
 		pulumi = b.pulumi
 	}
 	// JSON logs: the bench reads them back (oplog.go).
-	args := []string{"--kubeconfig", b.kube.kubeconfig, "--state-dir", b.stateDir, "--cluster-name", "bench",
+	stateDir := s.stateDir
+	if stateDir == "" {
+		stateDir = b.stateDir
+	}
+	args := []string{"--kubeconfig", b.kube.kubeconfig, "--state-dir", stateDir, "--cluster-name", "bench",
 		"--pulumi", pulumi, "--project-file", filepath.Join(b.repo, "Pulumi.yaml"), "--log-format", "json",
 		"watch", "--workers", strconv.Itoa(s.workers), "--resync", s.resync.String(),
 		"--metrics-addr", metricsAddr, "--health-addr", healthAddr}

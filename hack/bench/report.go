@@ -35,8 +35,12 @@ type Results struct {
 	Postgres *SiteResults  `json:"postgres,omitempty"`
 	Bursts   []BurstResult `json:"bursts,omitempty"`
 	Idle     *IdleResult   `json:"idle,omitempty"`
-	Profile  []ProfileRun  `json:"cliProfile,omitempty"`
-	CLIStart *CLIStart     `json:"cliStart,omitempty"`
+	// Scale is the cost curve (phase scale) and Shards the run of sharded operators on one
+	// PostgreSQL backend (phase shards): `make bench-scale`, outside `make bench`.
+	Scale    *ScaleResult `json:"scale,omitempty"`
+	Shards   *ShardResult `json:"shards,omitempty"`
+	Profile  []ProfileRun `json:"cliProfile,omitempty"`
+	CLIStart *CLIStart    `json:"cliStart,omitempty"`
 	// Previous is an earlier run's figures (--previous), to show how far apart two runs are.
 	Previous   *PreviousRun   `json:"previous,omitempty"`
 	Notes      []string       `json:"notes,omitempty"`
@@ -163,6 +167,9 @@ type BurstResult struct {
 	Ups                    int     `json:"ups"`
 	ReconcileErrors        float64 `json:"reconcileErrors"`
 	ReconcileLocked        float64 `json:"reconcileLocked"`
+	// APIRequests is how many Kubernetes API requests the operator made during the burst
+	// (rest_client_requests_total).
+	APIRequests float64 `json:"apiRequests,omitempty"`
 	// Where the machine's CPU went during the burst: the operator's tree (above), the
 	// cluster's processes, the bench itself, and everything else (other people's work).
 	MachineBusyCPUSeconds float64 `json:"machineBusyCPUSeconds"`
@@ -207,10 +214,13 @@ type IdleWindow struct {
 	Resyncs    int     `json:"resyncs"`
 	Ups        int     `json:"ups"`
 	Reconciles float64 `json:"reconciles"`
-	CPUSeconds float64 `json:"cpuSeconds"`
-	CPUPercent float64 `json:"cpuPercentOfOneCore"`
-	PeakRSSMiB float64 `json:"peakRSSMiB"`
-	MeanRSSMiB float64 `json:"meanRSSMiB"`
+	// APIRequests is how many Kubernetes API requests the operator made in the window
+	// (rest_client_requests_total).
+	APIRequests float64 `json:"apiRequests,omitempty"`
+	CPUSeconds  float64 `json:"cpuSeconds"`
+	CPUPercent  float64 `json:"cpuPercentOfOneCore"`
+	PeakRSSMiB  float64 `json:"peakRSSMiB"`
+	MeanRSSMiB  float64 `json:"meanRSSMiB"`
 	// PeakTreeRSSMiB is the operator and every process below it (an engine host that has not
 	// stopped yet); PeakProcesses how many there were at most.
 	PeakTreeRSSMiB float64 `json:"peakTreeRSSMiB,omitempty"`

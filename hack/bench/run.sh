@@ -19,7 +19,7 @@ cd "${REPO_ROOT}"
 export CLUSTER_DIR="${REPO_ROOT}/.local/bench-cluster"
 export CLUSTER_ETCD_PORT=63790 CLUSTER_ETCD_PEER_PORT=63800 CLUSTER_APISERVER_PORT=61443
 export CLUSTER_CONTROLLER_MANAGER_PORT=61257 CLUSTER_SCHEDULER_PORT=61259 CLUSTER_KWOK_PORT=61250
-OUT="${REPO_ROOT}/.local/bench"
+OUT="${BENCH_OUT:-${REPO_ROOT}/.local/bench}" # make bench-scale: .local/bench-scale
 mkdir -p "${OUT}"
 
 go build -C hack/bench -o "${OUT}/bench" .

@@ -44,7 +44,7 @@ import (
 )
 
 // The markers around the soak's section of docs/benchmarks.md. Their text is matched as it
-// stands in docs/benchmarks.md: the same constants are in hack/bench/main.go, whose keepSoak keeps
+// stands in docs/benchmarks.md: the same constants are in hack/bench/main.go, whose keepSections keeps
 // the section when `make bench` rewrites the doc.
 const (
 	soakBegin = "<!-- soak: written by make soak (hack/soak); make bench keeps it -->"

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestScaleGolden pins the scale section rendered from a small run's results (testdata/render/
+// scale.json: bursts of 10 and 20, idle at 20 and 40, 3 shards over 30 objects, the 10,000
+// point left out by the budget): the targets, the bursts' per-object ratio, the memory per
+// object from the previous point, and the sizing derived from them.
+func TestScaleGolden(t *testing.T) {
+	r, err := readResults(filepath.Join("testdata", "render", "scale.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.scaleSection()
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "render", "scale.md")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
+		for i := range max(len(gl), len(wl)) {
+			if i >= len(gl) || i >= len(wl) || gl[i] != wl[i] {
+				t.Fatalf("the section differs from %s from line %d:\ngot:  %q\nwant: %q", golden, i+1, line(gl, i), line(wl, i))
+			}
+		}
+	}
+	for _, s := range []string{"NOT MEASURED: idle at 10000 objects not measured", "| shards: no lock contention between shards | 0 reconciles met a lock | MET |"} {
+		if !strings.Contains(got, s) {
+			t.Errorf("the section lacks %q", s)
+		}
+	}
+}
+
+// TestSectionsKept: `make bench` rewrites the doc and keeps the scale and soak sections; `make
+// bench-scale` replaces its own section and leaves the rest of the doc as it was.
+func TestSectionsKept(t *testing.T) {
+	old := "# Benchmarks\nold figures\n\n" + scaleBegin + "\nscale v1\n" + scaleEnd + "\n\n" + soakBegin + "\nsoak\n" + soakEnd + "\n"
+	got := keepSections(old, "# Benchmarks\nnew figures\n")
+	want := "# Benchmarks\nnew figures\n\n" + scaleBegin + "\nscale v1\n" + scaleEnd + "\n\n" + soakBegin + "\nsoak\n" + soakEnd + "\n"
+	if got != want {
+		t.Errorf("keepSections:\ngot  %q\nwant %q", got, want)
+	}
+	got = spliceSection(old, scaleBegin, scaleEnd, "scale v2\n")
+	want = strings.Replace(old, "scale v1", "scale v2", 1)
+	if got != want {
+		t.Errorf("spliceSection replacing:\ngot  %q\nwant %q", got, want)
+	}
+	got = spliceSection("# Benchmarks\n", scaleBegin, scaleEnd, "scale\n")
+	if want := "# Benchmarks\n\n" + scaleBegin + "\nscale\n" + scaleEnd + "\n"; got != want {
+		t.Errorf("spliceSection appending:\ngot  %q\nwant %q", got, want)
+	}
+}
