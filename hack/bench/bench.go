@@ -232,27 +232,37 @@ func (b *bench) rawManager(backendURL, log string) (*stack.Manager, error) {
 
 // measureFloorCPU measures the CPU of raw ups of new stacks when figure 1 did not run.
 func (b *bench) measureFloorCPU(ctx context.Context) error {
-	if err := b.kube.ensureNamespace(ctx, nsRaw); err != nil {
+	cpu, n, err := b.rawFloorCPU(ctx, "floor")
+	if err != nil {
 		return err
+	}
+	b.floorCPU = cpu
+	b.res.FloorCPUSeconds = b.floorCPU
+	b.logf("  raw up of a new stack: %.2f CPU s (median of %d)", b.floorCPU, n)
+	return nil
+}
+
+// rawFloorCPU is the CPU of raw ups of new stacks (stacks <prefix>-<i> in nsRaw): the median
+// of --samples after --warmup, and how many that was.
+func (b *bench) rawFloorCPU(ctx context.Context, prefix string) (float64, int, error) {
+	if err := b.kube.ensureNamespace(ctx, nsRaw); err != nil {
+		return 0, 0, err
 	}
 	var cpu []float64
 	for i := range b.opts.samples + b.opts.warmup {
-		d, err := desiredOf(nsRaw, fmt.Sprintf("floor-%d", i), 1)
+		d, err := desiredOf(nsRaw, fmt.Sprintf("%s-%d", prefix, i), 1)
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		_, c, err := b.rawUp(ctx, b.raw, d, false)
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		if i >= b.opts.warmup {
 			cpu = append(cpu, c)
 		}
 	}
-	b.floorCPU = median(cpu)
-	b.res.FloorCPUSeconds = b.floorCPU
-	b.logf("  raw up of a new stack: %.2f CPU s (median of %d)", b.floorCPU, len(cpu))
-	return nil
+	return median(cpu), len(cpu), nil
 }
 
 func (b *bench) logf(format string, a ...any) {

@@ -339,7 +339,14 @@ func renderOnly(path, docs string) int {
 		return exitUsage
 	}
 	r.printTable(os.Stdout)
-	if docs != "" {
+	if docs != "" && r.Latency == nil && (r.Scale != nil || r.Shards != nil) {
+		// A make bench-scale run: only its section of the doc.
+		if err := writeScaleDoc(docs, r); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: write docs:", err)
+			return exitBroken
+		}
+		fmt.Println("docs (scale section):", docs)
+	} else if docs != "" {
 		if err := writeDoc(docs, r); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: write docs:", err)
 			return exitBroken

@@ -26,26 +26,31 @@ func TestMarkdownGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := render(t, r)
-			golden := filepath.Join("testdata", "render", name+".md")
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != string(want) {
-				gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-				for i := range max(len(gl), len(wl)) {
-					if i >= len(gl) || i >= len(wl) || gl[i] != wl[i] {
-						t.Fatalf("the doc differs from %s from line %d:\ngot:  %q\nwant: %q", golden, i+1, line(gl, i), line(wl, i))
-					}
-				}
-			}
+			checkGolden(t, filepath.Join("testdata", "render", name+".md"), render(t, r))
 		})
+	}
+}
+
+// checkGolden fails the test when got differs from the file golden, naming the first line
+// that differs; with -update it writes got there first.
+func checkGolden(t *testing.T, golden, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
+		for i := range max(len(gl), len(wl)) {
+			if i >= len(gl) || i >= len(wl) || gl[i] != wl[i] {
+				t.Fatalf("the text differs from %s from line %d:\ngot:  %q\nwant: %q", golden, i+1, line(gl, i), line(wl, i))
+			}
+		}
 	}
 }
 

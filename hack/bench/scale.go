@@ -24,6 +24,11 @@ type ScaleResult struct {
 	Workers int           `json:"workers"`
 	Bursts  []BurstResult `json:"bursts"`
 	Idle    []ScalePoint  `json:"idle"`
+	// Floors are the CPU of a raw up of a new stack (the bench's floor: a `pulumi up` process
+	// and its provider plugin, no operator) measured before each burst and after the idle
+	// curve, with the KindCustomHttps the cluster held then: whether an up itself costs more
+	// in a fuller cluster.
+	Floors []ScaleFloor `json:"floors,omitempty"`
 	// BaseRSSMiB is the resident memory of an operator over no objects (3 s after it is ready).
 	BaseRSSMiB float64 `json:"baseRSSMiB"`
 	// Reduced says which points were left out and why (the run's budget).
@@ -52,6 +57,23 @@ type ScalePoint struct {
 	Cluster []ComponentUse `json:"cluster"`
 	// EtcdDBMiB is the size of etcd's database file.
 	EtcdDBMiB float64 `json:"etcdDBMiB"`
+}
+
+// ScaleFloor is one measurement of ScaleResult.Floors.
+type ScaleFloor struct {
+	Objects    int     `json:"objects"`
+	CPUSeconds float64 `json:"cpuSeconds"`
+}
+
+// floorNow measures a ScaleFloor with the objects the cluster holds now (objects).
+func (b *bench) floorNow(ctx context.Context, res *ScaleResult, objects int) {
+	cpu, _, err := b.rawFloorCPU(ctx, fmt.Sprintf("scale-floor-%d", len(res.Floors)))
+	if err != nil {
+		b.logf("  raw up at %d objects: %v", objects, err)
+		return
+	}
+	res.Floors = append(res.Floors, ScaleFloor{Objects: objects, CPUSeconds: cpu})
+	b.logf("  raw up of a new stack with %d KindCustomHttps in the cluster: %.2f CPU s", objects, cpu)
 }
 
 // ComponentUse is one process of the local cluster: resident memory at the end of a window
@@ -142,10 +164,13 @@ func (b *bench) phaseScale(ctx context.Context) error {
 	b.stopOperator(empty)
 	b.logf("cost curve: an operator over no objects: %.0f MiB", res.BaseRSSMiB)
 	sizes := b.opts.scaleBursts
+	inCluster := 0 // KindCustomHttps the curve has created
 	for i, n := range sizes {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		b.floorNow(ctx, res, inCluster)
+		inCluster += n
 		ns, name := fmt.Sprintf("bench-scale-burst-%d", n), fmt.Sprintf("scale-burst-%d", n)
 		if i == len(sizes)-1 {
 			ns = nsScale
@@ -180,6 +205,7 @@ func (b *bench) phaseScale(ctx context.Context) error {
 	if err := waitSettled(ctx, op, existing); err != nil {
 		return err
 	}
+	defer func() { b.floorNow(ctx, res, inCluster) }()
 	for _, n := range b.opts.scaleIdle {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -209,6 +235,7 @@ func (b *bench) phaseScale(ctx context.Context) error {
 			}
 			p.Created, p.CreateSeconds = create, last.Sub(t0).Seconds()
 			existing = n
+			inCluster += create
 			b.logf("  created %d objects in %.0f s (%.2f s each)", create, p.CreateSeconds, p.CreateSeconds/float64(create))
 			if err := waitSettled(ctx, op, n); err != nil {
 				return err

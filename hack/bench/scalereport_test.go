@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,24 +19,7 @@ func TestScaleGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "render", "scale.md")
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != string(want) {
-		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-		for i := range max(len(gl), len(wl)) {
-			if i >= len(gl) || i >= len(wl) || gl[i] != wl[i] {
-				t.Fatalf("the section differs from %s from line %d:\ngot:  %q\nwant: %q", golden, i+1, line(gl, i), line(wl, i))
-			}
-		}
-	}
+	checkGolden(t, filepath.Join("testdata", "render", "scale.md"), got)
 	for _, s := range []string{"NOT MEASURED: idle at 10000 objects not measured", "| shards: no lock contention between shards | 0 reconciles met a lock | MET |"} {
 		if !strings.Contains(got, s) {
 			t.Errorf("the section lacks %q", s)
