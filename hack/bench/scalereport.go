@@ -92,7 +92,10 @@ func (r *Results) scaleData() *scaleData {
 		sc = &ScaleResult{}
 	}
 	d := &scaleData{ScaleResult: sc, Shards: r.Shards, Machine: r.Machine, Generated: r.Date.UTC().Format("2006-01-02 15:04 UTC"),
-		Minutes: r.Seconds / 60, IdleWorkers: r.Settings.IdleWorkers, Resync: r.Settings.Resync, ShardLabel: ShardLabel, PlotsDir: plotsDir}
+		Minutes: r.Seconds / 60, IdleWorkers: sc.IdleWorkers, Resync: r.Settings.Resync, ShardLabel: ShardLabel, PlotsDir: plotsDir}
+	if d.IdleWorkers == 0 { // results from before ScaleResult.IdleWorkers: the idle operator's --idle-workers
+		d.IdleWorkers = r.Settings.IdleWorkers
+	}
 	if sc.Commit == "" && r.Shards != nil {
 		d.ScaleResult.Commit = r.Shards.Commit
 	}
