@@ -195,8 +195,8 @@ func (b *bench) phaseScale(ctx context.Context) error {
 	if len(sizes) > 0 {
 		existing = sizes[len(sizes)-1]
 	}
-	// The bursts' worker count, which creates objects fastest (more workers only add
-	// contention on 2 cores: 8 took 3.5 s per up where 2 took 0.7).
+	// The bursts' worker count, which creates objects fastest: on a machine the size of the
+	// bench's, more workers only add contention (docs/benchmarks.md, figure 2 by --workers).
 	start := func(label string) (*operator, error) {
 		return b.startOperator(ctx, operatorSpec{name: "scale-" + label, namespace: nsScale, labelSelector: PoolLabel + "=idle",
 			workers: workers, resync: b.opts.resync})
