@@ -35,6 +35,9 @@ type ScaleResult struct {
 	BaseRSSMiB float64 `json:"baseRSSMiB"`
 	// Reduced says which points were left out and why (the run's budget).
 	Reduced []string `json:"reduced,omitempty"`
+	// Notes are what a reader should know to read the figures (added by hand to the results
+	// when a run shows something the bench does not measure).
+	Notes []string `json:"notes,omitempty"`
 	// Commit is the operator commit the curve was measured on (git describe).
 	Commit string    `json:"commit"`
 	Date   time.Time `json:"date"`

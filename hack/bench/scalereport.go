@@ -204,7 +204,7 @@ func (d *scaleData) idleTargets() []scaleTarget {
 	estCPU := perObjCPU * scaleIdleObjects
 	why := fmt.Sprintf("measured up to %d objects", last.CRs)
 	if len(d.Reduced) > 0 {
-		why = d.Reduced[0]
+		why = "left out, see below"
 	}
 	return []scaleTarget{
 		{rssName, fmt.Sprintf("%.0f MiB at %d; about %.0f MiB at %d by a straight line from an empty operator (%.0f MiB)", rss, last.CRs, estRSS, scaleIdleObjects, d.BaseRSSMiB), "NOT MEASURED: " + why},
@@ -219,14 +219,17 @@ func (d *scaleData) sizing() []string {
 		last := d.Idle[n-1]
 		rss := max(last.SteadyRSS, last.RestartRSS)
 		kib := (rss - d.BaseRSSMiB) * 1024 / float64(last.CRs)
+		shards := 1
 		if kib > 0 {
 			per := int((scaleIdleRSSTargetMiB - d.BaseRSSMiB) * 1024 / kib)
+			shards = (sizingObjects + per - 1) / max(per, 1)
 			out = append(out, fmt.Sprintf("Operator memory: %.0f MiB empty plus about %.0f KiB per object (%d objects: %.0f MiB); one operator stays under 1 GiB up to about %d objects, so %d objects need at least %d shards by memory alone.",
-				d.BaseRSSMiB, kib, last.CRs, rss, per, sizingObjects, (sizingObjects+per-1)/max(per, 1)))
+				d.BaseRSSMiB, kib, last.CRs, rss, per, sizingObjects, shards))
 		}
 		if last.RestartSeconds > 0 {
+			perShard := sizingObjects / shards
 			out = append(out, fmt.Sprintf("Restart: a new operator process settled over %d objects in %.1f s (%.2f ms per object, no up); at %d objects per shard that is about %.0f s, during which the shard's objects are not reconciled.",
-				last.CRs, last.RestartSeconds, 1000*last.RestartSeconds/float64(last.CRs), sizingObjects/3, last.RestartSeconds/float64(last.CRs)*sizingObjects/3))
+				last.CRs, last.RestartSeconds, 1000*last.RestartSeconds/float64(last.CRs), perShard, last.RestartSeconds/float64(last.CRs)*float64(perShard)))
 		}
 	}
 	if n := len(d.Bursts); n > 0 {
@@ -238,7 +241,7 @@ func (d *scaleData) sizing() []string {
 	if sh := d.Shards; sh != nil && sh.Objects > 0 {
 		ups := float64(sh.Objects*2 - sh.DoneBeforeKill) // the create, the change
 		pgPerUp := sh.PGCPUSeconds / max(ups, 1)
-		out = append(out, fmt.Sprintf("PostgreSQL: %.1f KiB per stack after a create and a change (history kept: KeepHistory); %d stacks need about %.1f GiB. It spent %.3f CPU s per up (%.0f ups, %.0f CPU s), so 10 ups per second need about %.2f of a core. Each shard held at most %.1f connections (%d for %d shards), so max_connections of 100 fits about %d shards.",
+		out = append(out, fmt.Sprintf("PostgreSQL: %.1f KiB per stack after a create and a change (two updates); %d stacks need about %.1f GiB, and more as each stack's history grows to its --keep-history (10) updates. It spent %.3f CPU s per up (%.0f ups, %.0f CPU s), so 10 ups per second need about %.2f of a core. Each shard held at most %.1f connections (%d for %d shards), so max_connections of 100 fits about %d shards.",
 			d.PGKiBPerStack, sizingObjects, d.PGKiBPerStack*sizingObjects/(1<<20), pgPerUp, ups, sh.PGCPUSeconds, pgPerUp*10,
 			float64(sh.PGConnections)/float64(sh.Shards), sh.PGConnections, sh.Shards, 100*sh.Shards/max(sh.PGConnections, 1)))
 	}
