@@ -209,15 +209,15 @@ bench: tools build image
 
 .PHONY: bench-scale
 
-## bench-scale: the cost curve and sharded operators, outside `make bench` and CI (about 80
-## minutes on 2 cores): bursts of 100, 300 and 1000 new CRs, an idle operator over 1000, 3000 and
+## bench-scale: the cost curve and sharded operators, outside `make bench` and CI (about two
+## hours on 2 cores): bursts of 100, 300 and 1000 new CRs, an idle operator over 1000, 3000 and
 ## 10,000 (each object a real up; a count the --budget cannot pay for is left out, with the
 ## reason), then 3 operators sharded by label selector over 1000 objects on one PostgreSQL
 ## backend, one of them killed and started again. Writes .local/bench-scale/results.json and
 ## its own section of docs/benchmarks.md (`make bench` keeps it). BENCH_SCALE_FLAGS passes
 ## flags to hack/bench (e.g. --scale-idle 1000,3000 --budget 40m).
 bench-scale: tools build
-	BENCH_OUT=$(CURDIR)/.local/bench-scale hack/bench/run.sh --phases scale,shards --budget 100m $(BENCH_SCALE_FLAGS)
+	BENCH_OUT=$(CURDIR)/.local/bench-scale hack/bench/run.sh --phases scale,shards --budget 150m $(BENCH_SCALE_FLAGS)
 
 # ---- Soak. Not a test: `make test` never runs it.
 .PHONY: soak
