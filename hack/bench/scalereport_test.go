@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,5 +45,23 @@ func TestSectionsKept(t *testing.T) {
 	got = spliceSection("# Benchmarks\n", scaleBegin, scaleEnd, "scale\n")
 	if want := "# Benchmarks\n\n" + scaleBegin + "\nscale\n" + scaleEnd + "\n"; got != want {
 		t.Errorf("spliceSection appending:\ngot  %q\nwant %q", got, want)
+	}
+}
+
+// TestPositiveInts: the lists of --scale-bursts and --scale-idle, and the errors a user gets.
+func TestPositiveInts(t *testing.T) {
+	for in, want := range map[string]string{
+		"":               "[] <nil>",
+		"100,300,1000":   "[100 300 1000] <nil>",
+		" 1000 , 3000 ,": "[1000 3000] <nil>",
+		"300,100":        `[] "300,100": want positive integers in ascending order`,
+		"100,100":        `[] "100,100": want positive integers in ascending order`,
+		"0":              `[] "0": want positive integers in ascending order`,
+		"ten":            `[] "ten": want positive integers in ascending order`,
+	} {
+		got, err := positiveInts(in)
+		if s := fmt.Sprint(got, " ", err); s != want {
+			t.Errorf("positiveInts(%q) = %s, want %s", in, s, want)
+		}
 	}
 }
