@@ -1,6 +1,6 @@
-# The operator image: pulumi-operator, the pinned pulumi CLI and the pinned Kubernetes provider
-# plugin, so nothing is downloaded at run time. Not built in this project's CI (no Docker engine
-# there); the versions below must match go.mod, agent/go.mod and the Makefile.
+# The operator image: pulumi-operator, the pinned pulumi CLI (also the engine host) and the pinned
+# Kubernetes provider plugin, so nothing is downloaded at run time. Not built in this project's CI
+# (no Docker engine there); the versions below must match go.mod, agent/go.mod and the Makefile.
 #
 # Build arguments (the defaults build the image users get, downloading what they need):
 #   BUILD_IMAGE, RUNTIME_IMAGE      base images, e.g. from a mirror or a local registry
@@ -29,14 +29,19 @@ ARG KUBERNETES_PLUGIN_VERSION=v4.33.0
 ENV GOOS=${TARGETOS} GOARCH=${TARGETARCH}
 WORKDIR /src
 COPY agent/ agent/
-# -trimpath, CGO_ENABLED=0: the flags of the host's builds (Makefile), so that a build sharing the
-# host's Go build cache (`make image` mounts it) compiles nothing the host already did. -s -w: no
-# symbol table and no DWARF in the image's binaries, which makes them much smaller; stack traces
-# keep their function names and lines.
-RUN cd agent && CGO_ENABLED=0 go build -trimpath \
+COPY hack/cli-overlay.sh hack/
+# The pinned CLI, which is also the operator's engine host under the name pulumi-operator-engine
+# (a symbolic link; agent/cmd/pulumi says why one binary): the CLI's main package compiled into
+# agent/cmd/pulumi through hack/cli-overlay.sh's overlay, as `make build` does. -trimpath,
+# CGO_ENABLED=0: the flags of the host's builds (Makefile), so that a build sharing the host's Go
+# build cache (`make image` mounts it) compiles nothing the host already did. -s -w: no symbol
+# table and no DWARF in the image's binaries, which makes them much smaller; stack traces keep
+# their function names and lines.
+RUN sh hack/cli-overlay.sh /tmp/cli-overlay.json && \
+    cd agent && CGO_ENABLED=0 go build -trimpath -overlay /tmp/cli-overlay.json \
       -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=${PULUMI_VERSION}" \
-      -o /out/bin/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi && \
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/bin/pulumi-operator-engine ./cmd/engine-host
+      -o /out/bin/pulumi ./cmd/pulumi && \
+    ln -s pulumi /out/bin/pulumi-operator-engine
 # The provider plugin, installed by the pinned CLI into the image's plugin directory: from the
 # file when one is given, else the official release. The ARG comes after the CLI build so that
 # setting it keeps the CLI's layer. The install log is not part of the image.

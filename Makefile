@@ -19,13 +19,12 @@ WORKERS ?= 2
 
 all: build
 
-## build: the operator binary, bin/pulumi-operator, and its engine host, bin/pulumi-operator-engine
-## (built in the agent module, beside the pinned CLI: stack.EngineHost)
+## build: the operator binary, bin/pulumi-operator, and the pinned CLI, bin/pulumi, which is also
+## its engine host, bin/pulumi-operator-engine (a link to it; agent/cmd/pulumi, stack.EngineHost)
 # CGO_ENABLED=0 -trimpath as in the Dockerfile: `make image` shares this build cache. -s -w
 # (no symbol table, no DWARF) as there too; stack traces keep their function names and lines.
-build:
+build: $(BIN)/pulumi
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/pulumi-operator .
-	cd agent && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/pulumi-operator-engine ./cmd/engine-host
 
 ## tools: the pinned pulumi CLI and its plugins, the local cluster's binaries, controller-gen and MinIO
 ## (S3 backend tests).
@@ -43,10 +42,18 @@ tools: $(BIN)/pulumi
 plugins: $(BIN)/pulumi
 	hack/install-plugins.sh $(BIN)
 
-# The Automation API refuses a CLI that reports no version, hence the -X.
-$(BIN)/pulumi: agent/go.mod agent/go.sum
-	cd agent && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$(PULUMI_VERSION)" \
-		-o $(BIN)/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
+# The pinned CLI with the engine host in it: the CLI's main package compiled into agent/cmd/pulumi
+# through the overlay hack/cli-overlay.sh writes (that package's comment says why). Rebuilt when
+# anything of the agent module changes. The Automation API refuses a CLI that reports no
+# version, hence the -X.
+AGENT_SOURCES := $(shell find agent -name '*.go' -not -name '*_test.go') agent/go.mod agent/go.sum
+$(BIN)/pulumi: $(AGENT_SOURCES) hack/cli-overlay.sh
+	@mkdir -p $(LOCAL)
+	hack/cli-overlay.sh $(LOCAL)/cli-overlay.json
+	cd agent && CGO_ENABLED=0 go build -trimpath -overlay $(LOCAL)/cli-overlay.json \
+		-ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$(PULUMI_VERSION)" \
+		-o $(BIN)/pulumi ./cmd/pulumi
+	ln -sfn pulumi $(BIN)/pulumi-operator-engine
 	@touch $(BIN)/pulumi
 
 ## cluster: start the local simulated cluster; kubeconfig at .local/cluster/kubeconfig

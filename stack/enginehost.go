@@ -18,8 +18,9 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
 
-// EngineHost is the file name of the engine host, pulumi-operator-engine (agent/cmd/engine-host,
-// built by `make build` into bin/ and shipped in the image beside the pulumi CLI): one
+// EngineHost is the file name of the engine host, pulumi-operator-engine (agent/enginehost: the
+// pinned pulumi CLI's binary, agent/cmd/pulumi, started under this name; `make build` puts it in
+// bin/ and the image in /usr/local/bin as a link to pulumi): one
 // long-lived process that runs the Manager's `pulumi up` engine runs with the same pkg/v3 code as
 // the CLI's `up`, without a CLI process per run, and creates new stacks. An up then skips the
 // CLI's start and, after a stack's first, its passphrase key derivation; docs/design/engine-host.md

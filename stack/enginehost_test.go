@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -599,5 +600,33 @@ func TestNewOneShotForCLIUps(t *testing.T) {
 			t.Errorf("CLIUps %v: engine host %+v, want one that is one-shot exactly with CLIUps", cliUps, m.engineHost)
 		}
 		m.Close()
+	}
+}
+
+// TestEngineHostIsThePinnedCLI: what `make build` puts beside the pinned CLI under the name
+// EngineHost is the CLI's own file (agent/cmd/pulumi: one binary, so the image carries pkg/v3
+// once), and that file is the engine host when started by that name (its usage, exit 2, with no
+// project) and the CLI when started as pulumi.
+func TestEngineHostIsThePinnedCLI(t *testing.T) {
+	host, cli := testenv.EngineHost(t), testenv.PulumiCLI(t)
+	hi, err := os.Stat(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := os.Stat(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(hi, ci) {
+		t.Errorf("%s and %s are two files: `make build` links the engine host to the CLI", host, cli)
+	}
+	out, err := exec.Command(host).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "usage: PULUMI_BACKEND_URL=<DIY backend URL> pulumi-operator-engine") {
+		t.Errorf("%s with no project: %v, output %q; want the engine host's usage and exit 2", host, err, out)
+	}
+	out, err = exec.Command(cli, "version").Output()
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(string(out)), "v3.") {
+		t.Errorf("%s version: %v, output %q; want the CLI's version", cli, err, out)
 	}
 }

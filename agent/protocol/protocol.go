@@ -1,5 +1,5 @@
 // Package protocol is the one definition of how the operator (package stack of the root module)
-// talks to its engine host (agent/cmd/engine-host): the request and reply lines, the operations,
+// talks to its engine host (agent/enginehost): the request and reply lines, the operations,
 // the kinds of error a reply carries, and how an engine run's events become the change counts
 // and outputs the operator reports. Both sides import it; it imports the standard library only,
 // so that neither side's dependencies reach the other (the engine host links the pinned CLI's

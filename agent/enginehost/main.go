@@ -1,5 +1,5 @@
-// Command pulumi-operator-engine is the operator's engine host: one long-lived process that
-// runs `pulumi up` engine runs for the operator's stack.Manager, the way the pulumi CLI's `up`
+// Package enginehost is the operator's engine host, pulumi-operator-engine: one long-lived process
+// that runs `pulumi up` engine runs for the operator's stack.Manager, the way the pulumi CLI's `up`
 // command runs them (the same pkg/v3 calls: the DIY backend, the stack's configuration and
 // secrets manager, backend.UpdateStack), without starting a CLI process for each one. It also
 // does what the operator needs of the backend outside a run: creating a stack, pruning its
@@ -33,9 +33,11 @@
 // (KUBECONFIG, ...), which they inherit. It exits 0 when standard input closes, once the requests
 // under way have finished, and 2 at start for a missing or non-DIY backend URL.
 //
-// It is built in the agent module, beside the pinned CLI, so that it links exactly the pkg/v3
-// version of the CLI that the operator runs for everything else.
-package main
+// It is not a binary of its own: Main runs in the pinned CLI's binary (agent/cmd/pulumi) when
+// that binary is started under the name pulumi-operator-engine, so that it links exactly the
+// pkg/v3 of the CLI that the operator runs for everything else, and so that the image carries
+// pkg/v3 once, not twice.
+package enginehost
 
 import (
 	"bufio"
@@ -77,7 +79,10 @@ import (
 
 const usage = "usage: PULUMI_BACKEND_URL=<DIY backend URL> pulumi-operator-engine <project> 3>replies (requests on standard input)"
 
-func main() {
+// Main is the engine host's process: it reads os.Args (the project name, os.Args[1]) and the
+// environment above, serves requests until standard input closes, and exits the process (0, or
+// 2 for a wrong command line or backend URL); it never returns.
+func Main() {
 	replies := os.NewFile(3, "replies")
 	if len(os.Args) != 2 || replies == nil {
 		fmt.Fprintln(os.Stderr, usage)

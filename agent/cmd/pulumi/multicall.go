@@ -1,0 +1,46 @@
+// Command pulumi is the pinned pulumi CLI and, started as pulumi-operator-engine, the operator's
+// engine host (package enginehost): one binary, two names, chosen by the base name of os.Args[0]
+// the way busybox or k3s choose (bin/ and the image hold pulumi-operator-engine as a symbolic
+// link to pulumi).
+//
+// Why one binary: the engine host is pkg/v3's engine and DIY backend, most of what the CLI
+// links, and must be the very pkg/v3 the CLI runs. As two binaries the image carried pkg/v3
+// twice (the engine host alone was 86 MiB); as one it carries it once. The operator itself stays
+// a binary of its own: linking pkg/v3 would add the CLI's package initialisation (tens of MB of
+// heap, docs/design/engine-host.md) to the operator's idle memory.
+//
+// This directory holds only the dispatch. The CLI's own main package (pkg/v3/cmd/pulumi, at the
+// version in agent/go.mod) is compiled into this package without being copied: hack/cli-overlay.sh
+// writes a `go build -overlay` file that adds that package's files here from the module cache,
+// and the Makefile and the Dockerfile build with it. Without the overlay this package has no
+// main function and does not link; `go vet` and `go test` still check this file.
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/pulumi-operator/pulumi-operator/agent/enginehost"
+)
+
+// EngineHostName is the name under which this binary is the engine host. It must equal the
+// operator's stack.EngineHost (stack/enginehost.go), which starts it by that name.
+const EngineHostName = "pulumi-operator-engine"
+
+// init runs before the CLI's main (it is the only init of this package) and turns the process
+// into the engine host when it was started by that name; any other name is the CLI.
+func init() {
+	if isEngineHost(os.Args) {
+		enginehost.Main() // exits the process
+	}
+}
+
+// isEngineHost reports whether args (os.Args) name the engine host: the base name of args[0],
+// with a ".exe" suffix removed, is EngineHostName.
+func isEngineHost(args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	return strings.TrimSuffix(filepath.Base(args[0]), ".exe") == EngineHostName
+}
