@@ -4,10 +4,10 @@
 // link to pulumi).
 //
 // Why one binary: the engine host is pkg/v3's engine and DIY backend, most of what the CLI
-// links, and must be the very pkg/v3 the CLI runs. As two binaries the image carried pkg/v3
-// twice (the engine host alone was 86 MiB); as one it carries it once. The operator itself stays
-// a binary of its own: linking pkg/v3 would add the CLI's package initialisation (tens of MB of
-// heap, docs/design/engine-host.md) to the operator's idle memory.
+// links, and must be the very pkg/v3 the CLI runs; in one binary the image carries pkg/v3 once.
+// The operator itself stays a binary of its own: linking pkg/v3 would add the CLI's package
+// initialisation, and the heap it keeps, to the operator's idle memory. docs/design/engine-host.md
+// ("The image") has the sizes and the memory behind both choices.
 //
 // This directory holds only the dispatch. The CLI's own main package (pkg/v3/cmd/pulumi, at the
 // version in agent/go.mod) is compiled into this package without being copied: hack/cli-overlay.sh

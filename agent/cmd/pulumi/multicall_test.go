@@ -13,23 +13,24 @@ import (
 // TestIsEngineHost pins the names this binary dispatches on: the engine host's name, as a path
 // or bare, with or without ".exe"; any other name, and no name at all, is the CLI.
 func TestIsEngineHost(t *testing.T) {
-	for _, tc := range []struct {
+	for name, tc := range map[string]struct {
 		args []string
 		want bool
 	}{
-		{[]string{"pulumi-operator-engine", "kindcustomhttp"}, true},
-		{[]string{"/usr/local/bin/pulumi-operator-engine"}, true},
-		{[]string{`C:\bin\pulumi-operator-engine.exe`}, false}, // filepath is the host's: "\" is no separator on Linux
-		{[]string{"pulumi-operator-engine.exe"}, true},
-		{[]string{"/usr/local/bin/pulumi", "version"}, false},
-		{[]string{"./pulumi-operator"}, false},
-		{[]string{"pulumi-operator-engine-old"}, false},
-		{[]string{""}, false},
-		{nil, false},
+		"bare name with a project": {[]string{"pulumi-operator-engine", "kindcustomhttp"}, true},
+		"path":                     {[]string{"/usr/local/bin/pulumi-operator-engine"}, true},
+		".exe":                     {[]string{"pulumi-operator-engine.exe"}, true},
+		"the CLI":                  {[]string{"/usr/local/bin/pulumi", "version"}, false},
+		"the operator":             {[]string{"./pulumi-operator"}, false},
+		"a longer name":            {[]string{"pulumi-operator-engine-old"}, false},
+		"empty name":               {[]string{""}, false},
+		"no arguments":             {nil, false},
 	} {
-		if got := isEngineHost(tc.args); got != tc.want {
-			t.Errorf("isEngineHost(%q) = %v, want %v", tc.args, got, tc.want)
-		}
+		t.Run(name, func(t *testing.T) {
+			if got := isEngineHost(tc.args); got != tc.want {
+				t.Errorf("isEngineHost(%q) = %v, want %v", tc.args, got, tc.want)
+			}
+		})
 	}
 }
 
