@@ -177,7 +177,7 @@ func (s *fakeStacks) CancelLock(_ context.Context, stackName string) error {
 
 // unitFixture is one Watcher over fake clients.
 type unitFixture struct {
-	t        *testing.T
+	t        testing.TB
 	dyn      *dynamicfake.FakeDynamicClient
 	kube     *kubefake.Clientset
 	stacks   *fakeStacks
@@ -190,7 +190,7 @@ type unitFixture struct {
 }
 
 // newUnit builds a Watcher with New over fake clients; opts.Registry and Logger are filled in.
-func newUnit(t *testing.T, opts Options) *unitFixture {
+func newUnit(t testing.TB, opts Options) *unitFixture {
 	t.Helper()
 	j := &journal{}
 	f := &unitFixture{t: t, journal: j, stacks: &fakeStacks{j: j}, kube: kubefake.NewClientset(),
@@ -397,7 +397,7 @@ func (f *unitFixture) events() []string {
 }
 
 // desiredOf is u's Desired.
-func desiredOf(t *testing.T, u *unstructured.Unstructured) api.Desired {
+func desiredOf(t testing.TB, u *unstructured.Unstructured) api.Desired {
 	t.Helper()
 	cr, err := api.FromUnstructured(u)
 	if err != nil {
@@ -412,7 +412,7 @@ func desiredOf(t *testing.T, u *unstructured.Unstructured) api.Desired {
 
 // owned are the Deployment, Service and ConfigMap an up of u's spec leaves (what the program
 // declares, infra.Expected), with every replica available.
-func owned(t *testing.T, u *unstructured.Unstructured) (*appsv1.Deployment, *corev1.Service, *corev1.ConfigMap) {
+func owned(t testing.TB, u *unstructured.Unstructured) (*appsv1.Deployment, *corev1.Service, *corev1.ConfigMap) {
 	t.Helper()
 	objs, err := infra.Expected(desiredOf(t, u))
 	if err != nil {

@@ -66,3 +66,23 @@ func TestNoRunsForUnchangedObjects(t *testing.T) {
 		_, _ = f.cr.Patch(ctx, u.GetName(), types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
 	}
 }
+
+// BenchmarkIdleReconcile is the operator's own cost of one reconcile that finds nothing to do:
+// an object whose stack is up to date and whose Deployment, Service and ConfigMap match it,
+// which is what every resync does for every object. Fake clients stand in for the apiserver
+// because such a reconcile makes no API request (the loop fails if it writes anything or runs
+// an up); the idle CPU of an operator over N objects is about N times this per resync period
+// (docs/benchmarks.md, "Scale", measures that on a real cluster).
+func BenchmarkIdleReconcile(b *testing.B) {
+	f := newUnit(b, Options{})
+	f.applied(kch("web", nil))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := f.reconcile("web"); err != nil {
+			b.Fatalf("idle reconcile: %v", err)
+		}
+	}
+	if j, ups := f.journal.take(), len(f.stacks.ups); len(j) > 0 || ups > 0 {
+		b.Fatalf("an idle reconcile wrote %v and ran %d ups, want nothing", j, ups)
+	}
+}

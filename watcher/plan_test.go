@@ -20,7 +20,7 @@ const (
 )
 
 // editStatus changes u's status through the API types.
-func editStatus(t *testing.T, u *unstructured.Unstructured, edit func(st *api.KindCustomHttpStatus)) {
+func editStatus(t testing.TB, u *unstructured.Unstructured, edit func(st *api.KindCustomHttpStatus)) {
 	t.Helper()
 	var st api.KindCustomHttpStatus
 	if raw, ok := u.Object["status"].(map[string]any); ok {

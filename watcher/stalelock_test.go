@@ -12,7 +12,7 @@ import (
 )
 
 // deadPid is the pid of a process of this host that has exited and been reaped.
-func deadPid(t *testing.T) int {
+func deadPid(t testing.TB) int {
 	t.Helper()
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
