@@ -187,6 +187,8 @@ type unitFixture struct {
 	w        *Watcher
 	// failUpdates, when set, is returned by every write of a KindCustomHttp (not its status).
 	failUpdates error
+	// versions counts the owned objects' writes, for their resourceVersions (newVersion).
+	versions int
 }
 
 // newUnit builds a Watcher with New over fake clients; opts.Registry and Logger are filled in.
@@ -444,11 +446,13 @@ func (f *unitFixture) ownedStore(o runtime.Object) (schema.GroupVersionResource,
 }
 
 // putOwned stores (creates or replaces) objs in the fake typed client and shows them in the
-// owned-object caches, as a change and its watch event would.
+// owned-object caches, as a change and its watch event would. Each gets a new resourceVersion,
+// as every write does on the apiserver.
 func (f *unitFixture) putOwned(objs ...runtime.Object) {
 	f.t.Helper()
 	for _, o := range objs {
 		gvr, _ := f.ownedStore(o)
+		f.newVersion(o)
 		ns := o.(metav1.Object).GetNamespace()
 		err := f.kube.Tracker().Update(gvr, o, ns)
 		if apierrors.IsNotFound(err) {
@@ -461,12 +465,22 @@ func (f *unitFixture) putOwned(objs ...runtime.Object) {
 	f.cacheOwned(objs...)
 }
 
+// newVersion gives o the next resourceVersion of the fixture's fake apiserver.
+func (f *unitFixture) newVersion(o runtime.Object) {
+	f.versions++
+	o.(metav1.Object).SetResourceVersion(strconv.Itoa(1000 + f.versions))
+}
+
 // cacheOwned shows objs in the owned-object caches only (the cache then differs from the
-// live objects, as it does for a moment after every change).
+// live objects, as it does for a moment after every change); each gets a new resourceVersion
+// unless putOwned gave it one.
 func (f *unitFixture) cacheOwned(objs ...runtime.Object) {
 	f.t.Helper()
 	for _, o := range objs {
 		_, idx := f.ownedStore(o)
+		if old, ok, _ := idx.Get(o); ok && old.(metav1.Object).GetResourceVersion() == o.(metav1.Object).GetResourceVersion() {
+			f.newVersion(o)
+		}
 		if err := idx.Update(o); err != nil {
 			f.t.Fatal(err)
 		}

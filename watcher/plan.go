@@ -45,7 +45,7 @@ func (w *Watcher) plan(ctx context.Context, cr *api.KindCustomHttp, d api.Desire
 	case p.requested != "" && p.requested != cr.Status.LastHandledReconcileAt && p.requested != w.requests.get(cr):
 		p.run, p.refresh, p.why = true, true, ReasonRequested
 	default:
-		if p.drift = w.owned.drift(ctx, d); len(p.drift) > 0 {
+		if p.drift = w.owned.drift(ctx, p.digest, d); len(p.drift) > 0 {
 			p.run, p.refresh, p.why = true, true, ReasonRepaired
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -52,14 +53,7 @@ func TestUnitPlan(t *testing.T) {
 			u.SetAnnotations(map[string]string{api.ReconcileRequestAnnotation: requestedAt})
 		})
 	}
-	for name, tc := range map[string]struct {
-		applied bool
-		changes map[string]int // what the fake up reports changed; default none
-		setup   func(f *unitFixture)
-		journal []string
-		events  []string
-		check   func(t *testing.T, o *api.KindCustomHttp, before string)
-	}{
+	for name, tc := range map[string]planCase{
 		"create: finalizer first, then the up, Created": {
 			setup: func(f *unitFixture) {
 				u := kch("web", nil)
@@ -220,32 +214,66 @@ func TestUnitPlan(t *testing.T) {
 			},
 		},
 	} {
-		t.Run(name, func(t *testing.T) {
-			f := newUnit(t, Options{})
-			f.stacks.upResult.Changes = tc.changes
-			if tc.applied {
-				f.applied(kch("web", nil))
+		// Each "applied" case runs twice: right after the up, and after a resync has found the
+		// object in sync (what the watcher then remembers must not hide the change).
+		resyncs := []bool{false}
+		if tc.applied {
+			resyncs = append(resyncs, true)
+		}
+		for _, resynced := range resyncs {
+			if resynced {
+				name += ", after a resync"
 			}
-			var before string // the appliedDigest the case starts from
-			if tc.applied {
-				before = f.storedCR("web").Status.AppliedDigest
-			}
-			tc.setup(f)
-			f.journal.take()
-			f.events()
-			if err := f.reconcile("web"); err != nil {
-				t.Fatalf("reconcile: %v", err)
-			}
-			if got := f.journal.take(); !slices.Equal(got, tc.journal) {
-				t.Errorf("journal\n got %q\nwant %q", got, tc.journal)
-			}
-			if got := f.events(); !slices.Equal(got, tc.events) {
-				t.Errorf("events %q, want %q", got, tc.events)
-			}
-			if tc.check != nil {
-				tc.check(t, f.storedCR("web"), before)
-			}
-		})
+			t.Run(name, func(t *testing.T) { tc.run(t, resynced) })
+		}
+	}
+}
+
+// planCase is one case of TestUnitPlan: the object "web" (applied: brought up to date by a
+// first reconcile), setup, one reconcile, and what it journaled, recorded and left in status.
+type planCase struct {
+	applied bool
+	changes map[string]int // what the fake up reports changed; default none
+	setup   func(f *unitFixture)
+	journal []string
+	events  []string
+	check   func(t *testing.T, o *api.KindCustomHttp, before string)
+}
+
+// run runs the case; resynced reconciles the applied object once more first, with nothing to
+// do, as a resync does.
+func (tc planCase) run(t *testing.T, resynced bool) {
+	f := newUnit(t, Options{})
+	f.stacks.upResult.Changes = tc.changes
+	if tc.applied {
+		f.applied(kch("web", nil))
+	}
+	if resynced {
+		if err := f.reconcile("web"); err != nil {
+			t.Fatalf("resync: %v", err)
+		}
+		if got := f.journal.take(); len(got) > 0 {
+			t.Fatalf("a resync of an object up to date: %q, want nothing", got)
+		}
+	}
+	var before string // the appliedDigest the case starts from
+	if tc.applied {
+		before = f.storedCR("web").Status.AppliedDigest
+	}
+	tc.setup(f)
+	f.journal.take()
+	f.events()
+	if err := f.reconcile("web"); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	if got := f.journal.take(); !slices.Equal(got, tc.journal) {
+		t.Errorf("journal\n got %q\nwant %q", got, tc.journal)
+	}
+	if got := f.events(); !slices.Equal(got, tc.events) {
+		t.Errorf("events %q, want %q", got, tc.events)
+	}
+	if tc.check != nil {
+		tc.check(t, f.storedCR("web"), before)
 	}
 }
 
@@ -309,5 +337,87 @@ func TestUnitGoneFromCache(t *testing.T) {
 	}
 	if n := len(f.dyn.Actions()) + len(f.kube.Actions()); n != 0 {
 		t.Errorf("%d API calls for a deleted object: %v %v", n, f.dyn.Actions(), f.kube.Actions())
+	}
+}
+
+// TestUnitIdleMemory: what an idle reconcile remembers (the object's typed form, the drift
+// check that found its objects in sync) is used only for the very versions it was made from.
+func TestUnitIdleMemory(t *testing.T) {
+	for name, tc := range map[string]struct {
+		setup  func(f *unitFixture)
+		want   []string // journal of the reconcile after setup
+		events []string
+	}{
+		// The memory is trusted while the versions stay: a cache entry edited without a new
+		// resourceVersion (something the apiserver never hands out) is not compared again.
+		"same versions: not compared again": {
+			setup: func(f *unitFixture) {
+				dep, _, _ := owned(f.t, f.stored("web"))
+				_, idx := f.ownedStore(dep)
+				cached, ok, err := idx.Get(dep)
+				if err != nil || !ok {
+					f.t.Fatalf("the Deployment is not in the cache: %v", err)
+				}
+				dep.ResourceVersion = cached.(*appsv1.Deployment).ResourceVersion
+				five := int32(5)
+				dep.Spec.Replicas = &five
+				if err := idx.Update(dep); err != nil {
+					f.t.Fatal(err)
+				}
+			},
+		},
+		"a new Deployment version is compared: drift": {
+			setup: func(f *unitFixture) {
+				dep, _, _ := owned(f.t, f.stored("web"))
+				five := int32(5)
+				dep.Spec.Replicas = &five
+				f.putOwned(dep)
+			},
+			want:   []string{statusProgressing, "up refresh=true", statusReady},
+			events: []string{"Normal " + ReasonDriftDetected, "Normal " + ReasonRepaired},
+		},
+		// A name deleted and made again is another object (another UID), even at the same
+		// resourceVersion: its own spec is what the up applies.
+		"the object made again under its name is converted again": {
+			setup: func(f *unitFixture) {
+				old := f.stored("web")
+				version := old.GetResourceVersion()
+				if err := f.dyn.Tracker().Delete(api.GroupVersionResource, unitNS, "web"); err != nil {
+					f.t.Fatal(err)
+				}
+				dep, svc, cm := owned(f.t, old)
+				f.deleteOwned(dep) // as the delete's destroy did
+				f.deleteOwned(svc)
+				f.deleteOwned(cm)
+				u := kch("web", map[string]any{"replicaCount": int64(3), "port": int64(80)}, Finalizer)
+				u.SetUID("uid-web-2")
+				u.SetResourceVersion(version)
+				f.create(u)
+			},
+			// The fake up makes no objects, so the readiness that follows finds none.
+			want:   []string{statusProgressing, "up refresh=false", "status Ready=False/DeploymentMissing Reconciling=True/DeploymentMissing"},
+			events: []string{"Normal " + ReasonCreated},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newUnit(t, Options{})
+			f.applied(kch("web", nil, Finalizer))
+			if err := f.reconcile("web"); err != nil { // the resync that remembers
+				t.Fatal(err)
+			}
+			f.journal.take()
+			tc.setup(f)
+			f.journal.take()
+			f.events()
+			if err := f.reconcile("web"); err != nil {
+				t.Fatalf("reconcile: %v", err)
+			}
+			if got := f.journal.take(); !slices.Equal(got, tc.want) {
+				t.Errorf("journal\n got %q\nwant %q", got, tc.want)
+			}
+			if got := f.events(); !slices.Equal(got, tc.events) {
+				t.Errorf("events %q, want %q", got, tc.events)
+			}
+		})
 	}
 }

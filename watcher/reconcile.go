@@ -38,7 +38,7 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) (err erro
 		return fmt.Errorf("get %s from cache: %w", key, err)
 	}
 	w.metrics.track(key)
-	o := newObject(obj.(*unstructured.Unstructured).DeepCopy())
+	o := w.object(key, obj.(*unstructured.Unstructured).DeepCopy())
 	defer func() { err = w.finalizeStatus(ctx, o, err) }()
 	u := o.u
 	if u.GetDeletionTimestamp() != nil {
@@ -84,8 +84,9 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) (err erro
 
 // forget drops everything the watcher keeps per object once the object is gone: its metrics
 // (stacks_managed, stacks_failing, its condition series), what it last applied, the reconcile
-// request it last handled, its wait for the provider plugin and its destroyed mark, so that no
-// deleted object stays in the gauges and the maps for the life of the process.
+// request it last handled, its wait for the provider plugin, its destroyed mark, its typed form
+// and its last drift check, so that no deleted object stays in the gauges and the maps for the
+// life of the process.
 func (w *Watcher) forget(key cache.ObjectName) {
 	w.metrics.forget(key)
 	w.applied.Delete(key)
@@ -93,6 +94,8 @@ func (w *Watcher) forget(key cache.ObjectName) {
 	w.stackGone.Delete(key)
 	w.requests.forget(key)
 	w.pluginWait.remove(key)
+	w.converted.Delete(key)
+	w.owned.forget(key)
 }
 
 // fail reports a retryable problem found before any Pulumi run (status and a Warning Event)

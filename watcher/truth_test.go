@@ -63,11 +63,21 @@ func TestUnitObservedGenerationIsTheAppliedOne(t *testing.T) {
 func TestUnitForgetsDeletedObjects(t *testing.T) {
 	f := newUnit(t, Options{FindPlugin: func() (string, error) { return "", errors.New("absent") }})
 	f.applied(kch("web", nil, Finalizer))
+	key := cache.ObjectName{Namespace: unitNS, Name: "web"}
+	// An idle reconcile: it remembers the object's typed form and its drift check.
+	if err := f.reconcile("web"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.w.converted.Load(key); !ok {
+		t.Fatal("no typed form remembered after a reconcile")
+	}
+	if _, ok := f.w.owned.inSync.Load(key); !ok {
+		t.Fatal("no drift check remembered after an idle reconcile")
+	}
 	f.change("web", false, func(u *unstructured.Unstructured) {
 		u.SetAnnotations(map[string]string{api.ReconcileRequestAnnotation: "t1"})
 	})
 	f.stacks.upErr = &stack.OperationError{Summary: "no plugin", Err: stack.ErrPluginMissing}
-	key := cache.ObjectName{Namespace: unitNS, Name: "web"}
 	f.w.queue.Add(key)
 	ctx := context.Background()
 	f.w.processNext(ctx, ctx)
@@ -106,6 +116,12 @@ func TestUnitForgetsDeletedObjects(t *testing.T) {
 	}
 	if f.w.pluginWait.len() != 0 {
 		t.Error("pluginWait still holds the object")
+	}
+	if _, ok := f.w.converted.Load(key); ok {
+		t.Error("converted still holds the object")
+	}
+	if _, ok := f.w.owned.inSync.Load(key); ok {
+		t.Error("the drift check of the object is still remembered")
 	}
 }
 

@@ -152,6 +152,9 @@ type Watcher struct {
 	// and was allowed to leave) while the objects it deleted may still be going: the next
 	// reconciles of the delete wait for them without another destroy.
 	stackGone sync.Map
+	// converted holds, per object, its last conversion to the typed form (conversion), so that
+	// a resync, which hands the same resourceVersion again, does not convert it again.
+	converted sync.Map
 	// fenced holds the host names of the operator pods that led this installation before this
 	// process took the Lease (recordLeader); nil without leader election.
 	fenced atomic.Pointer[map[string]bool]
