@@ -31,8 +31,8 @@ func controllerGen(t *testing.T) string {
 }
 
 // generator is one controller-gen run of the Makefile's manifests target: its arguments but
-// the output directory, the output rule ("crd" or "rbac"), the committed directory it writes
-// into, and every file it writes there.
+// the output directory, the output rule ("crd", "rbac" or "object"), the committed directory
+// it writes into, and every file it writes there.
 type generator struct {
 	args  []string
 	rule  string
@@ -47,9 +47,15 @@ var generators = []generator{
 		"rbac", "config/rbac", []string{"role.yaml"}},
 	{[]string{"rbac:roleName=pulumi-operator-cluster-name,fileName=cluster_name_role.yaml,headerFile=config/rbac/header.txt", "paths=./internal/commands"},
 		"rbac", "config/rbac", []string{"cluster_name_role.yaml"}},
+	{[]string{"object", "paths=./api/v1"}, "object", "api/v1", []string{"zz_generated.deepcopy.go"}},
 }
 
+// output is the output rule that writes into dir: the artifacts directory of the manifests,
+// the directory itself for Go code (object's only rule that is not the package directory).
 func (g generator) output(dir string) string {
+	if g.rule == "object" {
+		return "output:object:dir=" + dir
+	}
 	return "output:" + g.rule + ":artifacts:config=" + dir
 }
 

@@ -238,17 +238,20 @@ func (w *Watcher) flushStatus(ctx context.Context, o *object) error {
 			cur = fresh
 		}
 		first = false
-		// The stored status, read twice: the changes work on st, before stays as read. They
-		// are compared typed, and st is converted to unstructured only when it changed: most
-		// reconciles (every resync of an object that is up to date) change nothing, and that
-		// conversion is the dearest part of finding so (BenchmarkIdleReconcile). Semantic
+		// The stored status: the changes work on st, a copy; before stays as stored. They are
+		// compared typed, and st is converted to unstructured only when it changed: most
+		// reconciles (every resync of an object that is up to date) change nothing, and
+		// conversions are the dearest part of finding so (BenchmarkIdleReconcile). Semantic
 		// equality treats nil and empty alike, as the unstructured form (omitempty) does.
 		var st, before api.KindCustomHttpStatus
-		if raw, ok := cur.Object["status"].(map[string]any); ok {
+		if o.cr != nil && o.cr.UID == cur.GetUID() && o.cr.ResourceVersion == cur.GetResourceVersion() {
+			// The version the reconcile converted: its typed status, read only.
+			before = o.cr.Status
+		} else if raw, ok := cur.Object["status"].(map[string]any); ok {
 			// A status this version cannot read (written by something else) is replaced.
-			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st)
 			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &before)
 		}
+		before.DeepCopyInto(&st)
 		st.ObservedGeneration = gen
 		for _, change := range changes {
 			change(&st)

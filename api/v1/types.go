@@ -89,6 +89,7 @@ type KindCustomHttp struct {
 // KindCustomHttpSpec is the desired state. Pointers mark the fields whose absence differs
 // from their zero value (a user may ask for 0 replicas; port 0 is never valid and is caught by
 // validation).
+// +kubebuilder:object:generate=true
 type KindCustomHttpSpec struct {
 	// The bounds below are the constants of desired.go (MaxReplicaCount, MaxPort,
 	// MaxConfigMapDataKeys, MaxConfigMapDataBytes, MaxImageLength), whose comments say where
@@ -169,6 +170,7 @@ const (
 // one of configMapRef and secretRef is set.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.configMapRef) != has(self.secretRef)",message="set exactly one of configMapRef and secretRef"
+// +kubebuilder:object:generate=true
 type EnvFromSource struct {
 	// prefix is prepended to every key (a C identifier prefix, optional).
 	// +kubebuilder:validation:MaxLength=253
@@ -180,6 +182,7 @@ type EnvFromSource struct {
 }
 
 // LocalObject names an object in the KindCustomHttp's namespace.
+// +kubebuilder:object:generate=true
 type LocalObject struct {
 	// name is the object's name in the KindCustomHttp's namespace.
 	// +kubebuilder:validation:MaxLength=253
@@ -187,6 +190,7 @@ type LocalObject struct {
 }
 
 // KindCustomHttpStatus is written only by the operator, through the status subresource.
+// +kubebuilder:object:generate=true
 type KindCustomHttpStatus struct {
 	// observedGeneration is the metadata.generation the conditions describe.
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -220,6 +224,7 @@ type KindCustomHttpStatus struct {
 // UpdateStatus describes one Pulumi operation. The operator always writes kind, result,
 // startTime and endTime; the schema does not require them (it never did), so that a value left
 // empty cannot make the operator's own status write fail.
+// +kubebuilder:object:generate=true
 type UpdateStatus struct {
 	// kind is the operation: "up" or "destroy".
 	// +optional
@@ -240,6 +245,7 @@ type UpdateStatus struct {
 }
 
 // Outputs are the stack outputs the operator publishes in status.
+// +kubebuilder:object:generate=true
 type Outputs struct {
 	// configMapName is the name of the ConfigMap the stack owns, "<name>-configmap".
 	ConfigMapName string `json:"configMapName,omitempty"`
