@@ -756,7 +756,9 @@ func (r *Results) docData() *docData {
 }
 
 // compare sets this run's figures beside those of the earlier run pr; a figure either run
-// lacks, or whose value is 0 in either, is left out.
+// lacks, or whose value is 0 in either, is left out. nil when no figure is left (an earlier
+// run of other phases, such as `make bench-scale`'s): the doc then has no such section,
+// rather than an empty table.
 func (r *Results) compare(pr *PreviousRun) *twoRuns {
 	t := &twoRuns{
 		SameCommit: strings.TrimSuffix(pr.Commit, "-dirty") == strings.TrimSuffix(r.Versions.Operator, "-dirty"),
@@ -773,6 +775,9 @@ func (r *Results) compare(pr *PreviousRun) *twoRuns {
 			continue
 		}
 		t.Rows = append(t.Rows, twoRunsRow{Name: f.Name, This: fmtValue(f.Value, f.Unit), Other: fmtValue(b.Value, b.Unit), Percent: 100 * (f.Value - b.Value) / b.Value})
+	}
+	if len(t.Rows) == 0 {
+		return nil
 	}
 	return t
 }

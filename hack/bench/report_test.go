@@ -73,7 +73,8 @@ func render(t *testing.T, r *Results) string {
 }
 
 // TestTwoRuns: with an earlier run's results.json, the doc shows each figure of both runs and
-// how far apart they are; a figure the earlier run lacks is left out.
+// how far apart they are; a figure the earlier run lacks is left out, and the whole section
+// when it has none of them.
 func TestTwoRuns(t *testing.T) {
 	earlier := &Results{Date: time.Date(2026, 11, 23, 17, 0, 0, 0, time.UTC), Versions: Versions{Operator: "abc1234"},
 		Figures: []Figure{{ID: "change", Name: "5. change", Value: 2.0, Unit: "s"}}}
@@ -98,6 +99,11 @@ func TestTwoRuns(t *testing.T) {
 	}
 	if err := r.loadPrevious(filepath.Join(t.TempDir(), "none.json")); !os.IsNotExist(err) {
 		t.Fatalf("a missing file: err = %v", err)
+	}
+	// An earlier run with none of these figures (one of other phases): no section at all.
+	r.Previous = &PreviousRun{Commit: "def5678", Date: earlier.Date}
+	if md := render(t, r); strings.Contains(md, "Two runs") {
+		t.Fatalf("an earlier run without these figures gives a two runs' section:\n%s", md[strings.Index(md, "Two runs"):])
 	}
 }
 
