@@ -75,6 +75,14 @@ proc::start() {
 	echo "${PROC_PID}" >"${pidfile}"
 }
 
+# proc::last_start_says LOG PATTERN: whether the output of the last start in LOG, the lines
+# after its last "===== <time> starting <name>" line (cluster-up.sh's start writes it), has a
+# line that matches PATTERN (an extended regular expression).
+proc::last_start_says() {
+	awk '/^===== [^ ]+ starting /{n = 0; next} {line[n++] = $0} END {for (i = 0; i < n; i++) print line[i]}' "$1" |
+		grep -qE -- "$2"
+}
+
 # proc::wait_until PID TIMEOUT COMMAND...: runs COMMAND (output discarded) every 0.2 s until it
 # succeeds (0), the server PID that proc::start started is no longer running (1), or TIMEOUT
 # seconds have passed (2). No name check (proc::alive): right after proc::start the process may
