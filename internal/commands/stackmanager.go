@@ -21,9 +21,8 @@ import (
 // Client-side rate limits of the Kubernetes clients, Flux's defaults (fluxcd/pkg/runtime/client:
 // --kube-api-qps 50, --kube-api-burst 300). client-go's own, 5 and 10, allow 5 requests a second
 // once 10 are spent, so a burst of new objects (each a finalizer write and two status writes)
-// could wait on the limiter. Measured on 2 cores (make bench, 100 objects, --workers 8, two runs
-// each): 290 s median at 5/10, 307 s at 50/300, within the runs' spread: there the burst is
-// bound by the CPU of the pulumi runs, not by the limiter; more cores move that bound.
+// could wait on the limiter. On 2 cores `make bench`'s bursts took as long with either setting:
+// they are bound by the CPU of the pulumi runs, not by the limiter; more cores move that bound.
 const (
 	defaultKubeQPS   = 50.0
 	defaultKubeBurst = 300
