@@ -79,22 +79,12 @@ func root(parts ...string) string {
 	return filepath.Join(append([]string{testenv.RepoRoot()}, parts...)...)
 }
 
-// missing skips the test, loudly, when a tool is absent; under CI=true it fails, because
-// `make test` builds every tool first.
-func missing(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("FAIL: %s (CI runs `make test`, which must provide it)", what)
-	}
-	t.Skipf("SKIP: %s", what)
-}
-
 // helmCLI returns the pinned helm built by `make helm` (bin/helm).
 func helmCLI(t *testing.T) string {
 	t.Helper()
 	p := root("bin", "helm")
 	if _, err := os.Stat(p); err != nil {
-		missing(t, "no helm at "+p+": run `make helm` (hack/build-helm.sh)")
+		testenv.Missing(t, "no helm at "+p+": run `make helm` (hack/build-helm.sh)")
 	}
 	return p
 }
@@ -104,7 +94,7 @@ func kubectlCLI(t *testing.T) string {
 	p, err := exec.LookPath("kubectl")
 	if err != nil {
 		if _, serr := os.Stat("/usr/bin/kubectl"); serr != nil {
-			missing(t, "no kubectl on PATH")
+			testenv.Missing(t, "no kubectl on PATH")
 		}
 		p = "/usr/bin/kubectl"
 	}

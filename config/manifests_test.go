@@ -17,6 +17,8 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
 // controllerGen returns the pinned controller-gen built by `make controller-gen` (also part of
@@ -25,7 +27,7 @@ func controllerGen(t *testing.T) string {
 	t.Helper()
 	p := root("bin", "controller-gen")
 	if _, err := os.Stat(p); err != nil {
-		missing(t, "no controller-gen at "+p+": run `make controller-gen`")
+		testenv.Missing(t, "no controller-gen at "+p+": run `make controller-gen`")
 	}
 	return p
 }

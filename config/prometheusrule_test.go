@@ -11,6 +11,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
 // promtoolCLI returns the pinned promtool built by `make promtool` (bin/promtool).
@@ -18,7 +20,7 @@ func promtoolCLI(t *testing.T) string {
 	t.Helper()
 	p := root("bin", "promtool")
 	if _, err := os.Stat(p); err != nil {
-		missing(t, "no promtool at "+p+": run `make promtool` (hack/build-promtool.sh)")
+		testenv.Missing(t, "no promtool at "+p+": run `make promtool` (hack/build-promtool.sh)")
 	}
 	return p
 }

@@ -7,6 +7,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -32,7 +33,9 @@ func RepoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-func missing(t testing.TB, what string) {
+// Missing says SKIP with what is absent, loudly; under CI=true it fails instead, because `make
+// test` provides every part (the CLI, the cluster's binaries, the tools) before it runs a test.
+func Missing(t testing.TB, what string) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("FAIL: %s (CI runs `make test`, which must provide it)", what)
@@ -49,7 +52,7 @@ func PulumiCLI(t testing.TB) string {
 		p = filepath.Join(RepoRoot(), "bin", "pulumi")
 	}
 	if _, err := os.Stat(p); err != nil {
-		missing(t, "no pulumi CLI at "+p+": run `make tools`")
+		Missing(t, "no pulumi CLI at "+p+": run `make tools`")
 	}
 	return p
 }
@@ -60,7 +63,7 @@ func EngineHost(t testing.TB) string {
 	t.Helper()
 	p := filepath.Join(filepath.Dir(PulumiCLI(t)), "pulumi-operator-engine")
 	if _, err := os.Stat(p); err != nil {
-		missing(t, "no engine host at "+p+": run `make build`")
+		Missing(t, "no engine host at "+p+": run `make build`")
 	}
 	return p
 }
@@ -74,7 +77,7 @@ func Kubeconfig(t testing.TB) string {
 		p = filepath.Join(RepoRoot(), ".local", "cluster", "kubeconfig")
 	}
 	if _, err := os.Stat(p); err != nil {
-		missing(t, "no local cluster kubeconfig at "+p+": run `make cluster`")
+		Missing(t, "no local cluster kubeconfig at "+p+": run `make cluster`")
 	}
 	abs, _ := filepath.Abs(p)
 	return abs
@@ -89,7 +92,7 @@ func RequireKubernetesPlugin(t testing.TB, find func(pulumiPath string) (string,
 	t.Helper()
 	p, err := find(PulumiCLI(t))
 	if err != nil {
-		missing(t, "needs the Kubernetes provider plugin: "+err.Error())
+		Missing(t, "needs the Kubernetes provider plugin: "+err.Error())
 	}
 	return p
 }
@@ -203,4 +206,16 @@ func Sample(t testing.TB, ns string) (*unstructured.Unstructured, []byte) {
 	}
 	u.SetNamespace(ns)
 	return u, b
+}
+
+// FreePort is a TCP port on 127.0.0.1 that nothing listened on a moment ago, for a server a
+// test starts (another process may take it first; the test then fails, it does not hang).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

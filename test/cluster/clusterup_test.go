@@ -4,7 +4,6 @@ package cluster_test
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,7 +85,7 @@ func TestClusterUpRestartsKwokAfterItsStartRace(t *testing.T) {
 			cmd := exec.Command(filepath.Join(root, "hack", "cluster-up.sh"))
 			cmd.Env = append(os.Environ(), "CLUSTER_DIR="+dir, "BIN_DIR="+bin, "CLUSTER_TIMEOUT=60")
 			for _, v := range []string{"ETCD_PORT", "ETCD_PEER_PORT", "APISERVER_PORT", "CONTROLLER_MANAGER_PORT", "SCHEDULER_PORT", "KWOK_PORT"} {
-				cmd.Env = append(cmd.Env, fmt.Sprintf("CLUSTER_%s=%d", v, freePort(t)))
+				cmd.Env = append(cmd.Env, fmt.Sprintf("CLUSTER_%s=%d", v, testenv.FreePort(t)))
 			}
 			t.Cleanup(func() {
 				down := exec.Command(filepath.Join(root, "hack", "cluster-down.sh"))
@@ -115,7 +114,7 @@ func binDir(t *testing.T, root, death string) string {
 	dir := t.TempDir()
 	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
 		if _, err := os.Stat(filepath.Join(real, name)); err != nil {
-			missing(t, fmt.Sprintf("%s/%s: run `make tools`", real, name))
+			testenv.Missing(t, fmt.Sprintf("%s/%s: run `make tools`", real, name))
 		}
 		if name != "kwok" {
 			if err := os.Symlink(filepath.Join(real, name), filepath.Join(dir, name)); err != nil {
@@ -130,25 +129,4 @@ func binDir(t *testing.T, root, death string) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-// freePort is a TCP port on 127.0.0.1 that nothing listened on a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// missing says SKIP with the reason, loudly; under CI=true it fails instead (`make test` builds
-// the binaries first), as internal/testenv does for its parts.
-func missing(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("FAIL: %s (CI runs `make test`, which must provide it)", what)
-	}
-	t.Skipf("SKIP: %s", what)
 }

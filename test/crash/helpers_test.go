@@ -27,7 +27,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -613,7 +612,7 @@ func startPostgres(t *testing.T, password string) *pgServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &pgServer{dir: dir, port: strconv.Itoa(freePort(t)), password: password}
+	s := &pgServer{dir: dir, port: strconv.Itoa(testenv.FreePort(t)), password: password}
 	t.Cleanup(func() {
 		if out, err := s.script("postgres-down.sh", "--purge"); err != nil {
 			t.Errorf("postgres-down --purge: %v\n%s", err, out)
@@ -656,16 +655,6 @@ func (s *pgServer) down(t *testing.T) {
 	if out, err := s.script("postgres-down.sh"); err != nil {
 		t.Fatalf("hack/postgres-down.sh: %v\n%s", err, out)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // ---- the backend, read by the test
