@@ -118,7 +118,7 @@ func (r *Results) scaleData() *scaleData {
 		d.Targets = append(d.Targets, scaleTarget{
 			Name:   fmt.Sprintf("burst: time per object at %d new objects vs at %d, at most %.1fx", last.CRs, d.FirstBurst, scaleBurstRatioTarget),
 			Value:  fmt.Sprintf("%.2fx (%.3f s vs %.3f s)", last.Ratio, last.PerObject, first),
-			Status: metOrNot(last.Ratio <= scaleBurstRatioTarget)})
+			Status: d.burstStatus(last.Ratio <= scaleBurstRatioTarget)})
 	}
 	// Idle points.
 	names := map[string]bool{}
@@ -182,6 +182,25 @@ func (r *Results) scaleData() *scaleData {
 	d.Sizing = d.sizing()
 	d.Plots = scalePlotsFor(r)
 	return d
+}
+
+// burstStatus is the burst target's status: MET, or NOT MET with where the time per object went
+// from the smallest burst to the largest, from the figures of d.Bursts and d.Floors: the
+// operator tree's CPU per up and the cluster's CPU per object, and, when the run measured raw
+// ups at two cluster sizes or more, whether a raw up (a backend of its own, the same cluster)
+// grew too, which tells growth with the objects in the cluster from growth inside the operator.
+func (d *scaleData) burstStatus(met bool) string {
+	if met || len(d.Bursts) < 2 {
+		return metOrNot(met)
+	}
+	a, b := d.Bursts[0], d.Bursts[len(d.Bursts)-1]
+	why := fmt.Sprintf("from %d to %d new objects, the operator tree's CPU per up went from %.2f to %.2f s and the cluster's CPU per object from %.2f to %.2f s",
+		a.CRs, b.CRs, a.CPUPerUp, b.CPUPerUp, a.ClusterPerObject, b.ClusterPerObject)
+	if n := len(d.Floors); n > 1 {
+		lo, hi := d.Floors[0], d.Floors[n-1]
+		why += fmt.Sprintf("; a raw up with a backend of its own cost %.2f CPU s with %d objects in the cluster and %.2f with %d", lo.CPUSeconds, lo.Objects, hi.CPUSeconds, hi.Objects)
+	}
+	return "NOT MET: " + why
 }
 
 // idleTargets judges the largest idle point against the 10,000-object targets; below 10,000

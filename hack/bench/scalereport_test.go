@@ -65,3 +65,35 @@ func TestPositiveInts(t *testing.T) {
 		}
 	}
 }
+
+// TestBurstStatus: the burst target's status says MET, or NOT MET with the CPU figures of the
+// smallest and the largest burst, and the raw ups' only when two or more were measured.
+func TestBurstStatus(t *testing.T) {
+	bursts := []scaleBurstRow{
+		{BurstResult: BurstResult{CRs: 100}, CPUPerUp: 0.22, ClusterPerObject: 0.19},
+		{BurstResult: BurstResult{CRs: 300}, CPUPerUp: 0.25, ClusterPerObject: 0.19},
+		{BurstResult: BurstResult{CRs: 1000}, CPUPerUp: 0.36, ClusterPerObject: 0.27},
+	}
+	floors := []ScaleFloor{{Objects: 0, CPUSeconds: 0.51}, {Objects: 400, CPUSeconds: 0.5}}
+	cpu := "NOT MET: from 100 to 1000 new objects, the operator tree's CPU per up went from 0.22 to 0.36 s and the cluster's CPU per object from 0.19 to 0.27 s"
+	for _, tc := range []struct {
+		name   string
+		met    bool
+		bursts []scaleBurstRow
+		floors []ScaleFloor
+		want   string
+	}{
+		{"met", true, bursts, floors, "MET"},
+		{"one burst", false, bursts[:1], floors, "NOT MET"},
+		{"not met, no raw up", false, bursts, nil, cpu},
+		{"not met, one raw up", false, bursts, floors[:1], cpu},
+		{"not met, raw ups", false, bursts, floors, cpu + "; a raw up with a backend of its own cost 0.51 CPU s with 0 objects in the cluster and 0.50 with 400"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &scaleData{ScaleResult: &ScaleResult{Floors: tc.floors}, Bursts: tc.bursts}
+			if got := d.burstStatus(tc.met); got != tc.want {
+				t.Errorf("burstStatus(%v) = %q, want %q", tc.met, got, tc.want)
+			}
+		})
+	}
+}
