@@ -5,8 +5,9 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
-	"net/url"
+	neturl "net/url"
 	"os"
+	"strings"
 	"testing"
 
 	_ "github.com/lib/pq" // database/sql driver "postgres", as pkg/v3's PostgreSQL backend uses
@@ -76,6 +77,12 @@ func backendWithStacks(b *testing.B, url string, n int) backend.Backend {
 		b.Fatal(err)
 	}
 	defer bucket.Close()
+	// As pkg/v3's diy.New: a URL other than file:// keeps the backend under its path.
+	if u, err := neturl.Parse(url); err == nil && u.Scheme != "file" {
+		if sub := strings.Trim(u.Path, "/"); sub != "" {
+			bucket = blob.PrefixedBucket(bucket, sub+"/")
+		}
+	}
 	const dir = ".pulumi/stacks/proj/"
 	checkpoint, err := bucket.ReadAll(ctx, dir+"dev.json")
 	if err != nil {
@@ -100,7 +107,7 @@ func backendWithStacks(b *testing.B, url string, n int) backend.Backend {
 // dropped when b ends.
 func postgresTable(b *testing.B, raw, table string) string {
 	b.Helper()
-	u, err := url.Parse(raw)
+	u, err := neturl.Parse(raw)
 	if err != nil {
 		b.Fatalf("PULUMI_TEST_POSTGRES_URL: %v", err)
 	}
