@@ -223,8 +223,9 @@ bench: tools build image
 ## 10,000 (each object a real up; a count the --budget cannot pay for is left out, with the
 ## reason), then 3 operators sharded by label selector over 1000 objects on one PostgreSQL
 ## backend, one of them killed and started again. Writes .local/bench-scale/results.json and
-## its own section of docs/benchmarks.md (`make bench` keeps it). BENCH_SCALE_FLAGS passes
-## flags to hack/bench (e.g. --scale-idle 1000,3000 --budget 40m).
+## its own section of docs/benchmarks.md (`make bench` keeps it), also when a phase fails: the
+## doc names what failed and `make` exits 1. BENCH_SCALE_FLAGS passes flags to hack/bench
+## (e.g. --scale-idle 1000,3000 --budget 40m).
 bench-scale: tools build
 	BENCH_OUT=$(CURDIR)/.local/bench-scale hack/bench/run.sh --phases scale,shards --budget 150m $(BENCH_SCALE_FLAGS)
 
