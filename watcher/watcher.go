@@ -128,6 +128,8 @@ type Watcher struct {
 	kube     kubernetes.Interface
 	envSync  []cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	// lanes is the queue's storage: keys whose owned objects changed are processed first.
+	lanes *ownedFirst
 	// retry is the queue's rate limiter, kept to compute the shorter backoff of a backend
 	// outage; Forget on the queue resets it.
 	retry    workqueue.TypedRateLimiter[cache.ObjectName]
@@ -185,6 +187,7 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 	// The cache holds no managedFields and no last-applied copy of any object (stripMetadata).
 	_ = inf.Informer().SetTransform(stripMetadata(false))
 	retry := retryLimiter()
+	lanes := newOwnedFirst()
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	w := &Watcher{
@@ -194,9 +197,8 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 		informer: inf.Informer(),
 		lister:   inf.Lister(),
 		retry:    retry,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			retry,
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "kindcustomhttp", MetricsProvider: m.workqueue}),
+		lanes:    lanes,
+		queue:    newQueue("kindcustomhttp", retry, m.workqueue, lanes),
 		recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "pulumi-operator"}),
 		events:   broadcaster,
 		metrics:  m,
@@ -209,7 +211,10 @@ func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opt
 	// A resync of each of them would queue every object again: four reconciles per object per
 	// period instead of one (docs/benchmarks.md, the idle figure). Their real changes still
 	// queue the owner at once.
-	w.owned = newOwnedObjects(kube, opts.Namespace, 0, w.queue.Add)
+	w.owned = newOwnedObjects(kube, opts.Namespace, 0, func(key cache.ObjectName) {
+		w.lanes.markOwned(key)
+		w.queue.Add(key)
+	})
 	_, _ = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: w.enqueue,
 		UpdateFunc: func(old, obj any) {
