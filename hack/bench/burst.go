@@ -27,12 +27,13 @@ func (b *bench) phaseBurst(ctx context.Context, workers int, engineHost string) 
 
 // burstSpec is one burst: crs new objects in namespace, created at once, reconciled by an
 // operator (log operator-<name>.log) of workers workers with --engine-host engineHost (""
-// for none).
+// for none) on backendURL.
 type burstSpec struct {
 	crs             int
 	namespace, name string
 	workers         int
 	engineHost      string
+	backendURL      string // the operator's --backend-url; "" for the run's file backend
 }
 
 // burst runs s and measures it (figure 2, and the bursts of the cost curve).
@@ -49,7 +50,7 @@ func (b *bench) burst(ctx context.Context, s burstSpec) BurstResult {
 	if flag == "" {
 		flag = stack.NoEngineHost
 	}
-	op, err := b.startOperator(ctx, operatorSpec{name: name, namespace: ns, workers: workers, resync: 10 * time.Minute, engineHost: flag})
+	op, err := b.startOperator(ctx, operatorSpec{name: name, namespace: ns, workers: workers, resync: 10 * time.Minute, engineHost: flag, backendURL: s.backendURL})
 	if err != nil {
 		r.Error = err.Error()
 		return r

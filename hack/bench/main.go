@@ -19,6 +19,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -60,8 +61,9 @@ type options struct {
 	keepState                                 bool
 	postgresURL                               string
 	idleCompare                               []candidate
-	scaleBursts, scaleIdle                    []int // phase scale
-	shards, shardObjects                      int   // phase shards
+	scaleBursts, scaleIdle                    []int  // phase scale
+	scaleBackend                              string // phase scale: "postgres" or "file"
+	shards, shardObjects                      int    // phase shards
 }
 
 // candidate is another operator build to measure over the idle objects.
@@ -97,6 +99,7 @@ func run() int {
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run: "+strings.Join(allPhases, ",")+"; or "+strings.Join(scalePhases, ",")+" (make bench-scale)")
 	scaleBursts := fs.String("scale-bursts", "100,300,1000", "phase scale: burst sizes, ascending (the largest is the idle curve's first objects)")
 	scaleIdle := fs.String("scale-idle", "1000,3000,10000", "phase scale: idle object counts, ascending")
+	scaleBackend := fs.String("scale-backend", "postgres", "phase scale: the operators' backend: postgres (--postgres-url, a table of its own) or file (the default backend, whose lookups list every stack: README, \"Which backend for a team\")")
 	shardCount := fs.Int("shards", 3, "phase shards: operators, one label selector each, on the PostgreSQL backend")
 	shardObjects := fs.Int("shard-objects", 1000, "phase shards: objects spread over the shards")
 	idleCompare := fs.String("idle-compare", "", "LABEL=BINARY,...: after the idle windows, one more for each of these operator builds over the same objects")
@@ -158,6 +161,11 @@ func run() int {
 	}
 	if o.scaleIdle, err = positiveInts(*scaleIdle); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: --scale-idle: %v\n", err)
+		return exitUsage
+	}
+	o.scaleBackend = *scaleBackend
+	if err := checkScaleBackend(o.scaleBackend, o.postgresURL, slices.Contains(strings.Split(*phases, ","), "scale")); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		return exitUsage
 	}
 	o.shards, o.shardObjects = *shardCount, *shardObjects
@@ -371,4 +379,16 @@ func positiveInts(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// checkScaleBackend returns an error saying what to pass when --scale-backend is neither
+// postgres nor file, or is postgres with no --postgres-url while phase scale runs.
+func checkScaleBackend(backend, postgresURL string, scale bool) error {
+	switch {
+	case backend != "postgres" && backend != "file":
+		return fmt.Errorf("--scale-backend %q: want postgres or file", backend)
+	case backend == "postgres" && postgresURL == "" && scale:
+		return errors.New("--scale-backend postgres needs --postgres-url (run.sh starts one), or pass --scale-backend file")
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,10 +23,13 @@ const nsScale = "bench-scale"
 type ScaleResult struct {
 	// Workers is the --workers of the bursts (with the engine host); IdleWorkers that of the
 	// idle operator, which also creates the objects the idle points add.
-	Workers     int           `json:"workers"`
-	IdleWorkers int           `json:"idleWorkers"`
-	Bursts      []BurstResult `json:"bursts"`
-	Idle        []ScalePoint  `json:"idle"`
+	Workers     int `json:"workers"`
+	IdleWorkers int `json:"idleWorkers"`
+	// Backend is the operators' backend: "postgres" (a table of its own on the run's
+	// PostgreSQL server) or "file"; "" in results from before it was recorded (file).
+	Backend string        `json:"backend,omitempty"`
+	Bursts  []BurstResult `json:"bursts"`
+	Idle    []ScalePoint  `json:"idle"`
 	// Floors are the CPU of a raw up of a new stack (the bench's floor: a `pulumi up` process
 	// and its provider plugin, no operator) measured before each burst and after the idle
 	// curve, with the KindCustomHttps the cluster held then: whether an up itself costs more
@@ -142,17 +146,40 @@ func (b *bench) etcdDBMiB() float64 {
 	return mib(st.Size())
 }
 
+// scaleTable is the PostgreSQL table of the cost curve's stacks, apart from the shard run's.
+const scaleTable = "scale_stacks"
+
+// withTable is the postgres:// URL raw with its table parameter set to table (the table the
+// PostgreSQL backend keeps its stacks in).
+func withTable(raw, table string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("--postgres-url: %w", err)
+	}
+	q := u.Query()
+	q.Set("table", table)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
 // phaseScale measures the cost curve: a burst of each size of --scale-bursts (ascending; the
 // largest one in nsScale), then the idle cost at each count of --scale-idle (ascending),
 // creating the missing objects in nsScale before each point (real ups, through the idle
-// operator). A point the run's budget cannot pay for is left out, with the reason.
+// operator). Every operator of the phase is on --scale-backend. A point the run's budget cannot pay for is left out, with the reason.
 func (b *bench) phaseScale(ctx context.Context) error {
 	workers := 2
 	if len(b.opts.hostWorkers) > 0 {
 		workers = b.opts.hostWorkers[0]
 	}
-	res := &ScaleResult{Workers: workers, IdleWorkers: workers, Commit: b.res.Versions.Operator, Date: time.Now()}
+	res := &ScaleResult{Workers: workers, IdleWorkers: workers, Backend: b.opts.scaleBackend, Commit: b.res.Versions.Operator, Date: time.Now()}
 	b.res.Scale = res
+	backendURL := ""
+	if res.Backend == "postgres" {
+		var err error
+		if backendURL, err = withTable(b.opts.postgresURL, scaleTable); err != nil {
+			return err
+		}
+	}
 	if b.opts.engineHost == "" {
 		return fmt.Errorf("the cost curve needs the engine host beside --pulumi (`make build`)")
 	}
@@ -182,7 +209,7 @@ func (b *bench) phaseScale(ctx context.Context) error {
 		}
 		b.logf("cost curve: burst of %d CRs at --workers %d with the engine host", n, workers)
 		b.load(fmt.Sprintf("scale burst %d, start", n))
-		r := b.burst(ctx, burstSpec{crs: n, namespace: ns, name: name, workers: workers, engineHost: b.opts.engineHost})
+		r := b.burst(ctx, burstSpec{crs: n, namespace: ns, name: name, workers: workers, engineHost: b.opts.engineHost, backendURL: backendURL})
 		res.Bursts = append(res.Bursts, r)
 		if r.Error != "" {
 			return fmt.Errorf("burst of %d: %s", n, r.Error)
@@ -202,7 +229,7 @@ func (b *bench) phaseScale(ctx context.Context) error {
 	// bench's, more workers only add contention (docs/benchmarks.md, figure 2 by --workers).
 	start := func(label string) (*operator, error) {
 		return b.startOperator(ctx, operatorSpec{name: "scale-" + label, namespace: nsScale, labelSelector: PoolLabel + "=idle",
-			workers: workers, resync: b.opts.resync})
+			workers: workers, resync: b.opts.resync, backendURL: backendURL})
 	}
 	op, err := start("idle-" + strconv.Itoa(existing))
 	if err != nil {

@@ -97,3 +97,44 @@ func TestBurstStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestScaleBackend covers --scale-backend: the flag's checks, the URL the operators get and
+// what the section says of the backend.
+func TestScaleBackend(t *testing.T) {
+	for _, tc := range []struct {
+		name, backend, url string
+		scale              bool
+		wantErr            string
+	}{
+		{name: "postgres with a URL", backend: "postgres", url: "postgres://u@127.0.0.1:5432/db", scale: true},
+		{name: "file needs no URL", backend: "file", scale: true},
+		{name: "postgres without a URL, no phase scale", backend: "postgres"},
+		{name: "postgres without a URL", backend: "postgres", scale: true, wantErr: "needs --postgres-url"},
+		{name: "unknown backend", backend: "s3", url: "postgres://x", scale: true, wantErr: `"s3": want postgres or file`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkScaleBackend(tc.backend, tc.url, tc.scale)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("checkScaleBackend = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+	u, err := withTable("postgres://u:p@127.0.0.1:5432/db?sslmode=disable&table=other", scaleTable)
+	if err != nil || !strings.Contains(u, "table="+scaleTable) || strings.Contains(u, "table=other") || !strings.Contains(u, "sslmode=disable") {
+		t.Errorf("withTable = %q, %v", u, err)
+	}
+	if _, err := withTable("postgres://u@[::1", scaleTable); err == nil || !strings.Contains(err.Error(), "--postgres-url") {
+		t.Errorf("withTable of a bad URL: err = %v", err)
+	}
+	r, err := readResults(filepath.Join("testdata", "render", "scale.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for backend, want := range map[string]string{"postgres": "The operators' backend is PostgreSQL", "file": "The operator's backend is the file backend", "": "The operator's backend is the file backend"} {
+		r.Scale.Backend = backend
+		got, err := r.scaleSection()
+		if err != nil || !strings.Contains(got, want) {
+			t.Errorf("backend %q: section lacks %q (err %v)", backend, want, err)
+		}
+	}
+}
