@@ -252,6 +252,10 @@ func (m *Manager) CLIVersion() semver.Version { return m.cmd.Version() }
 // Project is the Pulumi project name.
 func (m *Manager) Project() string { return m.cfg.Project }
 
+// Backend is the Manager's backend URL with its password and secret query parameters hidden
+// (RedactURL), for logs: "file:///state", "postgres://user:xxxxx@host/db?table=stacks".
+func (m *Manager) Backend() string { return RedactURL(m.cfg.BackendURL) }
+
 // QualifiedName is how status and the commands name a stack: the fully qualified name that the
 // CLI's `--stack` (`pulumi -s`, `pulumi stack select`) accepts from any directory on this
 // backend. On a DIY backend (file, PostgreSQL, S3) it is "organization/<project>/<stack>" (the

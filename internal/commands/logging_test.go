@@ -89,6 +89,10 @@ func TestLogsOneJSONStream(t *testing.T) {
 		}
 		if rec["msg"] == "watching" {
 			ours++
+			// The backend the operator keeps its stacks in, as a user reads it from the log.
+			if b, _ := rec["backend"].(string); !strings.HasPrefix(b, "file://") {
+				t.Errorf("the watching line's backend = %v, want the --state-dir's file:// URL", rec["backend"])
+			}
 		}
 	}
 	if clientGo == 0 || ours == 0 {

@@ -106,7 +106,7 @@ func runWatch(parent context.Context, cfg *config) error {
 		return err
 	}
 	slog.Info("watching", "cluster", cfg.clusterName, "namespace", cfg.namespace, "labelSelector", cfg.selector,
-		"workers", cfg.workers, "pulumiVersion", mgr.CLIVersion().String())
+		"workers", cfg.workers, "backend", mgr.Backend(), "pulumiVersion", mgr.CLIVersion().String())
 	if p, err := mgr.KubernetesPlugin(); err != nil {
 		slog.Warn("Kubernetes provider plugin not found: every up will fail with reason PluginMissing until it is installed", "err", err)
 	} else {
