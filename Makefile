@@ -218,8 +218,8 @@ bench: tools build image
 
 .PHONY: bench-scale
 
-## bench-scale: the cost curve and sharded operators, outside `make bench` and CI (about two and
-## a half hours on 2 cores, most of it creating the 10,000 objects): bursts of 100, 300 and 1000 new CRs, an idle operator over 1000, 3000 and
+## bench-scale: the cost curve and sharded operators, outside `make bench` and CI (about an hour
+## and a half on 2 cores, most of it creating the 10,000 objects): bursts of 100, 300 and 1000 new CRs, an idle operator over 1000, 3000 and
 ## 10,000 (each object a real up, on the PostgreSQL backend run.sh starts; --scale-backend file
 ## for the file backend; a count the --budget cannot pay for is left out, with the
 ## reason), then 3 operators sharded by label selector over 1000 objects on one PostgreSQL
