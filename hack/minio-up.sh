@@ -7,7 +7,7 @@
 #
 # Environment (defaults in brackets):
 #   MINIO_DIR            data (MINIO_DIR/data), log, pid file     [<repo>/.local/minio]
-#   MINIO_PORT           S3 API port on 127.0.0.1                  [39000]
+#   MINIO_PORT           S3 API port on 127.0.0.1                  [29000]
 #   MINIO_CONSOLE_PORT   console port on 127.0.0.1 (the console is disabled; MinIO still wants
 #                        an address for it, and would otherwise pick a random port on all
 #                        interfaces)                               [MINIO_PORT+1]
@@ -29,7 +29,7 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=hack/lib/init.sh
 source "${REPO_ROOT}/hack/lib/init.sh"
 MINIO_DIR="${MINIO_DIR:-${REPO_ROOT}/.local/minio}"
-MINIO_PORT="${MINIO_PORT:-39000}"
+MINIO_PORT="${MINIO_PORT:-29000}"
 MINIO_CONSOLE_PORT="${MINIO_CONSOLE_PORT:-$((MINIO_PORT + 1))}"
 MINIO_ROOT_USER="${MINIO_ROOT_USER:-pulumi}"
 MINIO_ROOT_PASSWORD="${MINIO_ROOT_PASSWORD:-pulumi-s3-secret}"

@@ -8,7 +8,7 @@
 #
 # Environment (defaults in brackets):
 #   PG_DIR       data (PG_DIR/data), socket, log (PG_DIR/postgres.log)  [<repo>/.local/postgres]
-#   PG_PORT      TCP port on 127.0.0.1                                  [35432]
+#   PG_PORT      TCP port on 127.0.0.1                                  [25432]
 #   PG_USER      login role and database name                          [pulumi]
 #   PG_PASSWORD  its password                                          [pulumi-pg-secret]
 #   PG_BIN       PostgreSQL's programs                                 [/usr/lib/postgresql/15/bin]
@@ -25,7 +25,7 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=hack/lib/init.sh
 source "${REPO_ROOT}/hack/lib/init.sh"
 PG_DIR="${PG_DIR:-${REPO_ROOT}/.local/postgres}"
-PG_PORT="${PG_PORT:-35432}"
+PG_PORT="${PG_PORT:-25432}"
 PG_USER="${PG_USER:-pulumi}"
 PG_PASSWORD="${PG_PASSWORD:-pulumi-pg-secret}"
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"

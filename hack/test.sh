@@ -11,13 +11,17 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${REPO_ROOT}"
 
 export CLUSTER_DIR="${REPO_ROOT}/.local/test-cluster"
-export CLUSTER_ETCD_PORT=33790 CLUSTER_ETCD_PEER_PORT=33800 CLUSTER_APISERVER_PORT=36443
-export CLUSTER_CONTROLLER_MANAGER_PORT=36257 CLUSTER_SCHEDULER_PORT=36259 CLUSTER_KWOK_PORT=36250
+# Every port a script of ours listens on is below Linux's range of ephemeral ports
+# (net.ipv4.ip_local_port_range, 32768-60999 by default): a port in that range can be held by
+# an outgoing connection, or its TIME_WAIT, at the moment a server starts, and the server then
+# fails to bind ("Address already in use").
+export CLUSTER_ETCD_PORT=24790 CLUSTER_ETCD_PEER_PORT=24800 CLUSTER_APISERVER_PORT=24443
+export CLUSTER_CONTROLLER_MANAGER_PORT=24257 CLUSTER_SCHEDULER_PORT=24259 CLUSTER_KWOK_PORT=24250
 
 # PostgreSQL and MinIO for the postgres:// and s3:// backend tests (stack/backend_test.go), on
-# ports apart from the defaults of hack/postgres-up.sh / hack/minio-up.sh (35432, 39000-39001).
-export PG_DIR="${REPO_ROOT}/.local/test-postgres" PG_PORT=35442
-export MINIO_DIR="${REPO_ROOT}/.local/test-minio" MINIO_PORT=39010 MINIO_CONSOLE_PORT=39011
+# ports apart from the defaults of hack/postgres-up.sh / hack/minio-up.sh (25432, 29000-29001).
+export PG_DIR="${REPO_ROOT}/.local/test-postgres" PG_PORT=25442
+export MINIO_DIR="${REPO_ROOT}/.local/test-minio" MINIO_PORT=29010 MINIO_CONSOLE_PORT=29011
 
 teardown() {
 	hack/cluster-down.sh --purge >/dev/null 2>&1 || true
