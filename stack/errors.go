@@ -3,9 +3,13 @@ package stack
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol/diyfile"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -109,7 +113,8 @@ const tornRead = "failed to load checkpoint: EOF"
 // OperationError.Locks, only while the backend holds a lock on the stack (heldLocks, asked of
 // the engine host): then another update is writing the checkpoint. With no lock held, without an
 // engine host, or when the host cannot tell, it stays a plain failure: an empty checkpoint that
-// nobody is writing is damage.
+// nobody is writing is damage, which on a file:// backend is repaired here (repairSidecars) so
+// that the retry reads the stack.
 func (m *Manager) classifyStack(stackName string, err error) error {
 	cerr := classify(err)
 	var oe *OperationError
@@ -121,15 +126,40 @@ func (m *Manager) classifyStack(stackName string, err error) error {
 		return oe
 	}
 	var re *replyError
-	if !errors.As(cerr, &oe) || oe.kind != nil || errors.As(err, &re) || !strings.Contains(err.Error(), tornRead) {
-		return cerr // the engine host looked at the locks itself
+	if !errors.As(cerr, &oe) || errors.As(err, &re) {
+		return cerr // the engine host looked at the locks itself, and repairs in its unlock
 	}
-	held, locks, ok := m.heldLocks(stackName)
-	if !ok || !held {
+	if oe.kind != nil || !strings.Contains(err.Error(), tornRead) {
 		return cerr
 	}
-	oe.kind, oe.Locks = ErrLocked, locks
+	held, locks, ok := m.heldLocks(stackName)
+	if ok && held {
+		oe.kind, oe.Locks = ErrLocked, locks
+		return oe
+	}
+	// Nobody is writing the checkpoint, or nothing here can tell (no engine host): the empty
+	// read is what a pulumi process killed while it rewrote a metadata sidecar leaves, and it
+	// would fail every later run on the stack, `pulumi cancel` of the dead process's lock
+	// included. The retry reads the stack again.
+	if repaired := m.repairSidecars(stackName); len(repaired) > 0 {
+		oe.Summary = clip(fmt.Sprintf("%s (removed %d torn metadata file(s) a killed pulumi process left; the next run reads the stack again)", oe.Summary, len(repaired)))
+	}
 	return oe
+}
+
+// repairSidecars removes the torn metadata sidecars of stackName on a file:// backend
+// (diyfile.RepairSidecars; nothing on any other backend), logs each file removed as a warning
+// with slog's default logger, and returns them. A failure is logged, not returned: the
+// operation's own error is the one to report.
+func (m *Manager) repairSidecars(stackName string) []string {
+	repaired, err := diyfile.RepairSidecars(m.cfg.BackendURL, m.cfg.Project, stackName)
+	for _, f := range repaired {
+		slog.Warn("removed a torn metadata file of the stack, left by a killed pulumi process", "stack", stackName, "file", f)
+	}
+	if err != nil {
+		slog.Warn("could not repair the stack's metadata files", "stack", stackName, "err", err)
+	}
+	return repaired
 }
 
 // backendUnavailable recognizes a CLI error that says the state backend could not be

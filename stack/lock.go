@@ -99,7 +99,7 @@ func parseLocks(msg string) []Lock {
 // default logger.
 //
 // Without one (Pulumi Cloud, or no engine host configured) it is the CLI's `pulumi cancel`, which
-// needs the stack to exist. Errors: the engine host's or the CLI's, classified (classifyStack).
+// needs the stack to exist, after the same repair of a file:// backend's sidecars. Errors: the engine host's or the CLI's, classified (classifyStack).
 func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
 	if m.engineHost == nil {
 		return m.cancelLockCLI(ctx, stackName)
@@ -117,8 +117,11 @@ func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
 	return nil
 }
 
-// cancelLockCLI is CancelLock without an engine host: `pulumi cancel` on the stack.
+// cancelLockCLI is CancelLock without an engine host: `pulumi cancel` on the stack, after the
+// stack's torn metadata sidecars on a file:// backend are removed (repairSidecars), as the
+// engine host's unlock does: `pulumi cancel` must read the stack.
 func (m *Manager) cancelLockCLI(ctx context.Context, stackName string) error {
+	m.repairSidecars(stackName)
 	st, err := m.open(ctx, stackName, false)
 	if err != nil && auto.IsSelectStack404Error(err) {
 		return fmt.Errorf("cancel lock of stack %s: the stack does not exist, and `pulumi cancel` refuses a missing stack: "+

@@ -251,6 +251,71 @@ func TestCancelLockTornSidecar(t *testing.T) {
 	}
 }
 
+// Without an engine host (every run a pulumi CLI process) the same kill: the sidecar of the
+// stack's checkpoint left empty and the lock taken. An up meets the lock (the CLI's `stack init`
+// names the holder, though it cannot read the stack); a destroy's `stack select` meets the torn
+// read, a plain failure (no lock can be read here) that removes the sidecar, and its retry meets
+// the lock. CancelLock (`pulumi cancel`, after the same repair) then removes the lock, and the
+// stack keeps its state.
+func TestTornSidecarWithoutEngineHost(t *testing.T) {
+	for _, tc := range []struct {
+		name, object string
+		first        string // "up", "destroy" or "" (CancelLock first)
+	}{
+		{name: "an up meets it first", object: "torn-up", first: "up"},
+		{name: "a destroy meets it first", object: "torn-destroy", first: "destroy"},
+		{name: "CancelLock meets it first", object: "torn-cancel"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, backend := newManager(t)
+			name, _ := m.StackName("ns", tc.object)
+			ctx := context.Background()
+			holder := killedLock(t, m, name)
+			sidecar := filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json.attrs")
+			if err := os.Truncate(sidecar, 0); err != nil {
+				t.Fatalf("the checkpoint's sidecar (from gocloud's fileblob): %v", err)
+			}
+			run := func() error {
+				if tc.first == "destroy" {
+					_, err := m.Destroy(ctx, name, RunOptions{})
+					return err
+				}
+				_, err := m.Up(ctx, name, program("z", 0), RunOptions{})
+				return err
+			}
+			if tc.first == "destroy" {
+				err := run()
+				if err == nil || errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "EOF") || !strings.Contains(err.Error(), "removed 1 torn metadata file") {
+					t.Fatalf("destroy with a torn sidecar = %v, want the plain EOF failure saying the sidecar was removed", err)
+				}
+				if _, err := os.Stat(sidecar); !errors.Is(err, fs.ErrNotExist) {
+					t.Fatalf("torn sidecar after the destroy: %v, want removed", err)
+				}
+			}
+			if tc.first != "" {
+				err := run()
+				var oe *OperationError
+				if !errors.As(err, &oe) || !errors.Is(err, ErrLocked) || len(oe.Locks) != 1 || !sameLock(oe.Locks[0], holder) {
+					t.Fatalf("%s = %v, want ErrLocked naming the killed holder %+v", tc.first, err, holder)
+				}
+			}
+			if err := m.CancelLock(ctx, name); err != nil {
+				t.Fatalf("CancelLock: %v", err)
+			}
+			if locks, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "locks", "*", "kindcustomhttp", name, "*.json")); len(locks) > 0 {
+				t.Fatalf("locks left: %v", locks)
+			}
+			res, err := m.Up(ctx, name, program("z", 0), RunOptions{})
+			if err != nil || res.Outputs["greeting"] != "z" {
+				t.Fatalf("up after CancelLock = %+v, %v", res, err)
+			}
+			if res.Changes["create"] != 0 || res.Changes["same"] == 0 {
+				t.Errorf("up after CancelLock changed %v; want the stack's resources kept (nothing created)", res.Changes)
+			}
+		})
+	}
+}
+
 // OwnerGone: a lock of this host is gone when its process no longer runs, or when the process
 // id runs again in a process that started after the lock was taken (a reused pid, a restarted
 // container); a lock of another host is never gone by this rule.

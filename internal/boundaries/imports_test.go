@@ -65,7 +65,7 @@ var layers = map[string][]string{
 	"internal/commands":   {"api/v1", "internal/envsource", "infra", "stack", "watcher", "internal/ownership", "internal/rollout", "internal/version"},
 	"api/v1":              {"internal/version"},
 	"infra":               {"api/v1", "internal/version"},
-	"stack":               {"api/v1", "infra", "internal/version", "agent/protocol"},
+	"stack":               {"api/v1", "infra", "internal/version", "agent/protocol", "agent/protocol/diyfile"},
 	"internal/envsource":  {"api/v1"},
 	"internal/program":    {"api/v1", "internal/envsource", "infra", "stack", "internal/rollout"},
 	"watcher":             {"api/v1", "internal/envsource", "infra", "stack", "internal/ownership", "internal/rollout", "internal/version"},
