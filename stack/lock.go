@@ -99,7 +99,8 @@ func parseLocks(msg string) []Lock {
 // default logger.
 //
 // Without one (Pulumi Cloud, or no engine host configured) it is the CLI's `pulumi cancel`, which
-// needs the stack to exist, after the same repair of a file:// backend's sidecars. Errors: the engine host's or the CLI's, classified (classifyStack).
+// needs the stack to exist, after the same repair of a file:// backend's sidecars. Errors: the
+// engine host's or the CLI's, classified (classifyStack).
 func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
 	if m.engineHost == nil {
 		return m.cancelLockCLI(ctx, stackName)
