@@ -165,7 +165,8 @@ func withTable(raw, table string) (string, error) {
 // phaseScale measures the cost curve: a burst of each size of --scale-bursts (ascending; the
 // largest one in nsScale), then the idle cost at each count of --scale-idle (ascending),
 // creating the missing objects in nsScale before each point (real ups, through the idle
-// operator). Every operator of the phase is on --scale-backend. A point the run's budget cannot pay for is left out, with the reason.
+// operator). Every operator of the phase is on --scale-backend. A point the run's budget
+// cannot pay for is left out, with the reason.
 func (b *bench) phaseScale(ctx context.Context) error {
 	workers := 2
 	if len(b.opts.hostWorkers) > 0 {
