@@ -40,15 +40,15 @@ func Expected(d api.Desired) (Objects, error) {
 	}
 	var objs Objects
 	for typ, into := range map[string]any{
-		"kubernetes:core/v1:ConfigMap":  &objs.ConfigMap,
-		"kubernetes:apps/v1:Deployment": &objs.Deployment,
-		"kubernetes:core/v1:Service":    &objs.Service,
+		configMap.token:  &objs.ConfigMap,
+		deployment.token: &objs.Deployment,
+		service.token:    &objs.Service,
 	} {
 		in, ok := m.inputs[typ]
 		if !ok {
 			return Objects{}, fmt.Errorf("declare the objects of %s/%s: no %s declared", d.Namespace, d.Name, typ)
 		}
-		// The SDK's input names are the Kubernetes API's JSON names.
+		// The inputs' names are the Kubernetes API's JSON names.
 		b, err := json.Marshal(in)
 		if err == nil {
 			err = json.Unmarshal(b, into)

@@ -64,7 +64,7 @@ func dryRun(info *pulumi.RunInfo) { info.DryRun = true }
 // every valid one with Pulumi's mocks, as a preview and as an up: nothing may panic, Resolve
 // must refuse exactly what Validate finds wrong, and the declared objects must be what the spec
 // asks for (names, replicas, ports, image, Service type, ConfigMap data, owner) and what Build
-// returns for it, field for field. The seeds
+// returns for it, field for field, and what the SDK's typed constructors send the engine. The seeds
 // below and the corpus in testdata/fuzz/FuzzProgram run with every `go test`; run more with
 // `go test -run '^$' -fuzz=FuzzProgram -fuzztime=30s ./infra/`.
 func FuzzProgram(f *testing.F) {
@@ -134,6 +134,7 @@ func FuzzProgram(f *testing.F) {
 			checkDeclared(t, d, m)
 			checkBuild(t, d, m.resources)
 		}
+		checkTypedSDK(t, d)
 	})
 }
 

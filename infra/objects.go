@@ -17,12 +17,12 @@ import (
 // declared field, at a few microseconds per object (BenchmarkBuild) and without Pulumi.
 //
 // Declare and Build describe the same objects twice, in the two type systems that need them
-// (Pulumi's input types, which the engine diffs, and client-go's, which the informers hold);
+// (Pulumi's inputs, which the engine diffs, and client-go's, which the informers hold);
 // TestBuildIsDeclare and FuzzProgram run Declare against Pulumi's mocks (Expected) and require
 // the two to be equal field for field, so a change to one without the other fails the tests.
-// Declare is not built from Build: the SDK's typed constructors (appsv1.NewDeployment, ...)
-// also pin the provider's version and the resources' aliases, which a generic registration
-// from client-go objects would lose, and with them every existing stack's plan.
+// Declare is not built from Build: client-go's JSON of an object carries fields Declare never
+// sent (creationTimestamp: null, status: {}, strategy: {}) and omits ones it did (empty pod
+// annotations), and every existing stack's plan rests on exactly what Declare sends.
 func Build(d api.Desired) Objects {
 	labels := Labels(d)
 	selector := SelectorLabels(d)

@@ -78,29 +78,34 @@ func checkBuild(t *testing.T, d api.Desired, inputs map[string]map[string]any) {
 	}
 }
 
+// declareBase and declareCases are Desired states that reach every branch of Declare: each case
+// changes declareBase.
+var declareBase = api.Desired{Namespace: "ns", Name: "web", ReplicaCount: 2, Port: 8080, ContainerPort: 8080,
+	Image: api.DefaultImage, ServiceType: api.ServiceTypeClusterIP, RolloutOnConfigChange: true}
+
+var declareCases = map[string]func(*api.Desired){
+	"defaults":     func(*api.Desired) {},
+	"owner":        func(d *api.Desired) { d.OwnerUID = "0f1e-uid" },
+	"headless":     func(d *api.Desired) { d.ServiceType = api.ServiceTypeHeadless },
+	"NodePort":     func(d *api.Desired) { d.ServiceType = api.ServiceTypeNodePort },
+	"LoadBalancer": func(d *api.Desired) { d.ServiceType = api.ServiceTypeLoadBalancer },
+	"no replicas":  func(d *api.Desired) { d.ReplicaCount = 0 },
+	"own image":    func(d *api.Desired) { d.Image, d.ContainerPort, d.Port = "registry.example/app:2", 9090, 80 },
+	"data, no roll": func(d *api.Desired) {
+		d.ConfigMapData, d.RolloutOnConfigChange = map[string]string{"hostports": "a,1\n", "empty": ""}, false
+	},
+	"env sources": func(d *api.Desired) {
+		d.EnvFrom = []api.EnvRef{{Kind: api.EnvKindSecret, Name: "s", Prefix: "S_"}, {Kind: api.EnvKindConfigMap, Name: "c"}}
+		d.EnvDigest = "abc"
+	},
+}
+
 // TestBuildIsDeclare: for specs that reach every branch of Declare, Build returns exactly the
 // objects Declare declares (FuzzProgram checks the same for every spec it makes).
 func TestBuildIsDeclare(t *testing.T) {
-	base := api.Desired{Namespace: "ns", Name: "web", ReplicaCount: 2, Port: 8080, ContainerPort: 8080, Image: api.DefaultImage,
-		ServiceType: api.ServiceTypeClusterIP, RolloutOnConfigChange: true}
-	for name, change := range map[string]func(*api.Desired){
-		"defaults":     func(*api.Desired) {},
-		"owner":        func(d *api.Desired) { d.OwnerUID = "0f1e-uid" },
-		"headless":     func(d *api.Desired) { d.ServiceType = api.ServiceTypeHeadless },
-		"NodePort":     func(d *api.Desired) { d.ServiceType = api.ServiceTypeNodePort },
-		"LoadBalancer": func(d *api.Desired) { d.ServiceType = api.ServiceTypeLoadBalancer },
-		"no replicas":  func(d *api.Desired) { d.ReplicaCount = 0 },
-		"own image":    func(d *api.Desired) { d.Image, d.ContainerPort, d.Port = "registry.example/app:2", 9090, 80 },
-		"data, no roll": func(d *api.Desired) {
-			d.ConfigMapData, d.RolloutOnConfigChange = map[string]string{"hostports": "a,1\n", "empty": ""}, false
-		},
-		"env sources": func(d *api.Desired) {
-			d.EnvFrom = []api.EnvRef{{Kind: api.EnvKindSecret, Name: "s", Prefix: "S_"}, {Kind: api.EnvKindConfigMap, Name: "c"}}
-			d.EnvDigest = "abc"
-		},
-	} {
+	for name, change := range declareCases {
 		t.Run(name, func(t *testing.T) {
-			d := base
+			d := declareBase
 			change(&d)
 			m := &mocks{resources: map[string]map[string]any{}, names: map[string]string{}}
 			if err := pulumi.RunErr(Program(d), pulumi.WithMocks("kindcustomhttp", "test", m)); err != nil {

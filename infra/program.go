@@ -1,13 +1,11 @@
 // Package infra is the Pulumi program of one KindCustomHttp: a pure function from its desired
 // state to the ConfigMap, Deployment and Service it declares. It is the only package that
-// declares Kubernetes resources (imports the Pulumi Kubernetes SDK; internal/boundaries
-// enforces it); the watcher, the commands and the tests all run the same program.
+// declares Kubernetes resources (registers the Kubernetes provider's resource types;
+// internal/boundaries enforces it); the watcher, the commands and the tests all run the same
+// program.
 package infra
 
 import (
-	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
-	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
-	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
@@ -67,6 +65,76 @@ const (
 	resService    = "service"
 )
 
+// ProviderVersion is the version of the Kubernetes provider plugin (pulumi-resource-kubernetes)
+// every object is registered with, so the engine loads exactly this plugin: the version the
+// Pulumi Kubernetes SDK's constructors ask for, which is the SDK's version in go.mod
+// (TestDeclareIsTypedSDK compares the registrations, stack's TestKubernetesPluginVersionMatchesSDK
+// the versions).
+const ProviderVersion = "4.33.0"
+
+// kind is one Kubernetes object type as the Kubernetes provider registers it.
+type kind struct {
+	token      string // the provider's resource type token, e.g. "kubernetes:apps/v1:Deployment"
+	apiVersion string // the object's apiVersion input
+	kind       string // the object's kind input
+	// aliases are the type's earlier tokens, with which the SDK registers it so that a stack
+	// made under one of them keeps its object.
+	aliases []pulumi.Alias
+}
+
+// The three kinds the program declares, as the SDK's constructors (corev1.NewConfigMap,
+// appsv1.NewDeployment, corev1.NewService) register them.
+var (
+	configMap  = kind{token: "kubernetes:core/v1:ConfigMap", apiVersion: "v1", kind: "ConfigMap"}
+	deployment = kind{token: "kubernetes:apps/v1:Deployment", apiVersion: "apps/v1", kind: "Deployment",
+		aliases: []pulumi.Alias{
+			{Type: pulumi.String("kubernetes:apps/v1beta1:Deployment")},
+			{Type: pulumi.String("kubernetes:apps/v1beta2:Deployment")},
+			{Type: pulumi.String("kubernetes:extensions/v1beta1:Deployment")},
+		}}
+	service = kind{token: "kubernetes:core/v1:Service", apiVersion: "v1", kind: "Service"}
+)
+
+// object is a registered Kubernetes object's state: the two outputs the program reads, each the
+// object's field as the provider returns it (a map[string]any once resolved).
+type object struct {
+	pulumi.CustomResourceState
+	Metadata pulumi.AnyOutput `pulumi:"metadata"`
+	Spec     pulumi.AnyOutput `pulumi:"spec"`
+}
+
+// register registers one object of kind k under the logical name name, with inputs (its
+// metadata, spec or data; apiVersion and kind are added here) and opts.
+//
+// It does what the Pulumi Kubernetes SDK's typed constructors do (the type token, apiVersion
+// and kind, the provider version first and the kind's aliases last), by hand: those
+// constructors and their typed arguments weigh 18 MB in the operator's binary, for three
+// object types; TestDeclareIsTypedSDK holds every registration equal to the SDK's. Errors: the
+// SDK's RegisterResource (a closed or failed engine connection).
+func register(ctx *pulumi.Context, k kind, name string, inputs pulumi.Map, opts ...pulumi.ResourceOption) (*object, error) {
+	inputs["apiVersion"] = pulumi.String(k.apiVersion)
+	inputs["kind"] = pulumi.String(k.kind)
+	all := append([]pulumi.ResourceOption{pulumi.Version(ProviderVersion)}, opts...)
+	if len(k.aliases) > 0 {
+		all = append(all, pulumi.Aliases(k.aliases))
+	}
+	var o object
+	if err := ctx.RegisterResource(k.token, name, inputs, &o, all...); err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
+// field is the string at key of an object output (metadata or spec): "" when the provider
+// returned no such string, unknown while the object is (in a preview).
+func field(o pulumi.AnyOutput, key string) pulumi.StringOutput {
+	return o.ApplyT(func(v any) string {
+		m, _ := v.(map[string]any)
+		s, _ := m[key].(string)
+		return s
+	}).(pulumi.StringOutput)
+}
+
 // ProviderEnv is the environment the Kubernetes provider plugin must run with, the same for
 // every caller (watcher and commands), so that they all plan the same changes.
 // ConfigMaps are updated in place (the provider's default replaces them on every data change,
@@ -86,10 +154,10 @@ func probePaths(d api.Desired) (liveness, readiness string) {
 }
 
 // httpProbe probes path on the container's "http" port every periodSeconds.
-func httpProbe(path string, periodSeconds int) *corev1.ProbeArgs {
-	return &corev1.ProbeArgs{
-		HttpGet:       &corev1.HTTPGetActionArgs{Path: pulumi.String(path), Port: pulumi.String(PortName)},
-		PeriodSeconds: pulumi.Int(periodSeconds),
+func httpProbe(path string, periodSeconds int) pulumi.Map {
+	return pulumi.Map{
+		"httpGet":       pulumi.Map{"path": pulumi.String(path), "port": pulumi.String(PortName)},
+		"periodSeconds": pulumi.Int(periodSeconds),
 	}
 }
 
@@ -130,6 +198,8 @@ func Program(d api.Desired) pulumi.RunFunc {
 type Declared struct {
 	// Deployment is the Deployment's name; it resolves once Pulumi has created or updated it.
 	Deployment pulumi.StringOutput
+	// Outputs are the stack outputs Declare exported, by key (OutputNamespace, ...).
+	Outputs pulumi.StringMap
 }
 
 // Declare declares d's ConfigMap, Deployment and Service and exports the stack outputs.
@@ -148,31 +218,30 @@ type Declared struct {
 func Declare(ctx *pulumi.Context, d api.Desired) (Declared, error) {
 	labels := pulumi.ToStringMap(Labels(d))
 	selector := pulumi.ToStringMap(SelectorLabels(d))
-	var owners metav1.OwnerReferenceArray
-	if d.OwnerUID != "" {
-		owners = metav1.OwnerReferenceArray{&metav1.OwnerReferenceArgs{
-			ApiVersion: pulumi.String(OwnerAPIVersion),
-			Kind:       pulumi.String(OwnerKind),
-			Name:       pulumi.String(d.Name),
-			Uid:        pulumi.String(d.OwnerUID),
-			Controller: pulumi.Bool(true),
-		}}
-	}
-	meta := func(name string) *metav1.ObjectMetaArgs {
-		return &metav1.ObjectMetaArgs{
-			Name:            pulumi.String(name),
-			Namespace:       pulumi.String(d.Namespace),
-			Labels:          labels,
-			Annotations:     pulumi.StringMap{"pulumi.com/patchForce": pulumi.String("true"), SkipAwait: pulumi.String("true")},
-			OwnerReferences: owners,
+	meta := func(name string) pulumi.Map {
+		m := pulumi.Map{
+			"name":        pulumi.String(name),
+			"namespace":   pulumi.String(d.Namespace),
+			"labels":      labels,
+			"annotations": pulumi.StringMap{"pulumi.com/patchForce": pulumi.String("true"), SkipAwait: pulumi.String("true")},
 		}
+		if d.OwnerUID != "" {
+			m["ownerReferences"] = pulumi.Array{pulumi.Map{
+				"apiVersion": pulumi.String(OwnerAPIVersion),
+				"kind":       pulumi.String(OwnerKind),
+				"name":       pulumi.String(d.Name),
+				"uid":        pulumi.String(d.OwnerUID),
+				"controller": pulumi.Bool(true),
+			}}
+		}
+		return m
 	}
 	// Names are fixed (the original's), so a replacement must delete first.
 	opts := []pulumi.ResourceOption{pulumi.DeleteBeforeReplace(true)}
 
-	cm, err := corev1.NewConfigMap(ctx, resConfigMap, &corev1.ConfigMapArgs{
-		Metadata: meta(d.ConfigMapName()),
-		Data:     pulumi.ToStringMap(d.ConfigMapData),
+	cm, err := register(ctx, configMap, resConfigMap, pulumi.Map{
+		"metadata": meta(d.ConfigMapName()),
+		"data":     pulumi.ToStringMap(d.ConfigMapData),
 	}, opts...)
 	if err != nil {
 		return Declared{}, err
@@ -187,68 +256,69 @@ func Declare(ctx *pulumi.Context, d api.Desired) (Declared, error) {
 	if d.EnvDigest != "" {
 		podAnnotations[EnvDigestAnnotation] = pulumi.String(d.EnvDigest)
 	}
-	var envFrom corev1.EnvFromSourceArray
-	for _, e := range d.EnvFrom {
-		src := &corev1.EnvFromSourceArgs{}
-		if e.Prefix != "" {
-			src.Prefix = pulumi.String(e.Prefix)
-		}
-		if e.Kind == api.EnvKindSecret {
-			src.SecretRef = &corev1.SecretEnvSourceArgs{Name: pulumi.String(e.Name)}
-		} else {
-			src.ConfigMapRef = &corev1.ConfigMapEnvSourceArgs{Name: pulumi.String(e.Name)}
-		}
-		envFrom = append(envFrom, src)
-	}
 	liveness, readiness := probePaths(d)
-	dep, err := appsv1.NewDeployment(ctx, resDeployment, &appsv1.DeploymentArgs{
-		Metadata: meta(d.Name),
-		Spec: &appsv1.DeploymentSpecArgs{
-			Replicas: pulumi.Int(int(d.ReplicaCount)),
-			Selector: &metav1.LabelSelectorArgs{MatchLabels: selector},
-			Template: &corev1.PodTemplateSpecArgs{
-				Metadata: &metav1.ObjectMetaArgs{Labels: labels, Annotations: podAnnotations},
-				Spec: &corev1.PodSpecArgs{
+	container := pulumi.Map{
+		"name":  pulumi.String(ContainerName),
+		"image": pulumi.String(d.Image),
+		// Pod Security "restricted": no root, no privilege escalation, no capabilities,
+		// RuntimeDefault seccomp; the server writes nothing.
+		"securityContext": pulumi.Map{
+			"allowPrivilegeEscalation": pulumi.Bool(false),
+			"readOnlyRootFilesystem":   pulumi.Bool(true),
+			"capabilities":             pulumi.Map{"drop": pulumi.StringArray{pulumi.String("ALL")}},
+		},
+		"livenessProbe":  httpProbe(liveness, 10),
+		"readinessProbe": httpProbe(readiness, 5),
+		"ports": pulumi.Array{pulumi.Map{
+			"name":          pulumi.String(PortName),
+			"containerPort": pulumi.Int(int(d.ContainerPort)),
+			"protocol":      pulumi.String("TCP"),
+		}},
+		"volumeMounts": pulumi.Array{pulumi.Map{
+			"name":      pulumi.String(VolumeName),
+			"mountPath": pulumi.String(api.ConfigMountPath),
+			"readOnly":  pulumi.Bool(true),
+		}},
+	}
+	if len(d.EnvFrom) > 0 {
+		envFrom := pulumi.Array{}
+		for _, e := range d.EnvFrom {
+			src := pulumi.Map{}
+			if e.Prefix != "" {
+				src["prefix"] = pulumi.String(e.Prefix)
+			}
+			if e.Kind == api.EnvKindSecret {
+				src["secretRef"] = pulumi.Map{"name": pulumi.String(e.Name)}
+			} else {
+				src["configMapRef"] = pulumi.Map{"name": pulumi.String(e.Name)}
+			}
+			envFrom = append(envFrom, src)
+		}
+		container["envFrom"] = envFrom
+	}
+	dep, err := register(ctx, deployment, resDeployment, pulumi.Map{
+		"metadata": meta(d.Name),
+		"spec": pulumi.Map{
+			"replicas": pulumi.Int(int(d.ReplicaCount)),
+			"selector": pulumi.Map{"matchLabels": selector},
+			"template": pulumi.Map{
+				"metadata": pulumi.Map{"labels": labels, "annotations": podAnnotations},
+				"spec": pulumi.Map{
 					// The http server never calls the Kubernetes API: no token in its pods for a
 					// compromised server to use.
-					AutomountServiceAccountToken: pulumi.Bool(false),
-					SecurityContext: &corev1.PodSecurityContextArgs{
-						RunAsNonRoot:   pulumi.Bool(true),
-						RunAsUser:      pulumi.Int(NonRootUID),
-						RunAsGroup:     pulumi.Int(NonRootUID),
-						SeccompProfile: &corev1.SeccompProfileArgs{Type: pulumi.String("RuntimeDefault")},
+					"automountServiceAccountToken": pulumi.Bool(false),
+					"securityContext": pulumi.Map{
+						"runAsNonRoot":   pulumi.Bool(true),
+						"runAsUser":      pulumi.Int(NonRootUID),
+						"runAsGroup":     pulumi.Int(NonRootUID),
+						"seccompProfile": pulumi.Map{"type": pulumi.String("RuntimeDefault")},
 					},
-					Containers: corev1.ContainerArray{&corev1.ContainerArgs{
-						Name:  pulumi.String(ContainerName),
-						Image: pulumi.String(d.Image),
-						// Pod Security "restricted": no root, no privilege escalation, no
-						// capabilities, RuntimeDefault seccomp; the server writes nothing.
-						SecurityContext: &corev1.SecurityContextArgs{
-							AllowPrivilegeEscalation: pulumi.Bool(false),
-							ReadOnlyRootFilesystem:   pulumi.Bool(true),
-							Capabilities:             &corev1.CapabilitiesArgs{Drop: pulumi.StringArray{pulumi.String("ALL")}},
-						},
-						EnvFrom:        envFrom,
-						LivenessProbe:  httpProbe(liveness, 10),
-						ReadinessProbe: httpProbe(readiness, 5),
-						Ports: corev1.ContainerPortArray{&corev1.ContainerPortArgs{
-							Name:          pulumi.String(PortName),
-							ContainerPort: pulumi.Int(int(d.ContainerPort)),
-							Protocol:      pulumi.String("TCP"),
-						}},
-						VolumeMounts: corev1.VolumeMountArray{&corev1.VolumeMountArgs{
-							Name:      pulumi.String(VolumeName),
-							MountPath: pulumi.String(api.ConfigMountPath),
-							ReadOnly:  pulumi.Bool(true),
-						}},
-					}},
-					Volumes: corev1.VolumeArray{&corev1.VolumeArgs{
-						Name: pulumi.String(VolumeName),
+					"containers": pulumi.Array{container},
+					"volumes": pulumi.Array{pulumi.Map{
+						"name": pulumi.String(VolumeName),
 						// The literal name, not cm's output: an output would make Pulumi
 						// replace the Deployment whenever it replaces the ConfigMap.
-						ConfigMap: &corev1.ConfigMapVolumeSourceArgs{
-							Name: pulumi.String(d.ConfigMapName()),
-						},
+						"configMap": pulumi.Map{"name": pulumi.String(d.ConfigMapName())},
 					}},
 				},
 			},
@@ -258,32 +328,44 @@ func Declare(ctx *pulumi.Context, d api.Desired) (Declared, error) {
 		return Declared{}, err
 	}
 
-	svcSpec := &corev1.ServiceSpecArgs{
-		Type:     pulumi.String(string(d.ServiceType)),
-		Selector: selector,
-		Ports: corev1.ServicePortArray{&corev1.ServicePortArgs{
-			Name:       pulumi.String(PortName),
-			Port:       pulumi.Int(int(d.Port)),
-			TargetPort: pulumi.String(PortName),
-			Protocol:   pulumi.String("TCP"),
+	svcSpec := pulumi.Map{
+		"type":     pulumi.String(string(d.ServiceType)),
+		"selector": selector,
+		"ports": pulumi.Array{pulumi.Map{
+			"name":       pulumi.String(PortName),
+			"port":       pulumi.Int(int(d.Port)),
+			"targetPort": pulumi.String(PortName),
+			"protocol":   pulumi.String("TCP"),
 		}},
 	}
 	if d.ServiceType == api.ServiceTypeHeadless {
-		svcSpec.Type = pulumi.String(string(api.ServiceTypeClusterIP))
-		svcSpec.ClusterIP = pulumi.String("None")
+		svcSpec["type"] = pulumi.String(string(api.ServiceTypeClusterIP))
+		svcSpec["clusterIP"] = pulumi.String("None")
 	}
-	svc, err := corev1.NewService(ctx, resService, &corev1.ServiceArgs{
-		Metadata: meta(d.Name),
-		Spec:     svcSpec,
+	svc, err := register(ctx, service, resService, pulumi.Map{
+		"metadata": meta(d.Name),
+		"spec":     svcSpec,
 	}, opts...)
 	if err != nil {
 		return Declared{}, err
 	}
 
-	ctx.Export(OutputNamespace, pulumi.String(d.Namespace))
-	ctx.Export(OutputConfigMapName, cm.Metadata.Name().Elem())
-	ctx.Export(OutputDeploymentName, dep.Metadata.Name().Elem())
-	ctx.Export(OutputServiceName, svc.Metadata.Name().Elem())
-	ctx.Export(OutputClusterIP, svc.Spec.ClusterIP().Elem())
-	return Declared{Deployment: dep.Metadata.Name().Elem()}, nil
+	return export(ctx, Declared{
+		Deployment: field(dep.Metadata, "name"),
+		Outputs: pulumi.StringMap{
+			OutputNamespace:      pulumi.String(d.Namespace),
+			OutputConfigMapName:  field(cm.Metadata, "name"),
+			OutputDeploymentName: field(dep.Metadata, "name"),
+			OutputServiceName:    field(svc.Metadata, "name"),
+			OutputClusterIP:      field(svc.Spec, "clusterIP"),
+		},
+	}), nil
+}
+
+// export exports d.Outputs as the stack's outputs and returns d.
+func export(ctx *pulumi.Context, d Declared) Declared {
+	for k, v := range d.Outputs {
+		ctx.Export(k, v)
+	}
+	return d
 }

@@ -6,12 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/pulumi-operator/pulumi-operator/infra"
 )
 
 // KubernetesPluginVersion is the version of the Kubernetes provider plugin the program needs:
-// the version of github.com/pulumi/pulumi-kubernetes/sdk/v4 in go.mod (a test keeps them in
-// step). The engine asks for exactly this version.
-const KubernetesPluginVersion = "4.33.0"
+// infra.ProviderVersion, the version every object is registered with, which is the version of
+// github.com/pulumi/pulumi-kubernetes/sdk/v4 in go.mod (a test keeps them in step). The engine
+// asks for exactly this version.
+const KubernetesPluginVersion = infra.ProviderVersion
 
 // KubernetesPluginBinary is the plugin's executable name.
 const KubernetesPluginBinary = "pulumi-resource-kubernetes"
