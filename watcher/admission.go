@@ -6,7 +6,8 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 )
 
 // AdmissionPolicyLabel marks the ValidatingAdmissionPolicy, and its binding, that admits a
@@ -28,7 +29,7 @@ var ErrNoAdmissionPolicy = errors.New("no admission policy checks who may refere
 // AdmissionPolicyLabel=AdmissionPolicyValue that a binding with the same label puts to use
 // (validationActions Deny). Errors: ErrNoAdmissionPolicy when there is none, or the API error
 // of the two lists (forbidden where the operator is granted one namespace only).
-func AdmissionPolicy(ctx context.Context, kube kubernetes.Interface) (string, error) {
+func AdmissionPolicy(ctx context.Context, kube kubeclient.Interface) (string, error) {
 	sel := metav1.ListOptions{LabelSelector: AdmissionPolicyLabel + "=" + AdmissionPolicyValue}
 	policies, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, sel)
 	if err != nil {

@@ -432,14 +432,14 @@ func owned(t testing.TB, u *unstructured.Unstructured) (*appsv1.Deployment, *cor
 // owned-object informer cache that shows it.
 func (f *unitFixture) ownedStore(o runtime.Object) (schema.GroupVersionResource, cache.Indexer) {
 	f.t.Helper()
-	factory := f.w.owned.factory
+	deployments, services, configMaps := f.w.owned.informers[0], f.w.owned.informers[1], f.w.owned.informers[2]
 	switch o.(type) {
 	case *appsv1.Deployment:
-		return appsv1.SchemeGroupVersion.WithResource("deployments"), factory.Apps().V1().Deployments().Informer().GetIndexer()
+		return appsv1.SchemeGroupVersion.WithResource("deployments"), deployments.GetIndexer()
 	case *corev1.Service:
-		return corev1.SchemeGroupVersion.WithResource("services"), factory.Core().V1().Services().Informer().GetIndexer()
+		return corev1.SchemeGroupVersion.WithResource("services"), services.GetIndexer()
 	case *corev1.ConfigMap:
-		return corev1.SchemeGroupVersion.WithResource("configmaps"), factory.Core().V1().ConfigMaps().Informer().GetIndexer()
+		return corev1.SchemeGroupVersion.WithResource("configmaps"), configMaps.GetIndexer()
 	}
 	f.t.Fatalf("not an owned kind: %T", o)
 	return schema.GroupVersionResource{}, nil

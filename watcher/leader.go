@@ -12,10 +12,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 )
 
 // LeaderElection configures RunLeaderElected. Durations follow client-go's (and
@@ -45,7 +46,7 @@ var ErrLeadershipLost = errors.New("lost leader election lease")
 //     once, no grace, because another replica may take the Lease LeaseDuration after the last
 //     renewal, that is LeaseDuration-RenewDeadline (5 s by default) after the loss is noticed;
 //     RunLeaderElected then returns ErrLeadershipLost.
-func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubernetes.Interface, le LeaderElection, workers int) error {
+func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubeclient.Interface, le LeaderElection, workers int) error {
 	if le.Identity == "" {
 		host, _ := os.Hostname()
 		le.Identity = host + "_" + string(uuid.NewUUID())
@@ -130,7 +131,7 @@ const maxLockHolders = 32
 // the ones whose locks may be removed. The Lease is read and updated with the optimistic
 // concurrency the elector uses; its next renewal retries on the new version, as it does after
 // any conflict.
-func (w *Watcher) recordLeader(ctx context.Context, kube kubernetes.Interface, le LeaderElection) error {
+func (w *Watcher) recordLeader(ctx context.Context, kube kubeclient.Interface, le LeaderElection) error {
 	host, err := os.Hostname()
 	if err != nil {
 		return fmt.Errorf("read host name: %w", err)

@@ -14,14 +14,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 )
 
@@ -30,8 +31,8 @@ import (
 // KindCustomHttp (same namespace, name from app.kubernetes.io/instance), so that replica
 // health reaches status and hand-made changes are seen within seconds.
 type ownedObjects struct {
-	kube        kubernetes.Interface
-	factory     informers.SharedInformerFactory
+	kube        kubeclient.Interface
+	informers   []cache.SharedIndexInformer // the Deployments', Services' and ConfigMaps'
 	deployments appslisters.DeploymentLister
 	services    corelisters.ServiceLister
 	configMaps  corelisters.ConfigMapLister
@@ -61,15 +62,15 @@ func versions(digest string, dep *appsv1.Deployment, svc *corev1.Service, cm *co
 // forget drops what drift remembers of the KindCustomHttp key.
 func (o *ownedObjects) forget(key cache.ObjectName) { o.inSync.Delete(key) }
 
-func newOwnedObjects(kube kubernetes.Interface, namespace string, resync time.Duration, enqueue func(cache.ObjectName)) *ownedObjects {
+func newOwnedObjects(kube kubeclient.Interface, namespace string, resync time.Duration, enqueue func(cache.ObjectName)) *ownedObjects {
 	selector := labels.SelectorFromSet(labels.Set{infra.LabelManagedBy: infra.ManagedBy}).String()
-	f := informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(namespace),
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }),
-		informers.WithTransform(stripMetadata(false)))
-	o := &ownedObjects{kube: kube, factory: f,
-		deployments: f.Apps().V1().Deployments().Lister(),
-		services:    f.Core().V1().Services().Lister(),
-		configMaps:  f.Core().V1().ConfigMaps().Lister(),
+	deployments := newInformer(kube, kube.AppsV1().Deployments(namespace), &appsv1.Deployment{}, selector, resync)
+	services := newInformer(kube, kube.CoreV1().Services(namespace), &corev1.Service{}, selector, resync)
+	configMaps := newInformer(kube, kube.CoreV1().ConfigMaps(namespace), &corev1.ConfigMap{}, selector, resync)
+	o := &ownedObjects{kube: kube, informers: []cache.SharedIndexInformer{deployments, services, configMaps},
+		deployments: appslisters.NewDeploymentLister(deployments.GetIndexer()),
+		services:    corelisters.NewServiceLister(services.GetIndexer()),
+		configMaps:  corelisters.NewConfigMapLister(configMaps.GetIndexer()),
 	}
 	toOwner := func(obj any) {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -84,16 +85,52 @@ func newOwnedObjects(kube kubernetes.Interface, namespace string, resync time.Du
 		}
 	}
 	h := cache.ResourceEventHandlerFuncs{AddFunc: toOwner, UpdateFunc: func(_, n any) { toOwner(n) }, DeleteFunc: toOwner}
-	for _, inf := range []cache.SharedIndexInformer{
-		f.Apps().V1().Deployments().Informer(), f.Core().V1().Services().Informer(), f.Core().V1().ConfigMaps().Informer(),
-	} {
+	for _, inf := range o.informers {
 		_, _ = inf.AddEventHandler(h)
 		o.hasSynced = append(o.hasSynced, inf.HasSynced)
 	}
 	return o
 }
 
-func (o *ownedObjects) start(ctx context.Context)      { o.factory.Start(ctx.Done()) }
+// listWatcher is the part of a client-go typed resource client (DeploymentInterface, ...) an
+// informer needs; L is the resource's list type.
+type listWatcher[L runtime.Object] interface {
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// newInformer is the informer of the objects of c (one resource in one namespace, or all with
+// "") that match selector, each stripped of managedFields (stripMetadata), as client-go's
+// generated informers (informers/apps/v1.NewFilteredDeploymentInformer, ...) make it. Those
+// take the whole kubernetes.Interface, which kubeclient does not implement (its package
+// comment says why), so the ListWatch is written here, as theirs is; kube is passed on for
+// client-go's watch-list check (the fake clientset has no watch-list).
+func newInformer[L runtime.Object](kube kubeclient.Interface, c listWatcher[L], obj runtime.Object, selector string,
+	resync time.Duration,
+) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.LabelSelector = selector
+			return c.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.LabelSelector = selector
+			return c.Watch(ctx, opts)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, kube), obj, resync,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	_ = inf.SetTransform(stripMetadata(false)) // fails only once the informer runs
+	return inf
+}
+
+// start runs the informers until ctx ends.
+func (o *ownedObjects) start(ctx context.Context) {
+	for _, inf := range o.informers {
+		go inf.RunWithContext(ctx)
+	}
+}
+
 func (o *ownedObjects) synced() []cache.InformerSynced { return o.hasSynced }
 
 // readiness judges the rollout of d's Deployment (internal/rollout), read from the cache, or

@@ -11,12 +11,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/internal/ownership"
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 	"github.com/pulumi-operator/pulumi-operator/stack"
@@ -136,7 +136,7 @@ func (w *Watcher) desired(ctx context.Context, o *object) (envsource.Resolved, s
 }
 
 // cluster is the client envsource.Resolve reads envFrom sources with: the watcher's own.
-func (w *Watcher) cluster() (kubernetes.Interface, error) { return w.kube, nil }
+func (w *Watcher) cluster() (kubeclient.Interface, error) { return w.kube, nil }
 
 // stall reports an invalid spec once (status and a Warning Event) and does not retry: the
 // object's next change enqueues it again.

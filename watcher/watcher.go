@@ -23,7 +23,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
@@ -32,6 +31,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -125,7 +125,7 @@ type Watcher struct {
 	informer cache.SharedIndexInformer
 	lister   cache.GenericLister
 	owned    *ownedObjects
-	kube     kubernetes.Interface
+	kube     kubeclient.Interface
 	envSync  []cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	// lanes is the queue's storage: keys whose owned objects changed are processed first.
@@ -164,7 +164,7 @@ type Watcher struct {
 
 // New returns a Watcher of KindCustomHttp objects through client (dynamic) and kube (typed:
 // owned objects and Events), reconciling them with stacks. Nothing runs until Run.
-func New(client dynamic.Interface, kube kubernetes.Interface, stacks Stacks, opts Options) *Watcher {
+func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opts Options) *Watcher {
 	if opts.Resync == 0 {
 		opts.Resync = 10 * time.Minute
 	}

@@ -26,6 +26,7 @@ const module = "github.com/pulumi-operator/pulumi-operator"
 // prefix. Test files are exempt: a test may use any SDK to build its fixtures.
 type rule struct {
 	prefix  string
+	exact   bool     // the package prefix only, not the packages below it
 	allowed []string // package paths relative to module
 	why     string
 }
@@ -53,6 +54,17 @@ var rules = []rule{
 			"(18 MB in a binary) is for tests only, where it is the oracle of infra's registrations",
 	},
 	{
+		prefix: "k8s.io/client-go/kubernetes", exact: true,
+		allowed: tools,
+		why: "the operator's typed client is internal/kubeclient, with only the API groups it calls; " +
+			"client-go's whole clientset weighs 11 MB in a binary",
+	},
+	{
+		prefix: "k8s.io/client-go/informers", exact: true,
+		allowed: tools,
+		why:     "informers.SharedInformerFactory needs the whole clientset (see k8s.io/client-go/kubernetes)",
+	},
+	{
 		prefix:  "k8s.io/client-go/dynamic",
 		allowed: append([]string{"watcher", "internal/commands", "internal/program"}, tools...),
 		why:     "only the watcher, the commands and the engine-mode program read KindCustomHttp objects from the API",
@@ -63,15 +75,16 @@ var rules = []rule{
 // path keeps one direction (nothing below imports what is above it).
 var layers = map[string][]string{
 	".":                   {"internal/commands", "internal/program", "internal/initproc"}, // main only picks the mode (STYLE.md: main.go stays thin)
-	"internal/commands":   {"api/v1", "internal/envsource", "infra", "stack", "watcher", "internal/ownership", "internal/rollout", "internal/version"},
+	"internal/commands":   {"api/v1", "internal/envsource", "infra", "stack", "watcher", "internal/ownership", "internal/rollout", "internal/version", "internal/kubeclient"},
 	"api/v1":              {"internal/version"},
 	"infra":               {"api/v1", "internal/version"},
 	"stack":               {"api/v1", "infra", "internal/version", "agent/protocol", "agent/protocol/diyfile"},
-	"internal/envsource":  {"api/v1"},
-	"internal/program":    {"api/v1", "internal/envsource", "infra", "stack", "internal/rollout"},
-	"watcher":             {"api/v1", "internal/envsource", "infra", "stack", "internal/ownership", "internal/rollout", "internal/version"},
-	"internal/rollout":    {},
-	"internal/ownership":  {"api/v1", "infra"},
+	"internal/envsource":  {"api/v1", "internal/kubeclient"},
+	"internal/program":    {"api/v1", "internal/envsource", "infra", "stack", "internal/rollout", "internal/kubeclient"},
+	"watcher":             {"api/v1", "internal/envsource", "infra", "stack", "internal/ownership", "internal/rollout", "internal/version", "internal/kubeclient"},
+	"internal/rollout":    {"internal/kubeclient"},
+	"internal/ownership":  {"api/v1", "infra", "internal/kubeclient"},
+	"internal/kubeclient": {},
 	"internal/httpserver": {"internal/version"},
 	"cmd/http-server":     {"internal/httpserver", "internal/version"},
 	"internal/version":    {},
@@ -142,7 +155,11 @@ func TestImportRules(t *testing.T) {
 		from := rel(p.ImportPath)
 		for _, imp := range p.Imports {
 			for _, r := range rules {
-				if strings.HasPrefix(imp, r.prefix) && !slices.Contains(r.allowed, from) {
+				match := strings.HasPrefix(imp, r.prefix)
+				if r.exact {
+					match = imp == r.prefix
+				}
+				if match && !slices.Contains(r.allowed, from) {
 					t.Errorf("%s imports %s: %s (allowed: %s)", from, imp, r.why, strings.Join(r.allowed, ", "))
 				}
 			}

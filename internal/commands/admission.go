@@ -7,8 +7,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
@@ -19,7 +19,7 @@ const admissionCheckTimeout = 10 * time.Second
 // admissionStatus is the line `version` prints and `watch` logs about the admission policy
 // (watcher.AdmissionPolicy): "<name> (bound, Deny)", "NOT INSTALLED: <what to do>" or
 // "unknown (<why>)", with installed true only for the first.
-func admissionStatus(ctx context.Context, kube kubernetes.Interface) (line string, installed bool) {
+func admissionStatus(ctx context.Context, kube kubeclient.Interface) (line string, installed bool) {
 	ctx, cancel := context.WithTimeout(ctx, admissionCheckTimeout)
 	defer cancel()
 	name, err := watcher.AdmissionPolicy(ctx, kube)
@@ -40,7 +40,7 @@ func admissionStatus(ctx context.Context, kube kubernetes.Interface) (line strin
 
 // checkAdmission logs at start whether the admission policy is in force: a warning, which a
 // user sees in the operator's log, when it is absent or cannot be looked up.
-func checkAdmission(ctx context.Context, kube kubernetes.Interface) {
+func checkAdmission(ctx context.Context, kube kubeclient.Interface) {
 	line, ok := admissionStatus(ctx, kube)
 	if ok {
 		slog.Info("admission policy in force", "policy", line)

@@ -19,9 +19,10 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/cert"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 )
 
 // The limits of --metrics-secure's reviews. Anyone who reaches the metrics port can make the
@@ -76,7 +77,7 @@ const (
 // cached), no free review slot within metricsReviewWait 503 with Retry-After (not cached).
 // The limits are the constants above; tests lower them through the fields.
 type metricsAuth struct {
-	kube kubernetes.Interface // the reviews' own client (newMetricsReviewClient)
+	kube kubeclient.Interface // the reviews' own client (newMetricsReviewClient)
 	next http.Handler
 	ttl  time.Duration // how long a decision is cached
 	wait time.Duration // how long a request waits for a review slot
@@ -99,7 +100,7 @@ var metricsBusy = authDecision{code: http.StatusServiceUnavailable,
 
 // newMetricsAuth guards next with reviews made through kube (newMetricsReviewClient's client
 // in `watch`), with the limits above.
-func newMetricsAuth(kube kubernetes.Interface, next http.Handler) *metricsAuth {
+func newMetricsAuth(kube kubeclient.Interface, next http.Handler) *metricsAuth {
 	return &metricsAuth{
 		kube: kube, next: next, ttl: metricsDecisionTTL, wait: metricsReviewWait,
 		allowed: cache.NewLRUExpireCache(maxAllowedTokens),
@@ -123,8 +124,8 @@ func newMetricsReviewConfig(rc *rest.Config) *rest.Config {
 
 // newMetricsReviewClient is the client of --metrics-secure's reviews (newMetricsReviewConfig),
 // built from the main client's configuration rc.
-func newMetricsReviewClient(rc *rest.Config) (kubernetes.Interface, error) {
-	kube, err := kubernetes.NewForConfig(newMetricsReviewConfig(rc))
+func newMetricsReviewClient(rc *rest.Config) (kubeclient.Interface, error) {
+	kube, err := kubeclient.NewForConfig(newMetricsReviewConfig(rc))
 	if err != nil {
 		return nil, fmt.Errorf("create Kubernetes client for metrics token reviews: %w", err)
 	}

@@ -17,10 +17,10 @@ import (
 	"golang.org/x/term"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/internal/ownership"
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 	"github.com/pulumi-operator/pulumi-operator/stack"
@@ -53,7 +53,7 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 		return cli.Exit("destroy deletes the objects of the stack: pass --yes to confirm", ExitInvalidInput)
 	}
 	var client dynamic.Interface
-	var kube kubernetes.Interface
+	var kube kubeclient.Interface
 	needCluster := of.fromCluster != "" || cfg.clusterName == "" || (op == Up && of.rolloutTimeout > 0)
 	rc, rcErr := restConfig(cfg)
 	if needCluster && rcErr != nil {
@@ -64,7 +64,7 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 		if client, err = dynamic.NewForConfig(rc); err != nil {
 			return err
 		}
-		if kube, err = kubernetes.NewForConfig(rc); err != nil {
+		if kube, err = kubeclient.NewForConfig(rc); err != nil {
 			return err
 		}
 	}
@@ -118,7 +118,7 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 // which is kept for the diff, is shown as it goes on a terminal and only at the end
 // elsewhere (report). Several at a time, each run's output is held and printed as one block
 // when it ends, so that runs do not interleave.
-func runAll(ctx context.Context, mgr *stack.Manager, kube kubernetes.Interface, docs []api.Document, op Operation, of *objectFlags, progress io.Writer, terminal bool) []result {
+func runAll(ctx context.Context, mgr *stack.Manager, kube kubeclient.Interface, docs []api.Document, op Operation, of *objectFlags, progress io.Writer, terminal bool) []result {
 	parallel := max(of.parallel, 1)
 	results := make([]result, len(docs))
 	started := make([]bool, len(docs))
@@ -177,7 +177,7 @@ func runAll(ctx context.Context, mgr *stack.Manager, kube kubernetes.Interface, 
 // with a warning, and the operation run again, as the watcher does (stale locks). After a
 // successful up it waits up to --rollout-timeout for the Deployment's rollout through kube
 // (waitRollout).
-func runOne(ctx context.Context, mgr *stack.Manager, kube kubernetes.Interface, d api.Document, op Operation, of *objectFlags, progress io.Writer, color string, streamPreview bool) result {
+func runOne(ctx context.Context, mgr *stack.Manager, kube kubeclient.Interface, d api.Document, op Operation, of *objectFlags, progress io.Writer, color string, streamPreview bool) result {
 	name, _ := mgr.StackName(d.Desired.Namespace, d.Desired.Name)
 	r := result{Object: d.Desired.Namespace + "/" + d.Desired.Name, Stack: mgr.QualifiedName(name), Operation: op}
 	opts := stack.RunOptions{Diff: of.diff, Color: color, Progress: progress}
@@ -242,7 +242,7 @@ func runOne(ctx context.Context, mgr *stack.Manager, kube kubernetes.Interface, 
 // new reason to progress, as the Kubernetes provider's await of `pulumi up` reports its
 // Deployment: the operator's program does not await it (infra.SkipAwait), so that no rollout
 // holds a worker of the operator, and a person's `up` waits here instead.
-func waitRollout(ctx context.Context, kube kubernetes.Interface, d api.Desired, timeout time.Duration, progress io.Writer) error {
+func waitRollout(ctx context.Context, kube kubeclient.Interface, d api.Desired, timeout time.Duration, progress io.Writer) error {
 	return rollout.Wait(ctx, kube, d.Namespace, d.Name, d.ReplicaCount, timeout, func(h rollout.Health) {
 		if h.Done {
 			fmt.Fprintf(progress, "Deployment %s/%s rolled out: %s\n", d.Namespace, d.Name, h.Message)
@@ -310,14 +310,14 @@ func lockMessage(name string, err error, waited time.Duration) string {
 // the digest of the object's envFrom sources, read from the cluster (connected only for an
 // object that has some). Errors name the document.
 func envDigests(ctx context.Context, cfg *config, docs []api.Document) error {
-	var kube kubernetes.Interface
-	cluster := func() (kubernetes.Interface, error) {
+	var kube kubeclient.Interface
+	cluster := func() (kubeclient.Interface, error) {
 		if kube == nil {
 			rc, err := restConfig(cfg)
 			if err != nil {
 				return nil, err
 			}
-			if kube, err = kubernetes.NewForConfig(rc); err != nil {
+			if kube, err = kubeclient.NewForConfig(rc); err != nil {
 				return nil, err
 			}
 		}

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/internal/version"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
@@ -98,7 +98,7 @@ func clusterAdmissionStatus(ctx context.Context, cfg *config) string {
 	if err != nil {
 		return "unknown (no cluster: " + err.Error() + ")"
 	}
-	kube, err := kubernetes.NewForConfig(rc)
+	kube, err := kubeclient.NewForConfig(rc)
 	if err != nil {
 		return "unknown (no cluster: " + err.Error() + ")"
 	}

@@ -18,9 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
@@ -93,7 +93,7 @@ func runWatch(parent context.Context, cfg *config) error {
 	if err != nil {
 		return fmt.Errorf("create Kubernetes client: %w", err)
 	}
-	kube, err := kubernetes.NewForConfig(rc)
+	kube, err := kubeclient.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("create Kubernetes client: %w", err)
 	}

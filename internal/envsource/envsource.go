@@ -19,9 +19,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 )
 
 // ErrMissing means a ConfigMap or Secret named in spec.envFrom does not exist (yet). The
@@ -64,7 +64,7 @@ const unreadMarker = "\x00unread"
 //
 // Errors wrap ErrMissing for an object that does not exist (the message says to create it or
 // remove it from spec.envFrom), and otherwise the API error (forbidden, unreachable).
-func Digest(ctx context.Context, kube kubernetes.Interface, d api.Desired, opts Options) (Result, error) {
+func Digest(ctx context.Context, kube kubeclient.Interface, d api.Desired, opts Options) (Result, error) {
 	if len(d.EnvFrom) == 0 {
 		return Result{}, nil
 	}
@@ -104,7 +104,7 @@ func Digest(ctx context.Context, kube kubernetes.Interface, d api.Desired, opts 
 }
 
 // read returns the data of the Secret or ConfigMap ref names in namespace ns.
-func read(ctx context.Context, kube kubernetes.Interface, ns string, ref api.EnvRef) (map[string][]byte, error) {
+func read(ctx context.Context, kube kubeclient.Interface, ns string, ref api.EnvRef) (map[string][]byte, error) {
 	if ref.Kind == api.EnvKindSecret {
 		s, err := kube.CoreV1().Secrets(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 		if err != nil {

@@ -5,9 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"k8s.io/client-go/kubernetes"
-
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 )
 
 // ErrNoCluster means an object names envFrom sources but no cluster was given to read them
@@ -35,7 +34,7 @@ type Resolved struct {
 // Errors: an *api.InvalidSpecError when the spec must change (nothing is read then);
 // otherwise Digest's errors (ErrMissing for a source that does not exist, the API's for one
 // that cannot be read), or ErrNoCluster.
-func Resolve(ctx context.Context, obj *api.KindCustomHttp, cluster func() (kubernetes.Interface, error), opts Options) (Resolved, error) {
+func Resolve(ctx context.Context, obj *api.KindCustomHttp, cluster func() (kubeclient.Interface, error), opts Options) (Resolved, error) {
 	d, err := api.Resolve(obj)
 	if err != nil {
 		return Resolved{}, err

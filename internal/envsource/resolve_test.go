@@ -6,10 +6,10 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 )
 
 // object is a valid KindCustomHttp of namespace ns with the given envFrom sources.
@@ -28,7 +28,7 @@ func TestResolve(t *testing.T) {
 	cmRef := api.EnvFromSource{ConfigMapRef: &api.LocalObject{Name: "env-a"}}
 	kube := fake.NewClientset(configMap("env-a", map[string]string{"K": "v"}, nil))
 	calls := 0
-	cluster := func() (kubernetes.Interface, error) { calls++; return kube, nil }
+	cluster := func() (kubeclient.Interface, error) { calls++; return kube, nil }
 
 	r, err := Resolve(context.Background(), object(), cluster, Options{})
 	if err != nil || r.Desired.Name != "web" || r.Desired.ReplicaCount != 2 || r.Desired.EnvDigest != "" || calls != 0 {
@@ -62,7 +62,7 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("envFrom without a cluster: %v; want ErrNoCluster", err)
 	}
 	down := errors.New("connection refused")
-	if _, err := Resolve(context.Background(), object(cmRef), func() (kubernetes.Interface, error) { return nil, down }, Options{}); !errors.Is(err, ErrNoCluster) || !errors.Is(err, down) {
+	if _, err := Resolve(context.Background(), object(cmRef), func() (kubeclient.Interface, error) { return nil, down }, Options{}); !errors.Is(err, ErrNoCluster) || !errors.Is(err, down) {
 		t.Fatalf("envFrom with a cluster that fails: %v; want ErrNoCluster wrapping its error", err)
 	}
 }

@@ -13,17 +13,17 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 )
 
 // Foreign lists, as "Kind/name", d's Deployment, Service and ConfigMap that exist in the
 // cluster without being d's: without infra.LabelManagedBy=infra.ManagedBy and
 // infra.LabelInstance=d.Name, or owned by another object than d (an ownerReference with
 // another UID). Objects that do not exist are free. Errors are read errors.
-func Foreign(ctx context.Context, kube kubernetes.Interface, d api.Desired) ([]string, error) {
+func Foreign(ctx context.Context, kube kubeclient.Interface, d api.Desired) ([]string, error) {
 	var out []string
 	check := func(kind, name string, m metav1.Object, err error) error {
 		if apierrors.IsNotFound(err) {
@@ -79,7 +79,7 @@ func (e *Error) Error() string {
 }
 
 // Check is Foreign as an error: an *Error when there is a foreign object, a read error, or nil.
-func Check(ctx context.Context, kube kubernetes.Interface, d api.Desired) error {
+func Check(ctx context.Context, kube kubeclient.Interface, d api.Desired) error {
 	objs, err := Foreign(ctx, kube, d)
 	if err != nil {
 		return err

@@ -26,13 +26,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
@@ -155,7 +155,7 @@ func checkProviderEnv(getenv func(string) string) error {
 // Kube are the clients Source needs from the cluster.
 type Kube struct {
 	Dynamic dynamic.Interface
-	Core    kubernetes.Interface
+	Core    kubeclient.Interface
 }
 
 // kubeFromEnv connects as kubectl does: KUBECONFIG or ~/.kube/config and its current context,
@@ -176,7 +176,7 @@ func kubeFor(rc *rest.Config) (Kube, error) {
 	if err != nil {
 		return Kube{}, err
 	}
-	k, err := kubernetes.NewForConfig(rc)
+	k, err := kubeclient.NewForConfig(rc)
 	if err != nil {
 		return Kube{}, err
 	}
@@ -257,7 +257,7 @@ func (s Source) Desired(ctx context.Context, connect func() (Kube, error)) (api.
 		}
 	}
 	// The resolver the watcher and the commands use (envsource.Resolve).
-	r, err := envsource.Resolve(ctx, obj, func() (kubernetes.Interface, error) {
+	r, err := envsource.Resolve(ctx, obj, func() (kubeclient.Interface, error) {
 		k, err := cluster()
 		return k.Core, err
 	}, envsource.Options{SkipForbidden: true})

@@ -20,7 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 )
 
 // Reasons Assess gives besides those it passes on from Kubernetes (a Deployment condition's
@@ -149,7 +150,7 @@ func firstTrouble(pods []corev1.Pod) (string, string) {
 // Read reads Deployment namespace/name and, when its rollout is not done, the pods its selector
 // matches, and assesses them. A Deployment that does not exist is Health with
 // ReasonDeploymentMissing; other read errors are returned.
-func Read(ctx context.Context, kube kubernetes.Interface, namespace, name string, desired int32) (Health, error) {
+func Read(ctx context.Context, kube kubeclient.Interface, namespace, name string, desired int32) (Health, error) {
 	dep, err := kube.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return Assess(nil, desired, nil), nil
@@ -169,7 +170,7 @@ func Read(ctx context.Context, kube kubernetes.Interface, namespace, name string
 }
 
 // ListPods lists the pods dep's selector matches in its namespace.
-func ListPods(ctx context.Context, kube kubernetes.Interface, dep *appsv1.Deployment) ([]corev1.Pod, error) {
+func ListPods(ctx context.Context, kube kubeclient.Interface, dep *appsv1.Deployment) ([]corev1.Pod, error) {
 	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
 	if err != nil || sel.Empty() {
 		sel = labels.Nothing()
@@ -205,7 +206,7 @@ func (e *Error) Error() string {
 // Deployment gives up (*Error), or timeout passes (*Error with Timeout); progress, when not
 // nil, is called each time the reason or message changes. A read that fails is retried until
 // the timeout; ctx ending returns ctx's error.
-func Wait(ctx context.Context, kube kubernetes.Interface, namespace, name string, desired int32, timeout time.Duration, progress func(Health)) error {
+func Wait(ctx context.Context, kube kubeclient.Interface, namespace, name string, desired int32, timeout time.Duration, progress func(Health)) error {
 	var last Health
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		h, err := Read(ctx, kube, namespace, name, desired)
