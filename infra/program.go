@@ -153,6 +153,20 @@ func probePaths(d api.Desired) (liveness, readiness string) {
 	return "/ping", "/ping"
 }
 
+// podAnnotations are the pod template's annotations for d: ConfigDigestAnnotation when
+// d.RolloutOnConfigChange, EnvDigestAnnotation when d has envFrom sources; empty, not nil,
+// otherwise (the engine has always been sent an empty map there).
+func podAnnotations(d api.Desired) pulumi.StringMap {
+	a := pulumi.StringMap{}
+	if d.RolloutOnConfigChange {
+		a[ConfigDigestAnnotation] = pulumi.String(d.ConfigDigest())
+	}
+	if d.EnvDigest != "" {
+		a[EnvDigestAnnotation] = pulumi.String(d.EnvDigest)
+	}
+	return a
+}
+
 // httpProbe probes path on the container's "http" port every periodSeconds.
 func httpProbe(path string, periodSeconds int) pulumi.Map {
 	return pulumi.Map{
@@ -249,13 +263,6 @@ func Declare(ctx *pulumi.Context, d api.Desired) (Declared, error) {
 
 	// The ConfigMap exists before the pods that mount it.
 	depOpts := append([]pulumi.ResourceOption{pulumi.DependsOn([]pulumi.Resource{cm})}, opts...)
-	podAnnotations := pulumi.StringMap{}
-	if d.RolloutOnConfigChange {
-		podAnnotations[ConfigDigestAnnotation] = pulumi.String(d.ConfigDigest())
-	}
-	if d.EnvDigest != "" {
-		podAnnotations[EnvDigestAnnotation] = pulumi.String(d.EnvDigest)
-	}
 	liveness, readiness := probePaths(d)
 	container := pulumi.Map{
 		"name":  pulumi.String(ContainerName),
@@ -302,7 +309,7 @@ func Declare(ctx *pulumi.Context, d api.Desired) (Declared, error) {
 			"replicas": pulumi.Int(int(d.ReplicaCount)),
 			"selector": pulumi.Map{"matchLabels": selector},
 			"template": pulumi.Map{
-				"metadata": pulumi.Map{"labels": labels, "annotations": podAnnotations},
+				"metadata": pulumi.Map{"labels": labels, "annotations": podAnnotations(d)},
 				"spec": pulumi.Map{
 					// The http server never calls the Kubernetes API: no token in its pods for a
 					// compromised server to use.

@@ -70,13 +70,6 @@ func declareTyped(ctx *pulumi.Context, d api.Desired) (Declared, error) {
 
 	// The ConfigMap exists before the pods that mount it.
 	depOpts := append([]pulumi.ResourceOption{pulumi.DependsOn([]pulumi.Resource{cm})}, opts...)
-	podAnnotations := pulumi.StringMap{}
-	if d.RolloutOnConfigChange {
-		podAnnotations[ConfigDigestAnnotation] = pulumi.String(d.ConfigDigest())
-	}
-	if d.EnvDigest != "" {
-		podAnnotations[EnvDigestAnnotation] = pulumi.String(d.EnvDigest)
-	}
 	var envFrom corev1.EnvFromSourceArray
 	for _, e := range d.EnvFrom {
 		src := &corev1.EnvFromSourceArgs{}
@@ -97,7 +90,7 @@ func declareTyped(ctx *pulumi.Context, d api.Desired) (Declared, error) {
 			Replicas: pulumi.Int(int(d.ReplicaCount)),
 			Selector: &metav1.LabelSelectorArgs{MatchLabels: selector},
 			Template: &corev1.PodTemplateSpecArgs{
-				Metadata: &metav1.ObjectMetaArgs{Labels: labels, Annotations: podAnnotations},
+				Metadata: &metav1.ObjectMetaArgs{Labels: labels, Annotations: podAnnotations(d)},
 				Spec: &corev1.PodSpecArgs{
 					// The http server never calls the Kubernetes API: no token in its pods for a
 					// compromised server to use.
