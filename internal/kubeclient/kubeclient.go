@@ -1,14 +1,14 @@
-// Package kubeclient is the operator's typed Kubernetes client: the API groups the operator calls and
-// no other. Every package that reads or writes built-in objects (Deployments, Secrets, Leases,
-// Events, reviews) takes an Interface; the KindCustomHttp objects go through client-go's dynamic
-// client instead.
+// Package kubeclient is the operator's typed Kubernetes client: the API groups the operator
+// calls and no other. Every package that reads or writes built-in objects (Deployments,
+// Secrets, Leases, Events, reviews) takes an Interface; the KindCustomHttp objects go through
+// client-go's dynamic client instead.
 //
 // It is hand-written because client-go's kubernetes.Clientset (kubernetes.NewForConfig) builds
 // a client for every API group the apiserver serves, and the Go linker keeps all of their code
-// once one is built: about 11 MB of the operator's binary for groups it never calls (a program
-// with the operator's client-go use, measured both ways). The groups below are client-go's own
-// typed clients; *kubernetes.Clientset and client-go's fake clientset satisfy Interface too, so
-// tests pass either.
+// once one is built: about 10 MB of the operator's binary for groups it never calls
+// (docs/design/engine-host.md, "The image"). The groups below are client-go's own typed
+// clients; *kubernetes.Clientset and client-go's fake clientset satisfy Interface too, so tests
+// pass either.
 package kubeclient
 
 import (
