@@ -108,8 +108,8 @@ type object struct {
 //
 // It does what the Pulumi Kubernetes SDK's typed constructors do (the type token, apiVersion
 // and kind, the provider version first and the kind's aliases last), by hand: those
-// constructors and their typed arguments weigh 18 MB in the operator's binary, for three
-// object types; TestDeclareIsTypedSDK holds every registration equal to the SDK's. Errors: the
+// constructors and their typed arguments weigh 18 MB in the operator's binary for three object
+// types (docs/design/engine-host.md, "The image"); TestDeclareIsTypedSDK holds every registration equal to the SDK's. Errors: the
 // SDK's RegisterResource (a closed or failed engine connection).
 func register(ctx *pulumi.Context, k kind, name string, inputs pulumi.Map, opts ...pulumi.ResourceOption) (*object, error) {
 	inputs["apiVersion"] = pulumi.String(k.apiVersion)
