@@ -158,7 +158,7 @@ realnode-down:
 ## e2e-real: test/e2e/realnode on a real node: Helm and `make deploy` installs of the built image in
 ## restricted namespaces, the sample served through its Service, a rollout with no failed request,
 ## an up interrupted by deleting the operator pod, delete. SKIP (exit 0) where no node can run
-e2e-real: tools build image
+e2e-real: tools build image helm
 	hack/e2e-real.sh
 
 ## helm: the pinned helm CLI, bin/helm (for charts/pulumi-operator and its tests)
@@ -212,7 +212,7 @@ test: controller-gen
 ## docs/benchmarks.md (which says how long the run took). BENCH_FLAGS passes flags to hack/bench,
 ## a module of its own (e.g. --phases latency,drift,change). Then, on a real node, a new CR to its
 ## first GET through its Service (hack/bench/realnode.sh; SKIP where no node can run).
-bench: tools build image
+bench: tools build image helm
 	hack/bench/run.sh $(BENCH_FLAGS)
 	hack/bench/realnode.sh
 
