@@ -14,7 +14,6 @@ package kubeclient
 import (
 	"fmt"
 
-	"k8s.io/client-go/discovery"
 	admissionregistrationv1 "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
 	appsv1 "k8s.io/client-go/kubernetes/typed/apps/v1"
 	authenticationv1 "k8s.io/client-go/kubernetes/typed/authentication/v1"
@@ -32,12 +31,10 @@ import (
 //   - AppsV1: Deployments (informer, rollout, ownership checks);
 //   - CoordinationV1: the leader election's Lease;
 //   - AuthenticationV1, AuthorizationV1: the token and access reviews of --metrics-secure;
-//   - AdmissionregistrationV1: the check that the admission policy is installed;
-//   - Discovery: the apiserver's version.
+//   - AdmissionregistrationV1: the check that the admission policy is installed.
 //
 // A package that needs another group adds it here and to Clientset.
 type Interface interface {
-	Discovery() discovery.DiscoveryInterface
 	CoreV1() corev1.CoreV1Interface
 	AppsV1() appsv1.AppsV1Interface
 	CoordinationV1() coordinationv1.CoordinationV1Interface
@@ -49,7 +46,6 @@ type Interface interface {
 // Clientset is Interface over a rest.Config: one client-go client per group, sharing one HTTP
 // client (connection pool, rate limiter) as kubernetes.Clientset's groups do.
 type Clientset struct {
-	discovery               *discovery.DiscoveryClient
 	coreV1                  *corev1.CoreV1Client
 	appsV1                  *appsv1.AppsV1Client
 	coordinationV1          *coordinationv1.CoordinationV1Client
@@ -79,10 +75,6 @@ func NewForConfig(config *rest.Config) (*Clientset, error) {
 	}
 	var cs Clientset
 	for _, build := range []func() error{
-		func() (err error) {
-			cs.discovery, err = discovery.NewDiscoveryClientForConfigAndClient(&rc, hc)
-			return
-		},
 		func() (err error) { cs.coreV1, err = corev1.NewForConfigAndClient(&rc, hc); return },
 		func() (err error) { cs.appsV1, err = appsv1.NewForConfigAndClient(&rc, hc); return },
 		func() (err error) { cs.coordinationV1, err = coordinationv1.NewForConfigAndClient(&rc, hc); return },
@@ -105,9 +97,6 @@ func NewForConfig(config *rest.Config) (*Clientset, error) {
 	}
 	return &cs, nil
 }
-
-// Discovery returns the discovery client.
-func (c *Clientset) Discovery() discovery.DiscoveryInterface { return c.discovery }
 
 // CoreV1 returns the core/v1 client.
 func (c *Clientset) CoreV1() corev1.CoreV1Interface { return c.coreV1 }

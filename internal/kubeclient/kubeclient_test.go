@@ -70,7 +70,6 @@ func TestClientsetOnCluster(t *testing.T) {
 		group string
 		call  func() error
 	}{
-		{"discovery", func() error { _, err := cs.Discovery().ServerVersion(); return err }},
 		{"core/v1", func() error { _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); return err }},
 		{"apps/v1", func() error { _, err := cs.AppsV1().Deployments("default").List(ctx, list); return err }},
 		{"coordination.k8s.io/v1", func() error { _, err := cs.CoordinationV1().Leases("default").List(ctx, list); return err }},
