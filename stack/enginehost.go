@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 )
 
 // EngineHost is the file name of the engine host, pulumi-operator-engine (agent/enginehost: the
@@ -135,6 +136,8 @@ func (e *replyError) operationError() *OperationError {
 		oe.kind, oe.Locks = ErrLocked, fromProtocolLocks(e.locks)
 	case protocol.KindBackendUnreachable:
 		oe.kind = ErrBackendUnavailable
+	case protocol.KindFenced:
+		oe.kind = fence.ErrFenced
 	case protocol.KindPluginMissing:
 		oe.kind = ErrPluginMissing
 		oe.Summary = pluginMissingSummary(oe.Summary)
@@ -276,6 +279,15 @@ func (m *Manager) engineHostEnv() []string {
 // writes its state and releases its lock. Errors: the host could not be started, or it exited
 // before replying (killed, crashed): the run's outcome is then unknown, as a killed CLI's.
 func (h *engineHost) do(ctx context.Context, req protocol.Request, phrase string, env func() []string) (protocol.Reply, error) {
+	// Nothing is sent for a caller that has given up, or once the fence no longer permits: a
+	// request sent then would run after the operation was cancelled, or after another replica
+	// may lead.
+	if err := ctx.Err(); err != nil {
+		return protocol.Reply{}, fmt.Errorf("send to the engine host: %w", err)
+	}
+	if err := h.procs.fence.Check(); err != nil {
+		return protocol.Reply{}, fmt.Errorf("send to the engine host: %w", err)
+	}
 	p, id, ch, err := h.send(req, phrase, env)
 	if err != nil {
 		return protocol.Reply{}, err
@@ -431,17 +443,20 @@ func startEngineProc(path, project, phrase string, env []string, procs *processS
 	cmd.Stderr = p.stderr
 	setEngineProcAttr(cmd)
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	exited, err := procs.start(cmd)
+	if err != nil {
 		replies.Close()
 		w.Close()
+		if errors.Is(err, fence.ErrFenced) {
+			return nil, err // not a host that cannot start: nothing may run (engine must not fall back to the CLI)
+		}
 		return nil, fmt.Errorf("%w %s: %w", errEngineHostStart, path, err)
 	}
 	w.Close() // the child's copy is the only writer now: its exit ends the reader
 	slog.Debug("engine host started", "pid", cmd.Process.Pid, "seconds", time.Since(start).Seconds())
-	procs.add(cmd.Process)
 	go func() {
 		p.read(replies)
-		procs.remove(cmd.Process)
+		exited()
 	}()
 	return p, nil
 }

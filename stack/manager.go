@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/pulumi-operator/pulumi-operator/infra"
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 )
 
 // PinnedCLIVersion is the pulumi CLI version the project builds (agent/go.mod) and tests
@@ -89,6 +90,11 @@ type Config struct {
 	// and destroy first re-encrypts a stack it opens under the current one (rotate.go). Read at
 	// each use, as the current one is.
 	PreviousPassphraseFile string
+	// Fence, when not nil, is the leader's write permission (leader election): no pulumi
+	// process starts, and no request goes to a running engine host, once it no longer permits;
+	// each process started gets its lease and ends itself at the fence's kill deadline. Nil
+	// without leader election.
+	Fence *fence.Fence
 }
 
 // Manager runs Pulumi operations on the stacks of one project and backend. It is safe for
@@ -160,7 +166,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	cfg.BackendURL = backend
-	procs := &processSet{}
+	procs := &processSet{fence: cfg.Fence}
 	cmd, err := pulumiCommand(cfg.PulumiPath, cfg.WorkRoot, procs)
 	if err != nil {
 		return nil, err
@@ -229,7 +235,7 @@ func (m *Manager) cliEnv() map[string]string {
 // SIGKILL to each one's process group (its provider plugins too), and returns how many it
 // signalled. The operations they ran fail as killed runs do, and leave their stack locked: only
 // call it when no process of this Manager may write any more (a leader that lost its Lease),
-// after a graceful cancel had its chance. The Manager stays usable.
+// after a graceful cancel had its chance. No pulumi process starts afterwards.
 func (m *Manager) Kill() int {
 	if m.engineHost != nil {
 		m.engineHost.close()

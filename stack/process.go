@@ -3,6 +3,7 @@ package stack
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -14,34 +15,64 @@ import (
 
 	"github.com/blang/semver"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 )
 
 // processSet holds the pulumi processes a Manager has running (CLI runs and engine hosts), so
-// that Manager.Kill can end them all at once.
+// that Manager.Kill can end them all at once, and starts each under the Manager's fence
+// (Config.Fence): a process starts only while the fence permits, and gets the fence's lease.
 type processSet struct {
+	fence *fence.Fence
+
 	mu sync.Mutex
 	m  map[*os.Process]struct{}
+	// closed is set by killAll: no process starts any more.
+	closed bool
 }
 
-func (s *processSet) add(p *os.Process) {
+// start starts cmd (not yet started) under the fence and holds it until the returned exited is
+// called, once the process has been waited for. Errors: fence.ErrFenced (wrapped) when the fence
+// no longer permits a process, or after killAll; the fence's pipe or cmd.Start's error.
+func (s *processSet) start(cmd *exec.Cmd) (exited func(), err error) {
+	started, leaseExited, err := s.fence.Attach(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", filepath.Base(cmd.Path), err)
+	}
+	// Under the lock, so that a killAll either sees this process or makes it refuse to start.
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	if s.closed {
+		s.mu.Unlock()
+		started()
+		leaseExited()
+		return nil, fmt.Errorf("start %s: %w: its pulumi processes were killed", filepath.Base(cmd.Path), fence.ErrFenced)
+	}
+	err = cmd.Start()
+	started()
+	if err != nil {
+		s.mu.Unlock()
+		leaseExited()
+		return nil, err
+	}
 	if s.m == nil {
 		s.m = map[*os.Process]struct{}{}
 	}
+	p := cmd.Process
 	s.m[p] = struct{}{}
-}
-
-func (s *processSet) remove(p *os.Process) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, p)
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.m, p)
+		s.mu.Unlock()
+		leaseExited()
+	}, nil
 }
 
 // killAll sends SIGKILL to every process of the set and its process group (the provider
-// plugins it started), and returns how many it signalled.
+// plugins it started), and returns how many it signalled. No process starts afterwards.
 func (s *processSet) killAll() int {
 	s.mu.Lock()
+	s.closed = true
 	procs := make([]*os.Process, 0, len(s.m))
 	for p := range s.m {
 		procs = append(procs, p)
@@ -109,11 +140,10 @@ func (c *trackedCommand) Run(ctx context.Context, workdir string, stdin io.Reade
 	}
 	cmd.WaitDelay = cliCancelDelay
 	code := -2
-	err := cmd.Start()
+	exited, err := c.procs.start(cmd)
 	if err == nil {
-		c.procs.add(cmd.Process)
 		err = cmd.Wait()
-		c.procs.remove(cmd.Process)
+		exited()
 	}
 	if exitErr, ok := err.(*exec.ExitError); ok {
 		code = exitErr.ExitCode()

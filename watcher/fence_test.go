@@ -2,19 +2,26 @@ package watcher
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	ktesting "k8s.io/client-go/testing"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 )
 
 // A leader that loses its Lease cancels its operations and, when one does not stop within
-// fenceAfter (its cancel cannot get through), kills the pulumi processes: run returns a few
+// fence.KillAfter (its cancel cannot get through), kills the pulumi processes: run returns a few
 // seconds after the loss, not after the shutdown grace, and before another replica may lead.
 func TestUnitLeaseLossFences(t *testing.T) {
 	f := newUnit(t, Options{ShutdownGrace: time.Minute})
@@ -38,8 +45,8 @@ func TestUnitLeaseLossFences(t *testing.T) {
 		t.Fatal("run still runs 10 s after the Lease was lost")
 	}
 	took := time.Since(start)
-	if took < fenceAfter || took > fenceAfter+3*time.Second {
-		t.Errorf("run returned %s after the loss, want about fenceAfter (%s): a graceful try, then the kill", took, fenceAfter)
+	if took < fence.KillAfter || took > fence.KillAfter+3*time.Second {
+		t.Errorf("run returned %s after the loss, want about fence.KillAfter (%s): a graceful try, then the kill", took, fence.KillAfter)
 	}
 	if got := f.journal.take(); !slices.Contains(got, "kill") {
 		t.Errorf("journal %q: want the pulumi processes killed", got)
@@ -95,6 +102,90 @@ func TestRecordLeader(t *testing.T) {
 			f.w.leading.Store(false)
 			if len(tc.wantFenced) > 0 && f.w.fencedHost(tc.wantFenced[0]) {
 				t.Error("an earlier holder's locks removable while this process does not lead")
+			}
+		})
+	}
+}
+
+// TestUnitRenewalHangsFences measures, with a Lease whose renewals hang (the API server cut off
+// without a reset: every request waits, none fails), the time from the last successful renewal
+// to the kill of the pulumi processes: it must be at most RenewDeadline + fence.KillAfter (plus
+// scheduling slack), which fence.Validate keeps below LeaseDuration, the earliest moment another
+// replica may lead. The leader decides on its own clock: client-go's elector, whose renewal and
+// release hang, is not waited for. The same holds when the Lease stops renewing during a
+// SIGTERM's grace. Short durations (6 s / 3 s / 0.5 s) keep the test short; the arithmetic is
+// the defaults' (docs/design/fencing.md).
+func TestUnitRenewalHangsFences(t *testing.T) {
+	for name, sigterm := range map[string]bool{"leading": false, "during the SIGTERM grace": true} {
+		t.Run(name, func(t *testing.T) {
+			le := LeaderElection{Namespace: "ops", Name: "lease", LeaseDuration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+			f := newUnit(t, Options{ShutdownGrace: time.Minute})
+			f.stacks.hangHard = true
+			if err := f.dyn.Tracker().Add(kch("web", nil)); err != nil {
+				t.Fatal(err)
+			}
+			election := kubefake.NewClientset()
+			var (
+				mu        sync.Mutex
+				lastRenew time.Time
+				cut       atomic.Bool
+			)
+			unblock := make(chan struct{})
+			t.Cleanup(func() { close(unblock) })
+			election.PrependReactor("*", "leases", func(a ktesting.Action) (bool, runtime.Object, error) {
+				if a.GetVerb() != "create" && a.GetVerb() != "update" {
+					return false, nil, nil
+				}
+				if cut.Load() {
+					<-unblock // hangs, as a request on a connection that drops every packet
+					return true, nil, errors.New("connection cut")
+				}
+				mu.Lock()
+				lastRenew = time.Now()
+				mu.Unlock()
+				return false, nil, nil // the tracker stores it
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- f.w.RunLeaderElected(ctx, election, le, 1) }()
+			for deadline := time.Now().Add(10 * time.Second); !slices.Contains(f.journal.take(), "up refresh=false"); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the up never started")
+				}
+			}
+			if sigterm {
+				cancel() // the grace (a minute) runs while the up hangs
+				time.Sleep(time.Second)
+			}
+			cut.Store(true)
+			var killed time.Time
+			for deadline := time.Now().Add(20 * time.Second); killed.IsZero(); time.Sleep(10 * time.Millisecond) {
+				if slices.Contains(f.journal.take(), "kill") {
+					killed = time.Now()
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the pulumi processes were never killed after the renewals hung")
+				}
+			}
+			mu.Lock()
+			took := killed.Sub(lastRenew)
+			mu.Unlock()
+			t.Logf("last successful renewal to the kill: %s (renew deadline %s + kill after %s; another replica may lead after %s)",
+				took.Round(time.Millisecond), le.RenewDeadline, fence.KillAfter, le.LeaseDuration)
+			if limit := le.RenewDeadline + fence.KillAfter + 300*time.Millisecond; took > limit || took >= le.LeaseDuration {
+				t.Errorf("killed %s after the last renewal: want at most %s, before the lease duration %s", took, limit, le.LeaseDuration)
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrLeadershipLost) {
+					t.Errorf("RunLeaderElected = %v, want ErrLeadershipLost", err)
+				}
+			case <-time.After(le.LeaseDuration):
+				t.Fatal("RunLeaderElected still runs a lease duration after the kill: it waits on the hung elector")
+			}
+			if err := f.w.Healthy(); err == nil && f.w.Leading() {
+				t.Error("Healthy() = nil for a leader past its renew deadline")
 			}
 		})
 	}

@@ -16,11 +16,13 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 )
 
 // LeaderElection configures RunLeaderElected. Durations follow client-go's (and
-// kube-controller-manager's) defaults: 15 s lease, 10 s renew deadline, 2 s retry.
+// kube-controller-manager's) defaults: 15 s lease, 10 s renew deadline, 2 s retry; they must pass
+// fence.Validate.
 type LeaderElection struct {
 	// Namespace and Name of the coordination.k8s.io Lease.
 	Namespace, Name string
@@ -28,24 +30,39 @@ type LeaderElection struct {
 	Identity string
 	// LeaseDuration, RenewDeadline and RetryPeriod; zero takes the defaults above.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Fence is this replica's write permission, shared with the stack manager (stack.Config.Fence)
+	// so that its pulumi processes run under it: RunLeaderElected grants it at each successful
+	// renewal of the Lease (fencingLock). Nil: RunLeaderElected makes one, which then fences only
+	// the watcher's own writes.
+	Fence *fence.Fence
 }
 
 // ErrLeadershipLost is returned by RunLeaderElected when this process stopped being the leader
 // while ctx was still alive; the process should exit so it restarts as a follower.
 var ErrLeadershipLost = errors.New("lost leader election lease")
 
-// RunLeaderElected campaigns for the Lease and runs the watcher (Run with workers) only while
-// it leads. Followers wait, with their caches unstarted. Leading reports whether this process
-// leads now.
+// RunLeaderElected campaigns for the Lease through kube (a client of the election's own: see
+// below) and runs the watcher (Run with workers) only while it leads. Followers wait, with their
+// caches unstarted. Leading reports whether this process leads now.
 //
-// Two ways to stop, each safe for the stacks:
-//   - ctx cancelled (SIGTERM): the leader keeps renewing the Lease while running operations
-//     finish within Options.ShutdownGrace, and releases it only then, so no other replica
-//     starts on a stack this one is still changing.
-//   - the Lease lost (renewal failed for RenewDeadline): running operations are cancelled at
-//     once, no grace, because another replica may take the Lease LeaseDuration after the last
-//     renewal, that is LeaseDuration-RenewDeadline (5 s by default) after the loss is noticed;
-//     RunLeaderElected then returns ErrLeadershipLost.
+// While it leads, this process may write (status, Events aside, and every Pulumi operation) only
+// under its fence (package fence): until its last successful renewal's send time +
+// RenewDeadline, on its own monotonic clock. It never waits on the API server to learn that it
+// lost the Lease: when that deadline passes without a renewal (the API server unreachable or
+// slow, the Lease taken), running operations are cancelled at once and every pulumi process is
+// killed KillAfter later (and kills itself then, through its lease), which fence.Validate keeps
+// before the earliest moment another replica may lead (last renewal + LeaseDuration).
+// RunLeaderElected then returns ErrLeadershipLost without waiting for client-go's elector, whose
+// release of the Lease may hang on the same API server. The Lease stays watched during a SIGTERM
+// grace: a deadline that passes then fences the same way.
+//
+// On SIGTERM (ctx cancelled) the leader keeps renewing while running operations finish within
+// Options.ShutdownGrace, and releases the Lease only once nothing of it runs any more
+// (fencingLock holds the release until then), so no other replica starts on a stack this one is
+// still changing.
+//
+// kube should be a client of the election's own, with a request timeout and a connection of its
+// own (internal/commands electionConfig): renewals must not queue behind the watcher's requests.
 func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubeclient.Interface, le LeaderElection, workers int) error {
 	if le.Identity == "" {
 		host, _ := os.Hostname()
@@ -60,11 +77,20 @@ func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubeclient.Interfac
 	if le.RetryPeriod == 0 {
 		le.RetryPeriod = 2 * time.Second
 	}
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, le.Namespace, le.Name,
+	if err := fence.Validate(le.LeaseDuration, le.RenewDeadline, le.RetryPeriod); err != nil {
+		return err
+	}
+	if le.Fence == nil {
+		le.Fence = fence.New(le.RenewDeadline)
+	}
+	w.fence = le.Fence
+	inner, err := resourcelock.New(resourcelock.LeasesResourceLock, le.Namespace, le.Name,
 		kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: le.Identity})
 	if err != nil {
 		return fmt.Errorf("create leader election lock: %w", err)
 	}
+	quiesced := make(chan struct{}) // closed once nothing of this replica runs (run returned)
+	lock := newFencingLock(inner, le.Fence, quiesced, le.RenewDeadline+fence.KillAfter)
 	// The election outlives ctx: after a SIGTERM the leader keeps the Lease until its
 	// operations are done (electing is cancelled then), a follower stops campaigning at once.
 	electing, stopElecting := context.WithCancel(context.WithoutCancel(ctx))
@@ -86,12 +112,22 @@ func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubeclient.Interfac
 				started.Store(true)
 				w.leading.Store(true)
 				w.log.Info("became leader", "identity", le.Identity, "lease", le.Namespace+"/"+le.Name)
+				// client-go learns of a loss late (RenewDeadline after its first failed retry,
+				// then a release that may hang); the fence has usually expired by then, and a
+				// loss it reports (the Lease taken) ends the permission at once.
+				go func() {
+					<-leading.Done()
+					le.Fence.Revoke()
+				}()
+				w.lockSafeAt.Store(lock.earlierHolderGoneAt())
 				if err := w.recordLeader(leading, kube, le); err != nil {
 					// Not fatal: locks of earlier pods are then waited out instead of cleared.
 					w.log.Warn("could not record this pod in the Lease's lock holders: locks left by earlier operator pods will not be cleared", "err", err)
 				}
-				// leading ends when the Lease is lost (or after stopElecting, below).
-				runErr <- w.run(ctx, leading.Done(), workers)
+				// The fence's expiry ends the work; ctx (SIGTERM) ends it with a grace.
+				err := w.run(ctx, le.Fence.Expired(), workers)
+				close(quiesced)
+				runErr <- err
 				stopElecting() // release the Lease: nothing of ours runs any more
 			},
 			OnStoppedLeading: func() {
@@ -103,12 +139,35 @@ func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubeclient.Interfac
 	if err != nil {
 		return fmt.Errorf("configure leader election: %w", err)
 	}
-	elector.Run(electing)
-	if started.Load() {
-		// After a loss, run returns once its cancelled operations have stopped.
-		if err := <-runErr; err != nil {
+	electorDone := make(chan struct{})
+	go func() {
+		defer close(electorDone)
+		elector.Run(electing)
+	}()
+	select {
+	case <-electorDone:
+		// A follower stopped by ctx, or a leader whose election ended (its release done).
+		if started.Load() {
+			if err := <-runErr; err != nil {
+				return err
+			}
+		}
+	case err := <-runErr:
+		// The watcher stopped: a SIGTERM's grace is over (the elector releases the Lease now, and
+		// is waited for so that the release is sent before the process exits), or the fence
+		// expired (the elector is not waited for: its release may hang on an API server this
+		// replica cannot reach, and the Lease expires by itself).
+		if err != nil {
 			return err
 		}
+		select {
+		case <-le.Fence.Expired():
+			w.log.Warn("stopped leading: the Lease could not be renewed within the renew deadline; every pulumi process of this replica has ended",
+				"identity", le.Identity, "sinceRenewal", le.Fence.SinceRenewal().Round(time.Millisecond).String())
+			return ErrLeadershipLost
+		default:
+		}
+		<-electorDone
 	}
 	if ctx.Err() == nil {
 		return ErrLeadershipLost
@@ -174,6 +233,17 @@ func (w *Watcher) recordLeader(ctx context.Context, kube kubeclient.Interface, l
 	w.fenced.Store(&fenced)
 	w.log.Info("recorded this pod as a lock holder of the Lease", "host", host, "earlierHolders", len(earlier))
 	return nil
+}
+
+// Healthy reports an error while this process leads but may no longer write: its fence has
+// expired (it could not renew the Lease within the renew deadline) and it is ending its
+// operations before it exits. nil otherwise: a follower, or a process without leader election,
+// is healthy while it answers.
+func (w *Watcher) Healthy() error {
+	if !w.leading.Load() {
+		return nil
+	}
+	return w.fence.Check()
 }
 
 // Leading reports whether this process currently leads (always false without leader

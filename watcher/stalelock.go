@@ -66,7 +66,7 @@ func (w *Watcher) lockRemovable(l stack.Lock) string {
 	switch {
 	case l.OwnerGone():
 		return "its process no longer runs on this host"
-	case w.fencedHost(l.Host):
+	case w.fencedHost(l.Host) && w.earlierLeaderGone():
 		return "it was taken by an earlier operator pod of this installation, which can no longer write: this one holds the Lease"
 	case w.opts.StaleLockTimeout > 0 && time.Since(l.Created) > w.opts.StaleLockTimeout:
 		return fmt.Sprintf("it is older than --stale-lock-timeout %s", w.opts.StaleLockTimeout)
@@ -82,6 +82,14 @@ func (w *Watcher) fencedHost(host string) bool {
 	}
 	hosts := w.fenced.Load()
 	return hosts != nil && (*hosts)[host]
+}
+
+// earlierLeaderGone reports whether every process of the replica that led before this one is
+// gone by now (RunLeaderElected's arithmetic: fencingLock.earlierHolderGoneAt), on this
+// process's monotonic clock.
+func (w *Watcher) earlierLeaderGone() bool {
+	at := w.lockSafeAt.Load()
+	return at != 0 && w.fence != nil && w.fence.Now() >= at
 }
 
 // lockWait is the status message of an operation that waits for a lock nobody may remove: who

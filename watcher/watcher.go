@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
@@ -160,6 +161,12 @@ type Watcher struct {
 	// fenced holds the host names of the operator pods that led this installation before this
 	// process took the Lease (recordLeader); nil without leader election.
 	fenced atomic.Pointer[map[string]bool]
+	// fence is the leader's write permission (RunLeaderElected); nil without leader election,
+	// which permits every write.
+	fence *fence.Fence
+	// lockSafeAt is when (fence clock, ns) the processes of the replica that led before this one
+	// are gone at the latest: the Lease rule (stalelock.go) removes none of their locks before.
+	lockSafeAt atomic.Int64
 }
 
 // New returns a Watcher of KindCustomHttp objects through client (dynamic) and kube (typed:

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -42,11 +43,11 @@ func retryLimiter() workqueue.TypedRateLimiter[cache.ObjectName] {
 // an error only if the caches never sync.
 func (w *Watcher) Run(ctx context.Context, workers int) error { return w.run(ctx, nil, workers) }
 
-// run is Run, and also stops when lost is closed: the leader election lease is gone, and
-// another replica may take it over once the lease expires (LeaseDuration after the last
-// renewal, RenewDeadline of which has already passed). Then there is no grace period: running
-// operations are cancelled at once, so that Pulumi has stopped and released the stack's lock
-// before the new leader starts its own operations.
+// run is Run, and also stops when lost is closed: the leader's fence has expired (its Lease
+// could not be renewed within the renew deadline, or was lost), and another replica may take it
+// over fence.KillAfter + fence.Margin later at the earliest. Then there is no grace period:
+// running operations are cancelled at once, and the pulumi processes still running KillAfter
+// later are killed (fenceProcesses). lost is watched during a SIGTERM's grace too.
 func (w *Watcher) run(ctx context.Context, lost <-chan struct{}, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer w.events.Shutdown()
@@ -95,46 +96,43 @@ func (w *Watcher) run(ctx context.Context, lost <-chan struct{}, workers int) er
 	w.queue.ShutDown()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	grace := w.opts.ShutdownGrace
-	if ctx.Err() == nil { // the lease was lost, not a shutdown
-		grace = 0
+	fenced := func() {
 		w.log.Warn("lost leadership: no new work, cancelling running operations now")
-	} else {
-		w.log.Info("shutting down: no new work, waiting for running operations", "grace", grace.String())
+		cancelOps()
+		w.fenceProcesses(done)
 	}
 	select {
-	case <-done:
-	case <-time.After(grace):
-		if grace > 0 {
+	case <-lost:
+		fenced()
+	default:
+		grace := w.opts.ShutdownGrace
+		w.log.Info("shutting down: no new work, waiting for running operations", "grace", grace.String())
+		select {
+		case <-done:
+		case <-lost: // the Lease is lost during the grace: no more grace
+			fenced()
+		case <-time.After(grace):
 			w.log.Warn("grace period over: cancelling running operations")
+			cancelOps()
 		}
-		cancelOps()
-		if ctx.Err() == nil {
-			w.fence(done)
-		}
-		<-done
 	}
+	<-done
 	w.log.Info("workers stopped")
 	return nil
 }
 
-// fenceAfter is how long a leader that lost its Lease lets its cancelled operations stop
-// gracefully before it kills their pulumi processes (fence). It must stay well inside
-// LeaseDuration-RenewDeadline (5 s with the defaults): another replica may lead that long after
-// the loss is noticed, and may then remove this one's locks (stalelock.go).
-const fenceAfter = 2 * time.Second
-
-// fence waits up to fenceAfter for done (the workers, whose operations were cancelled), then
-// kills every pulumi process still running (Stacks.Kill), so that nothing of this process
-// writes to a stack once another replica may lead.
-func (w *Watcher) fence(done <-chan struct{}) {
+// fenceProcesses waits up to fence.KillAfter for done (the workers, whose operations were
+// cancelled), then kills every pulumi process still running (Stacks.Kill; none starts
+// afterwards), so that nothing of this process writes to a stack once another replica may lead.
+// The processes end themselves at that moment too (their lease), should this process be unable
+// to act.
+func (w *Watcher) fenceProcesses(done <-chan struct{}) {
 	select {
 	case <-done:
-		return
-	case <-time.After(fenceAfter):
+	case <-time.After(fence.KillAfter):
 	}
 	n := w.stacks.Kill()
-	w.log.Warn("lost leadership: killed the pulumi processes still running after the cancel", "processes", n, "after", fenceAfter.String())
+	w.log.Warn("lost leadership: killed the pulumi processes still running after the cancel", "processes", n, "after", fence.KillAfter.String())
 }
 
 // runWorker processes keys until the queue shuts down or work ends. Pulumi operations run on

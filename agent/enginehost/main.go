@@ -159,11 +159,17 @@ func serve(ctx context.Context, url, project string, in io.Reader, out io.Writer
 		go func() {
 			defer wg.Done()
 			var r protocol.Reply
-			if release, ok := h.acquire(req.Stack, c); ok {
+			if release, ok := h.acquire(req.Stack, c); !ok {
+				r = protocol.Reply{ID: req.ID, Code: 255, Kind: protocol.KindCancelled, Stderr: "error: update cancelled before it started: another request for stack " + req.Stack + " was running\n"}
+			} else if err := protocol.LeaseValid(); err != nil {
+				// Checked once the request may run, right before it would take the stack's lock:
+				// the lease may have ended while it waited. (A run under way is ended by the
+				// lease's deadline itself: WatchLease.)
+				release()
+				r = protocol.Reply{ID: req.ID, Code: 255, Kind: protocol.KindFenced, Stderr: "error: " + err.Error() + "\n"}
+			} else {
 				r = h.run(ctx, req, scope{ctx: c, src: src})
 				release()
-			} else {
-				r = protocol.Reply{ID: req.ID, Code: 255, Kind: protocol.KindCancelled, Stderr: "error: update cancelled before it started: another request for stack " + req.Stack + " was running\n"}
 			}
 			src.Terminate() // the engine holds an update's plugin host until then (scope.Close)
 			h.mu.Lock()

@@ -123,6 +123,9 @@ const (
 	// KindCancelled: the request was cancelled (a cancel line, or another request of its stack
 	// held it until then). The state is written and the lock released.
 	KindCancelled ErrorKind = "cancelled"
+	// KindFenced: the request was refused because the lease the operator handed down to this
+	// process has expired (LeaseValid): the operator may no longer lead. Nothing ran.
+	KindFenced ErrorKind = "fenced"
 	// KindBadRequest: the request itself is wrong (unknown op, a missing field). A bug in the
 	// operator, not something a user can fix.
 	KindBadRequest ErrorKind = "bad-request"

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/klog/v2"
 
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/version"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
@@ -60,6 +61,8 @@ type config struct {
 	secretNamespaces cli.StringSlice
 	previousPhrase   string
 	operationTimeout time.Duration
+	// fence is the leader's write permission with --leader-elect (runWatch), nil otherwise.
+	fence *fence.Fence
 }
 
 // App builds the pulumi-operator command line. Run it with os.Args; it never exits the

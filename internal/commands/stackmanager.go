@@ -133,6 +133,7 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 		// runs use that one, so the flag only matters for new stacks.
 		SecretsProvider:        cfg.secrets,
 		PreviousPassphraseFile: absList(cfg.previousPhrase),
+		Fence:                  cfg.fence,
 	})
 	if err != nil {
 		return nil, "", err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -19,7 +20,9 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
@@ -78,10 +81,13 @@ func watchCommand(cfg *config) *cli.Command {
 // signal arrives. Its errors are configuration errors naming the flag, client errors, or
 // the watcher's (watcher.ErrLeadershipLost).
 func runWatch(parent context.Context, cfg *config) error {
-	if l := cfg.lease; cfg.leaderElect && (l.RetryPeriod <= 0 || l.RetryPeriod >= l.RenewDeadline || l.RenewDeadline >= l.LeaseDuration) {
-		// client-go's leaderelection requires this order; checked here to name the flags.
-		return fmt.Errorf("leader election: want 0 < --leader-election-retry-period (%s) < --leader-election-renew-deadline (%s) < --leader-election-lease-duration (%s)",
-			l.RetryPeriod, l.RenewDeadline, l.LeaseDuration)
+	var fenced *fence.Fence
+	if l := cfg.lease; cfg.leaderElect {
+		if err := fence.Validate(l.LeaseDuration, l.RenewDeadline, l.RetryPeriod); err != nil {
+			return err
+		}
+		fenced = fence.New(l.RenewDeadline)
+		cfg.fence = fenced
 	}
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -143,8 +149,26 @@ func runWatch(parent context.Context, cfg *config) error {
 		return w.Run(ctx, cfg.workers)
 	}
 	le := cfg.lease
-	le.Namespace, le.Name = cfg.leaseNS, cfg.leaseName
-	return w.RunLeaderElected(ctx, kube, le, cfg.workers)
+	le.Namespace, le.Name, le.Fence = cfg.leaseNS, cfg.leaseName, fenced
+	election, err := kubeclient.NewForConfig(electionConfig(rc, le))
+	if err != nil {
+		return fmt.Errorf("create leader election client: %w", err)
+	}
+	return w.RunLeaderElected(ctx, election, le, cfg.workers)
+}
+
+// electionConfig is rc for the leader election's own client: a connection of its own (client-go
+// shares one HTTP/2 connection among clients of equal TLS settings; a Dial of its own makes
+// another), so that renewals do not queue behind the watcher's requests on a connection that
+// may have died without a reset, and a timeout per request, so that a renewal or the release
+// fails instead of hanging: max(RetryPeriod, RenewDeadline/4), room for more than one try within
+// the renew deadline. The fence does not depend on it (it expires by its own clock); the
+// timeout bounds what the election does after.
+func electionConfig(rc *rest.Config, le watcher.LeaderElection) *rest.Config {
+	c := rest.CopyConfig(rc)
+	c.Timeout = max(le.RetryPeriod, le.RenewDeadline/4)
+	c.Dial = (&net.Dialer{Timeout: c.Timeout, KeepAlive: 30 * time.Second}).DialContext
+	return c
 }
 
 // registerStateVolumeMetrics registers the size and use of the file system that holds dir (the
@@ -168,17 +192,26 @@ func registerStateVolumeMetrics(reg prometheus.Registerer, dir string) {
 	)
 }
 
-// readiness is what /readyz asks of the watcher (*watcher.Watcher).
+// readiness is what /healthz and /readyz ask of the watcher (*watcher.Watcher).
 type readiness interface {
 	HasSynced() bool
 	Leading() bool
+	Healthy() error
 }
 
-// healthHandler serves /healthz (the process answers) and /readyz (the informer caches have
-// synced; with leader election a follower, which has nothing to sync, is ready too).
+// healthHandler serves /healthz (the process answers and, when it leads, may still write: a
+// leader past its renew deadline is unhealthy while it ends its operations) and /readyz (the
+// informer caches have synced; with leader election a follower, which has nothing to sync, is
+// ready too).
 func healthHandler(w readiness, leaderElect bool) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(rw, "ok\n") })
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		if err := w.Healthy(); err != nil {
+			http.Error(rw, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(rw, "ok\n")
+	})
 	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, _ *http.Request) {
 		if w.HasSynced() || (leaderElect && !w.Leading()) {
 			_, _ = io.WriteString(rw, "ok\n")

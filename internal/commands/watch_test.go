@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
@@ -73,6 +75,11 @@ func TestWatchConfigErrors(t *testing.T) {
 			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "--cluster-name", "c", "--secrets-provider", "vault://x", "watch"},
 			want: "secrets provider",
 		},
+		"leader election without room to fence": {
+			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
+			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "watch", "--leader-elect", "--leader-election-lease-duration", "12s", "--leader-election-renew-deadline", "10s"},
+			want: "--leader-election-lease-duration (12s) - --leader-election-renew-deadline (10s) = 2s leaves no room to fence",
+		},
 		"unreadable kubeconfig": {
 			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
 			args: []string{"--kubeconfig", filepath.Join(dir, "missing-kubeconfig"), "watch"},
@@ -96,30 +103,38 @@ func TestWatchConfigErrors(t *testing.T) {
 	}
 }
 
-// fakeReadiness is a watcher's answer to /readyz's questions.
-type fakeReadiness struct{ synced, leading bool }
+// fakeReadiness is a watcher's answer to /healthz's and /readyz's questions.
+type fakeReadiness struct {
+	synced, leading bool
+	unhealthy       error
+}
 
 func (f fakeReadiness) HasSynced() bool { return f.synced }
 func (f fakeReadiness) Leading() bool   { return f.leading }
+func (f fakeReadiness) Healthy() error  { return f.unhealthy }
 
-// /healthz always answers; /readyz once the caches synced, or at once for a follower under
-// leader election (it has nothing to sync).
+// /healthz answers unless the watcher says it is unhealthy (a leader past its renew deadline);
+// /readyz once the caches synced, or at once for a follower under leader election (it has
+// nothing to sync).
 func TestHealthHandler(t *testing.T) {
+	fenced := fmt.Errorf("%w: its last successful Lease renewal was sent 11s ago", fence.ErrFenced)
 	tests := map[string]struct {
 		w           fakeReadiness
 		leaderElect bool
+		health      int
 		ready       int
 	}{
-		"not synced":        {fakeReadiness{}, false, http.StatusServiceUnavailable},
-		"synced":            {fakeReadiness{synced: true}, false, http.StatusOK},
-		"follower":          {fakeReadiness{}, true, http.StatusOK},
-		"leader not synced": {fakeReadiness{leading: true}, true, http.StatusServiceUnavailable},
-		"leader synced":     {fakeReadiness{synced: true, leading: true}, true, http.StatusOK},
+		"not synced":        {fakeReadiness{}, false, http.StatusOK, http.StatusServiceUnavailable},
+		"synced":            {fakeReadiness{synced: true}, false, http.StatusOK, http.StatusOK},
+		"follower":          {fakeReadiness{}, true, http.StatusOK, http.StatusOK},
+		"leader not synced": {fakeReadiness{leading: true}, true, http.StatusOK, http.StatusServiceUnavailable},
+		"leader synced":     {fakeReadiness{synced: true, leading: true}, true, http.StatusOK, http.StatusOK},
+		"leader fenced":     {fakeReadiness{synced: true, leading: true, unhealthy: fenced}, true, http.StatusInternalServerError, http.StatusOK},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			h := healthHandler(tc.w, tc.leaderElect)
-			for path, want := range map[string]int{"/healthz": http.StatusOK, "/readyz": tc.ready} {
+			for path, want := range map[string]int{"/healthz": tc.health, "/readyz": tc.ready} {
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 				if rec.Code != want {

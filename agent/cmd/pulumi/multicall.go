@@ -17,20 +17,30 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/pulumi-operator/pulumi-operator/agent/enginehost"
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
 
 // EngineHostName is the name under which this binary is the engine host. It must equal the
 // operator's stack.EngineHost (stack/enginehost.go), which starts it by that name.
 const EngineHostName = "pulumi-operator-engine"
 
-// init runs before the CLI's main (it is the only init of this package) and turns the process
-// into the engine host when it was started by that name; any other name is the CLI.
+// init runs before the CLI's main (it is the only init of this package). It first takes on the
+// lease a leader-elected operator hands down (protocol.WatchLease: this process and what it
+// started end at the lease's deadline, whether or not the operator can still act), then turns the
+// process into the engine host when it was started by that name; any other name is the CLI. A
+// lease that cannot be read ends the process at once, exit code 255: the operator meant it to
+// write only under one.
 func init() {
+	if _, err := protocol.WatchLease(os.Getenv, endLease); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(255)
+	}
 	if isEngineHost(os.Args) {
 		enginehost.Main() // exits the process
 	}
