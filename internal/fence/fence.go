@@ -134,7 +134,8 @@ func (f *Fence) sendLocked(d int64) {
 }
 
 // Revoke ends the permission at once and for good (the Lease is known to be lost, or the process
-// stops leading): Check fails from now on and every running process is told its lease is over.
+// stops leading): Check fails from now on, no process may start, and every running process ends
+// within KillAfter (sooner when its deadline so far is sooner).
 func (f *Fence) Revoke() {
 	if f == nil {
 		return
@@ -144,15 +145,21 @@ func (f *Fence) Revoke() {
 	f.expireLocked()
 }
 
+// expireLocked ends the permission. Running processes keep at most KillAfter from now: the time
+// their cancelled operations get to stop gracefully, never past their deadline so far.
 func (f *Fence) expireLocked() {
 	if f.revoked {
 		return
+	}
+	kill := f.now() + int64(KillAfter)
+	if d := f.killDeadlineLocked(); d != 0 && d < kill {
+		kill = d
 	}
 	f.revoked = true
 	if f.timer != nil {
 		f.timer.Stop()
 	}
-	f.sendLocked(0)
+	f.sendLocked(kill)
 	close(f.expired)
 }
 
