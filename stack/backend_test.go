@@ -187,7 +187,7 @@ func testBackend(t *testing.T, b stateBackend) {
 	if held, locks, ok := m.heldLocks(name); !ok || !held || len(locks) != 1 || !sameLock(locks[0], lock) {
 		t.Fatalf("heldLocks after the kill = %v, %+v, %v; want %+v", held, locks, ok, lock)
 	}
-	if err := m.CancelLock(ctx, name); err != nil {
+	if err := m.CancelLock(ctx, name, []string{lock.ID}, []Lock{lock}); err != nil {
 		t.Fatalf("CancelLock: %v", err)
 	}
 	if held, locks, ok := m.heldLocks(name); !ok || held || len(locks) != 0 {

@@ -443,7 +443,7 @@ func startEngineProc(path, project, phrase string, env []string, procs *processS
 	cmd.Stderr = p.stderr
 	setEngineProcAttr(cmd)
 	start := time.Now()
-	exited, err := procs.start(cmd)
+	exited, err := procs.start(cmd, "")
 	if err != nil {
 		replies.Close()
 		w.Close()
@@ -456,7 +456,7 @@ func startEngineProc(path, project, phrase string, env []string, procs *processS
 	slog.Debug("engine host started", "pid", cmd.Process.Pid, "seconds", time.Since(start).Seconds())
 	go func() {
 		p.read(replies)
-		exited()
+		exited(cmd.ProcessState != nil && cmd.ProcessState.Success())
 	}()
 	return p, nil
 }

@@ -155,8 +155,11 @@ func TestEngineHostErrorsReadAsTheCLIs(t *testing.T) {
 	release := holdLock(t, cli, name)
 	_, err = m.Up(context.Background(), name, program("y", 0), RunOptions{})
 	var oe *OperationError
-	if !errors.Is(err, ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) != 1 || oe.Locks[0].OwnerGone() {
-		t.Fatalf("host up of a stack another update holds: %v, want ErrLocked naming one live lock", err)
+	if !errors.Is(err, ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) != 1 || oe.Locks[0].ID == "" {
+		t.Fatalf("host up of a stack another update holds: %v, want ErrLocked naming one lock by its ID", err)
+	}
+	if gone, alive, _ := cli.HolderGone(oe.Locks[0], name); gone || !alive {
+		t.Fatalf("HolderGone of the live lock = gone %v, alive %v; want its holder proven alive", gone, alive)
 	}
 	if err := release(); err != nil {
 		t.Fatal(err)
@@ -232,10 +235,15 @@ func TestEngineHostKilled(t *testing.T) {
 	}
 	_, err = m.Up(context.Background(), name, program("c", 0), RunOptions{})
 	var oe *OperationError
-	if !errors.Is(err, ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) != 1 || oe.Locks[0].Pid != pid || !oe.Locks[0].OwnerGone() {
+	if !errors.Is(err, ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) != 1 || oe.Locks[0].Pid != pid {
 		t.Fatalf("up after the kill: %v, want ErrLocked by the dead host (pid %d)", err, pid)
 	}
-	if err := m.CancelLock(context.Background(), name); err != nil {
+	if gone, _, why := m.HolderGone(oe.Locks[0], name); !gone {
+		t.Fatalf("HolderGone(%+v) = false: the killed engine host's holder record must prove it gone", oe.Locks[0])
+	} else {
+		t.Logf("lock judged: %s", why)
+	}
+	if err := m.CancelLock(context.Background(), name, []string{oe.Locks[0].ID}, oe.Locks); err != nil {
 		t.Fatalf("CancelLock: %v", err)
 	}
 	res, err := m.Up(context.Background(), name, program("c", 0), RunOptions{})

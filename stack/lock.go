@@ -2,13 +2,11 @@ package stack
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"regexp"
+	"slices"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
@@ -16,52 +14,37 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
 
-// Lock is one lock on a stack as a DIY backend reports it: who took it, where and when.
+// Lock is one lock on a stack as a DIY backend reports it: which lock file, who took it, where
+// and when.
 type Lock struct {
-	// User and Host name the process that took the lock; Pid is its process id on Host.
+	// ID names the lock file (its name without ".json"): the random lock ID of the backend
+	// instance that took it, so that CancelLock removes exactly this lock. "" when the report did
+	// not name the file.
+	ID string
+	// User and Host name the process that took the lock; Pid is its process id on Host, in a PID
+	// namespace the lock does not say.
 	User string
 	Host string
 	Pid  int
-	// Created is when the lock was taken.
+	// Created is when the lock was taken, by the taker's wall clock.
 	Created time.Time
 }
 
-// OwnerGone reports whether l was taken by a process of this host that no longer runs: a
-// pulumi CLI or engine host killed by SIGKILL (a crashed pod, kill -9, a fenced leader), or
-// interrupted before it installed its own handler (the DIY backend locks the stack before the
-// engine's cancellation scope exists: pkg/backend/diy Update, then apply). A process id that
-// runs again, but in a process started after the lock was taken, is another process (pids are
-// reused, and a restarted container counts them from 1 again), so that lock is gone too. Such a
-// lock can be removed at once (CancelLock). A lock of another host is never gone by this rule:
-// its process cannot be checked from here (the watcher's Lease rule covers the operator's own
-// earlier pods).
-func (l Lock) OwnerGone() bool {
-	host, err := os.Hostname()
-	if err != nil || l.Host != host {
-		return false
+// HolderGone says whether lock l of stackName was taken by a pulumi process this operator (this
+// process, or an earlier one with the same workspace root) started and that has ended, proven
+// by that process's holder record (holder.go), not by a host name, a pid or a clock: gone, with
+// why for people. alive reports that the process that took it runs (the lock is live). Neither:
+// the lock is not provably one of this operator's (a laptop's or CI's `pulumi up`, another pod).
+func (m *Manager) HolderGone(l Lock, stackName string) (gone, alive bool, why string) {
+	if m.procs.holders == nil {
+		return false, false, ""
 	}
-	if !processAlive(l.Pid) {
-		return true
-	}
-	started, ok := processStart(l.Pid)
-	// One second of slack: the lock's time and the start time come from two clocks' readings
-	// (the start time is counted in clock ticks since boot).
-	return ok && !l.Created.IsZero() && started.After(l.Created.Add(time.Second))
+	return m.procs.holders.judge(l, stackName)
 }
 
-// processAlive reports whether pid runs on this host (signal 0 checks without signalling).
-func processAlive(pid int) bool {
-	p, err := os.FindProcess(pid)
-	if err != nil {
-		return false
-	}
-	err = p.Signal(syscall.Signal(0))
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-// lockLine matches the DIY backend's report of one lock (pkg/backend/diy/lock.go):
-// "  <url>: created by <user>@<host> (pid <pid>) at <RFC 3339 time>".
-var lockLine = regexp.MustCompile(`created by (\S*)@(\S+) \(pid (\d+)\) at (\S+)`)
+// lockLine matches the DIY backend's report of one lock (pkg/v3/backend/diy/lock.go):
+// "  <url>/<lock id>.json: created by <user>@<host> (pid <pid>) at <RFC 3339 time>".
+var lockLine = regexp.MustCompile(`(?:/([^/\s]+)\.json)?: created by (\S*)@(\S+) \(pid (\d+)\) at (\S+)`)
 
 // parseLocks reads every lock out of a CLI error message; an unparsable line is skipped.
 func parseLocks(msg string) []Lock {
@@ -72,22 +55,23 @@ func parseLocks(msg string) []Lock {
 			continue
 		}
 		seen[m[0]] = true
-		pid, err := strconv.Atoi(m[3])
+		pid, err := strconv.Atoi(m[4])
 		if err != nil {
 			continue
 		}
-		t, err := time.Parse(time.RFC3339, m[4])
+		t, err := time.Parse(time.RFC3339, m[5])
 		if err != nil {
 			continue
 		}
-		locks = append(locks, Lock{User: m[1], Host: m[2], Pid: pid, Created: t})
+		locks = append(locks, Lock{ID: m[1], User: m[2], Host: m[3], Pid: pid, Created: t})
 	}
 	return locks
 }
 
-// CancelLock removes the stack's locks (`pulumi cancel`). Only call it for a lock whose owner is
-// known to be gone: an update still running would go on without a lock, and two updates at once
-// can corrupt the state.
+// CancelLock removes the locks of stackName that ids names (Lock.ID): exactly those, so that a
+// lock taken since they were judged stays. Only call it for locks whose owners are known to be
+// gone: an update still running would go on without a lock, and two updates at once can corrupt
+// the state.
 //
 // With an engine host (Config.EngineHost) the host does it (protocol.OpUnlock), on any DIY
 // backend, also for a stack that does not exist: a DIY backend's `stack init` and `stack rm`
@@ -99,13 +83,22 @@ func parseLocks(msg string) []Lock {
 // default logger.
 //
 // Without one (Pulumi Cloud, or no engine host configured) it is the CLI's `pulumi cancel`, which
-// needs the stack to exist, after the same repair of a file:// backend's sidecars. Errors: the
-// engine host's or the CLI's, classified (classifyStack).
-func (m *Manager) CancelLock(ctx context.Context, stackName string) error {
+// removes every lock of the stack and needs the stack to exist, after the same repair of a
+// file:// backend's sidecars: so it is refused unless the stack's locks are exactly ids (read
+// from the CLI's own report of them, allLocks). Errors: an empty ids, that refusal, the engine
+// host's or the CLI's, classified (classifyStack).
+func (m *Manager) CancelLock(ctx context.Context, stackName string, ids []string, allLocks []Lock) error {
+	if len(ids) == 0 || slices.Contains(ids, "") {
+		return fmt.Errorf("cancel lock of stack %s: no lock named (a lock whose file is not known is never removed)", stackName)
+	}
 	if m.engineHost == nil {
+		if len(allLocks) != len(ids) {
+			return fmt.Errorf("cancel lock of stack %s: it holds %d locks and only %d may be removed, and `pulumi cancel` removes them all: "+
+				"run the operator with its engine host (%s), which removes one lock, or remove the lock files by hand", stackName, len(allLocks), len(ids), EngineHost)
+		}
 		return m.cancelLockCLI(ctx, stackName)
 	}
-	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpUnlock, Stack: stackName})
+	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpUnlock, Stack: stackName, Locks: ids})
 	if err == nil && r.Code != 0 {
 		err = newReplyError("cancel", r)
 	}
@@ -137,6 +130,25 @@ func (m *Manager) cancelLockCLI(ctx context.Context, stackName string) error {
 	return nil
 }
 
+// LockIDs lists the IDs of every lock held now on a stack of the Manager's project, through the
+// engine host (protocol.OpLocks); ok is false when there is none or it could not tell. A new
+// leader takes this snapshot when it acquires the Lease: the locks of earlier leaders it may
+// remove are among these, never one taken later.
+func (m *Manager) LockIDs(ctx context.Context) (ids map[string]bool, ok bool) {
+	if m.engineHost == nil {
+		return nil, false
+	}
+	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpLocks})
+	if err != nil || r.Code != 0 {
+		return nil, false
+	}
+	ids = map[string]bool{}
+	for _, l := range r.Locks {
+		ids[l.ID] = true
+	}
+	return ids, true
+}
+
 // heldLocks asks the engine host which locks are held on stackName (protocol.OpLocks): held is
 // true when a lock file exists, locks are those that parse. ok is false when there is no engine
 // host or it could not tell (then whether a lock is held is unknown). It waits at most
@@ -161,7 +173,7 @@ const lockLookupTimeout = 30 * time.Second
 func fromProtocolLocks(in []protocol.Lock) []Lock {
 	var out []Lock
 	for _, l := range in {
-		out = append(out, Lock{User: l.Username, Host: l.Hostname, Pid: l.Pid, Created: l.Timestamp})
+		out = append(out, Lock{ID: l.ID, User: l.Username, Host: l.Hostname, Pid: l.Pid, Created: l.Timestamp})
 	}
 	return out
 }

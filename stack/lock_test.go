@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -116,14 +115,14 @@ func TestStaleLockCancel(t *testing.T) {
 			m, _ := newManager(t)
 			name, _ := m.StackName("ns", "stale")
 			ctx := context.Background()
-			killedLock(t, m, name)
+			lock := killedLock(t, m, name)
 			if host {
 				attachHost(t, m)
 			}
 			if _, err := m.Up(ctx, name, program("z", 0), RunOptions{}); !errors.Is(err, ErrLocked) {
 				t.Fatalf("up after the kill = %v, want ErrLocked (the lock is left behind)", err)
 			}
-			if err := m.CancelLock(ctx, name); err != nil {
+			if err := m.CancelLock(ctx, name, []string{lock.ID}, []Lock{lock}); err != nil {
 				t.Fatalf("CancelLock: %v", err)
 			}
 			res, err := m.Up(ctx, name, program("z", 0), RunOptions{})
@@ -140,8 +139,8 @@ func TestParseLocks(t *testing.T) {
 		"  file:///b/.pulumi/locks/o/p/s/2.json: created by @host-b (pid 7) at 2026-11-22T12:01:00Z\n" +
 		"  file:///b/.pulumi/locks/o/p/s/3.json: created by x@y (pid 9) at not-a-time\n"
 	got := parseLocks(msg + msg)
-	if len(got) != 2 || got[0].Host != "pod-a" || got[0].Pid != 42 || got[0].User != "root" ||
-		got[1].Host != "host-b" || got[1].Created.Minute() != 1 {
+	if len(got) != 2 || got[0].Host != "pod-a" || got[0].Pid != 42 || got[0].User != "root" || got[0].ID != "1" ||
+		got[1].Host != "host-b" || got[1].Created.Minute() != 1 || got[1].ID != "2" {
 		t.Fatalf("parseLocks = %+v", got)
 	}
 }
@@ -184,11 +183,11 @@ func TestLockOfRemovedStack(t *testing.T) {
 			t.Fatalf("%s of the removed stack = %v, want ErrLocked naming pid %d", op, err, lock.Pid)
 		}
 	}
-	if err := m.CancelLock(ctx, name); err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), EngineHost) {
+	if err := m.CancelLock(ctx, name, []string{lock.ID}, []Lock{lock}); err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), EngineHost) {
 		t.Fatalf("CancelLock of a missing stack without the engine host = %v; want an error saying the stack does not exist and naming %s", err, EngineHost)
 	}
 	attachHost(t, m)
-	if err := m.CancelLock(ctx, name); err != nil {
+	if err := m.CancelLock(ctx, name, []string{lock.ID}, []Lock{lock}); err != nil {
 		t.Fatalf("CancelLock: %v", err)
 	}
 	if ok, err := m.Exists(ctx, name); err != nil || ok {
@@ -218,7 +217,7 @@ func TestCancelLockTornSidecar(t *testing.T) {
 	m, backend := newManager(t)
 	name, _ := m.StackName("ns", "torn")
 	ctx := context.Background()
-	killedLock(t, m, name)
+	lock := killedLock(t, m, name)
 	attachHost(t, m)
 	sidecar := filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json.attrs")
 	if _, err := os.Stat(sidecar); err != nil {
@@ -233,15 +232,15 @@ func TestCancelLockTornSidecar(t *testing.T) {
 	if _, err := m.Exists(ctx, name); err == nil || !strings.Contains(err.Error(), "EOF") {
 		t.Fatalf("Exists with a torn sidecar = %v, want the CLI's EOF failure (the situation this test is about)", err)
 	}
-	cancelAndKeep(t, m, backend, sidecar, name)
+	cancelAndKeep(t, m, backend, sidecar, name, lock)
 }
 
 // cancelAndKeep runs CancelLock on the stack name, whose lock a killed process left and the
 // sidecar of whose checkpoint it tore, then checks that the sidecar and the lock are gone and
 // that an up keeps the stack's resources.
-func cancelAndKeep(t *testing.T, m *Manager, backend, sidecar, name string) {
+func cancelAndKeep(t *testing.T, m *Manager, backend, sidecar, name string, lock Lock) {
 	t.Helper()
-	if err := m.CancelLock(context.Background(), name); err != nil {
+	if err := m.CancelLock(context.Background(), name, []string{lock.ID}, []Lock{lock}); err != nil {
 		t.Fatalf("CancelLock: %v", err)
 	}
 	if _, err := os.Stat(sidecar); !errors.Is(err, fs.ErrNotExist) {
@@ -307,42 +306,8 @@ func TestTornSidecarWithoutEngineHost(t *testing.T) {
 					t.Fatalf("%s = %v, want ErrLocked naming the killed holder %+v", tc.first, err, holder)
 				}
 			}
-			cancelAndKeep(t, m, backend, sidecar, name)
+			cancelAndKeep(t, m, backend, sidecar, name, holder)
 		})
 	}
 }
 
-// OwnerGone: a lock of this host is gone when its process no longer runs, or when the process
-// id runs again in a process that started after the lock was taken (a reused pid, a restarted
-// container); a lock of another host is never gone by this rule.
-func TestOwnerGone(t *testing.T) {
-	host, err := os.Hostname()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := exec.Command("true")
-	if err := dead.Run(); err != nil {
-		t.Fatal(err)
-	}
-	self := os.Getpid()
-	started, ok := processStart(self)
-	if !ok || started.After(time.Now()) || time.Since(started) > 24*time.Hour {
-		t.Fatalf("processStart(self) = %v, %v: want a time shortly before now", started, ok)
-	}
-	for name, tc := range map[string]struct {
-		l    Lock
-		gone bool
-	}{
-		"process gone":                  {Lock{Host: host, Pid: dead.Process.Pid, Created: time.Now()}, true},
-		"process alive, took the lock":  {Lock{Host: host, Pid: self, Created: time.Now()}, false},
-		"pid reused by a later process": {Lock{Host: host, Pid: self, Created: started.Add(-time.Hour)}, true},
-		"alive, lock time unknown":      {Lock{Host: host, Pid: self}, false},
-		"another host, even a dead pid": {Lock{Host: "elsewhere", Pid: dead.Process.Pid, Created: time.Now()}, false},
-	} {
-		t.Run(name, func(t *testing.T) {
-			if got := tc.l.OwnerGone(); got != tc.gone {
-				t.Errorf("OwnerGone(%+v) = %v, want %v", tc.l, got, tc.gone)
-			}
-		})
-	}
-}

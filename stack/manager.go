@@ -166,7 +166,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	cfg.BackendURL = backend
-	procs := &processSet{fence: cfg.Fence}
+	procs := &processSet{fence: cfg.Fence, holders: newHolders(cfg.WorkRoot)}
 	cmd, err := pulumiCommand(cfg.PulumiPath, cfg.WorkRoot, procs)
 	if err != nil {
 		return nil, err

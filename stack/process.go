@@ -21,9 +21,11 @@ import (
 
 // processSet holds the pulumi processes a Manager has running (CLI runs and engine hosts), so
 // that Manager.Kill can end them all at once, and starts each under the Manager's fence
-// (Config.Fence): a process starts only while the fence permits, and gets the fence's lease.
+// (Config.Fence: a process starts only while the fence permits, and gets the fence's lease) with
+// a holder record (holder.go: what proves later that it has ended).
 type processSet struct {
-	fence *fence.Fence
+	fence   *fence.Fence
+	holders *holders // nil: no records (tests of other things)
 
 	mu sync.Mutex
 	m  map[*os.Process]struct{}
@@ -31,12 +33,21 @@ type processSet struct {
 	closed bool
 }
 
-// start starts cmd (not yet started) under the fence and holds it until the returned exited is
-// called, once the process has been waited for. Errors: fence.ErrFenced (wrapped) when the fence
-// no longer permits a process, or after killAll; the fence's pipe or cmd.Start's error.
-func (s *processSet) start(cmd *exec.Cmd) (exited func(), err error) {
+// start starts cmd (not yet started; stack is the stack it works on, "" for an engine host)
+// under the fence, with a holder record, and holds it until the returned exited is called, once
+// the process has been waited for (ok: it exited 0). Errors: fence.ErrFenced (wrapped) when the
+// fence no longer permits a process, or after killAll; the holder record's, the fence's pipe's or
+// cmd.Start's.
+func (s *processSet) start(cmd *exec.Cmd, stack string) (exited func(ok bool), err error) {
+	var rec *pending
+	if s.holders != nil {
+		if rec, err = s.holders.prepare(cmd, stack); err != nil {
+			return nil, fmt.Errorf("start %s: %w", filepath.Base(cmd.Path), err)
+		}
+	}
 	started, leaseExited, err := s.fence.Attach(cmd)
 	if err != nil {
+		rec.started(0)
 		return nil, fmt.Errorf("start %s: %w", filepath.Base(cmd.Path), err)
 	}
 	// Under the lock, so that a killAll either sees this process or makes it refuse to start.
@@ -45,6 +56,7 @@ func (s *processSet) start(cmd *exec.Cmd) (exited func(), err error) {
 		s.mu.Unlock()
 		started()
 		leaseExited()
+		rec.started(0)
 		return nil, fmt.Errorf("start %s: %w: its pulumi processes were killed", filepath.Base(cmd.Path), fence.ErrFenced)
 	}
 	err = cmd.Start()
@@ -52,6 +64,7 @@ func (s *processSet) start(cmd *exec.Cmd) (exited func(), err error) {
 	if err != nil {
 		s.mu.Unlock()
 		leaseExited()
+		rec.started(0)
 		return nil, err
 	}
 	if s.m == nil {
@@ -60,11 +73,13 @@ func (s *processSet) start(cmd *exec.Cmd) (exited func(), err error) {
 	p := cmd.Process
 	s.m[p] = struct{}{}
 	s.mu.Unlock()
-	return func() {
+	rec.started(p.Pid)
+	return func(ok bool) {
 		s.mu.Lock()
 		delete(s.m, p)
 		s.mu.Unlock()
 		leaseExited()
+		rec.exited(ok)
 	}, nil
 }
 
@@ -140,10 +155,10 @@ func (c *trackedCommand) Run(ctx context.Context, workdir string, stdin io.Reade
 	}
 	cmd.WaitDelay = cliCancelDelay
 	code := -2
-	exited, err := c.procs.start(cmd)
+	exited, err := c.procs.start(cmd, stackArg(args))
 	if err == nil {
 		err = cmd.Wait()
-		exited()
+		exited(err == nil)
 	}
 	if exitErr, ok := err.(*exec.ExitError); ok {
 		code = exitErr.ExitCode()

@@ -94,6 +94,9 @@ type fakeStacks struct {
 	// cancelled pulumi run does. hangHard makes Up ignore its context too, as a run whose cancel
 	// never gets through does: only Kill ends it.
 	hang, hangHard bool
+	// holderGone and holderAlive say, by pid, what HolderGone finds; lockIDs is what LockIDs lists.
+	holderGone, holderAlive map[int]bool
+	lockIDs                 map[string]bool
 	killed         chan struct{}
 	killOnce       sync.Once
 }
@@ -170,9 +173,30 @@ func (s *fakeStacks) Kill() int {
 	return 1
 }
 
-func (s *fakeStacks) CancelLock(_ context.Context, stackName string) error {
-	s.j.add("cancel-lock %s", stackName)
+func (s *fakeStacks) CancelLock(_ context.Context, stackName string, ids []string, _ []stack.Lock) error {
+	s.j.add("cancel-lock %s %v", stackName, ids)
 	return s.cancelErr
+}
+
+// HolderGone answers from holderGone and holderAlive, by the lock's pid: what a holder record
+// would prove.
+func (s *fakeStacks) HolderGone(l stack.Lock, _ string) (bool, bool, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.holderGone[l.Pid]:
+		return true, false, "its holder record says it has ended"
+	case s.holderAlive[l.Pid]:
+		return false, true, ""
+	}
+	return false, false, ""
+}
+
+// LockIDs answers lockIDs (nil: the listing fails).
+func (s *fakeStacks) LockIDs(context.Context) (map[string]bool, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lockIDs, s.lockIDs != nil
 }
 
 // unitFixture is one Watcher over fake clients.

@@ -69,10 +69,11 @@ func TestUnitDelete(t *testing.T) {
 		"destroy finds a dead process's lock: lock removed, finalizer kept until the retry": {
 			setup: func(f *unitFixture) {
 				f.stacks.destroyErr = &stack.OperationError{Summary: "locked", Err: stack.ErrLocked,
-					Locks: []stack.Lock{{User: "me", Host: host, Pid: deadPid(f.t), Created: time.Now()}}}
+					Locks: []stack.Lock{{ID: "l1", User: "me", Host: host, Pid: 77, Created: time.Now()}}}
+				f.stacks.holderGone = map[int]bool{77: true}
 			},
 			wantErr: true,
-			journal: []string{destroy, "cancel-lock test.ns.web", failed(api.ReasonUpdateConflict)},
+			journal: []string{destroy, "cancel-lock test.ns.web [l1]", failed(api.ReasonUpdateConflict)},
 			events:  []string{"Warning " + ReasonStaleLockCleared},
 			ready:   api.ReasonUpdateConflict, finalizers: 1,
 		},

@@ -120,6 +120,7 @@ func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubeclient.Interfac
 					le.Fence.Revoke()
 				}()
 				w.lockSafeAt.Store(lock.earlierHolderGoneAt())
+				w.snapshotLocks(leading)
 				if err := w.recordLeader(leading, kube, le); err != nil {
 					// Not fatal: locks of earlier pods are then waited out instead of cleared.
 					w.log.Warn("could not record this pod in the Lease's lock holders: locks left by earlier operator pods will not be cleared", "err", err)
@@ -234,6 +235,26 @@ func (w *Watcher) recordLeader(ctx context.Context, kube kubeclient.Interface, l
 	w.log.Info("recorded this pod as a lock holder of the Lease", "host", host, "earlierHolders", len(earlier))
 	return nil
 }
+
+// snapshotLocks records the locks held now, right after this process acquired the Lease: the
+// Lease rule removes an earlier leader's lock only among them (stalelock.go). Without a snapshot
+// (no engine host, a backend that does not answer within lockSnapshotTimeout) no lock is removed
+// by that rule: they are waited out and reported instead.
+func (w *Watcher) snapshotLocks(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, lockSnapshotTimeout)
+	defer cancel()
+	ids, ok := w.stacks.LockIDs(ctx)
+	if !ok {
+		w.leaseLocks.Store(nil)
+		w.log.Warn("could not list the stacks' locks on becoming leader: locks left by earlier operator pods will be waited out, not removed")
+		return
+	}
+	w.leaseLocks.Store(&ids)
+	w.log.Info("listed the stacks' locks on becoming leader", "locks", len(ids))
+}
+
+// lockSnapshotTimeout bounds snapshotLocks: one listing of the backend's lock directory.
+const lockSnapshotTimeout = 30 * time.Second
 
 // Healthy reports an error while this process leads but may no longer write: its fence has
 // expired (it could not renew the Lease within the renew deadline) and it is ending its

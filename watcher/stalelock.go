@@ -13,25 +13,28 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
-// Which stack locks the watcher removes, and why that is safe (README.md "Failure modes"):
+// Which stack locks the watcher removes, and why that is safe (README.md "Failure modes";
+// docs/design/fencing.md has the arithmetic):
 //
-//   - A lock of this host whose process is gone (stack.Lock.OwnerGone): a killed pulumi process
-//     of this operator, or of a laptop's command on the same machine. Nothing holds it.
+//   - A lock taken by a pulumi process this operator started that has ended, proven by that
+//     process's holder record (Stacks.HolderGone: a flock(2) the kernel released when the process
+//     ended), in this process's life or an earlier one's on the same workspace root (a restarted
+//     container). Not a host name and a pid: those say nothing about a process of another PID
+//     namespace (a host-network pod, a pod of the same name in another cluster).
 //   - A lock of a host that led this installation before (the Lease's LockHoldersAnnotation),
-//     while this process holds the Lease. A leader writes only while it holds the Lease; one
-//     that loses it ends its pulumi processes within fenceAfter of noticing (run), which is
-//     RenewDeadline after its last renewal, and nobody can take the Lease before LeaseDuration
-//     after that renewal: with client-go's 15 s / 10 s that leaves 5 s, more than fenceAfter
-//     and the kill take. A pod that was force-deleted, evicted or lost with its node never
-//     renews again, so its locks are cleared as soon as the next leader finds them, whatever
-//     its host name and pid. (A process that does not run at all, frozen for longer than the
-//     lease, cannot fence itself: the Lease guards against pods that are cut off or gone, not
-//     against a paused machine that later resumes.)
-//   - With Options.StaleLockTimeout set (opt-in), any lock older than it.
+//     while this process holds the Lease, once every process of the replica that led before is
+//     gone by the fence's arithmetic (earlierLeaderGone), and only when the lock was held already
+//     when this process acquired the Lease (leaseLocks): a leader writes only under its fence,
+//     which ends every pulumi process of its by the time another replica may lead, so such a
+//     lock is dead. A lock that host takes later (`kubectl exec ... pulumi-operator up` on a
+//     follower pod) is not one of a leader's, and is waited out.
+//   - With Options.StaleLockTimeout set (opt-in), any lock this process has seen for longer than
+//     that, on its own clock.
 //
 // Every other lock (a laptop's `pulumi up`, a CI job, another installation) is waited out and
 // reported: Ready False with reason UpdateConflict naming the owner, a StackLocked Event when
-// the owner changes, pulumi_operator_stacks_locked and the PulumiOperatorStackLocked alert.
+// the owner changes, pulumi_operator_stacks_locked and the PulumiOperatorStackLocked alert. The
+// lock removed is exactly the one judged (by its ID), never another taken since.
 
 // clearStaleLock removes the lock that made an operation on stackName fail (err, an ErrLocked
 // *stack.OperationError) when every lock it names may be removed by the rules above. It
@@ -41,17 +44,21 @@ func (w *Watcher) clearStaleLock(ctx context.Context, u *unstructured.Unstructur
 	if !errors.As(err, &oe) || len(oe.Locks) == 0 {
 		return false, nil // no lock details (Pulumi Cloud): a wait
 	}
-	var whys []string
+	var whys, ids []string
 	for _, l := range oe.Locks {
-		why := w.lockRemovable(l)
-		if why == "" {
+		why := w.lockRemovable(l, stackName)
+		if why == "" || l.ID == "" {
 			return false, nil
 		}
 		whys = append(whys, why)
+		ids = append(ids, l.ID)
 	}
-	if cerr := w.stacks.CancelLock(ctx, stackName); cerr != nil {
+	if cerr := w.stacks.CancelLock(ctx, stackName, ids, oe.Locks); cerr != nil {
 		w.log.Error("cancel stale lock failed", "object", objectRef(u), "stack", stackName, "err", cerr)
 		return true, cerr
+	}
+	for _, id := range ids {
+		w.lockSeen.Delete(id)
 	}
 	l := oe.Locks[0]
 	w.log.Info("cancelled stale lock", "object", objectRef(u), "stack", stackName, "locks", fmt.Sprint(oe.Locks), "why", whys[0])
@@ -61,17 +68,36 @@ func (w *Watcher) clearStaleLock(ctx context.Context, u *unstructured.Unstructur
 	return true, nil
 }
 
-// lockRemovable says why l may be removed (see the rules above), "" when it may not.
-func (w *Watcher) lockRemovable(l stack.Lock) string {
+// lockRemovable says why lock l of stackName may be removed (see the rules above), "" when it
+// may not.
+func (w *Watcher) lockRemovable(l stack.Lock, stackName string) string {
+	gone, alive, why := w.stacks.HolderGone(l, stackName)
 	switch {
-	case l.OwnerGone():
-		return "its process no longer runs on this host"
-	case w.fencedHost(l.Host) && w.earlierLeaderGone():
+	case gone:
+		return why
+	case alive:
+		return "" // a process of this operator holds it: wait for it
+	case w.fencedHost(l.Host) && w.earlierLeaderGone() && w.heldAtAcquisition(l.ID):
 		return "it was taken by an earlier operator pod of this installation, which can no longer write: this one holds the Lease"
-	case w.opts.StaleLockTimeout > 0 && time.Since(l.Created) > w.opts.StaleLockTimeout:
-		return fmt.Sprintf("it is older than --stale-lock-timeout %s", w.opts.StaleLockTimeout)
+	case w.opts.StaleLockTimeout > 0 && w.seenFor(l.ID) > w.opts.StaleLockTimeout:
+		return fmt.Sprintf("this operator has seen it for longer than --stale-lock-timeout %s", w.opts.StaleLockTimeout)
 	}
 	return ""
+}
+
+// seenFor is how long this process has seen lock id (0 the first time, which starts the count).
+func (w *Watcher) seenFor(id string) time.Duration {
+	if id == "" {
+		return 0
+	}
+	first, _ := w.lockSeen.LoadOrStore(id, time.Now())
+	return time.Since(first.(time.Time))
+}
+
+// heldAtAcquisition reports whether lock id was held when this process acquired the Lease.
+func (w *Watcher) heldAtAcquisition(id string) bool {
+	held := w.leaseLocks.Load()
+	return held != nil && id != "" && (*held)[id]
 }
 
 // fencedHost reports whether host led this installation before this process took the Lease,

@@ -3,108 +3,103 @@ package watcher
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
-// deadPid is the pid of a process of this host that has exited and been reaped.
-func deadPid(t testing.TB) int {
-	t.Helper()
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("run true: %v", err)
-	}
-	return cmd.Process.Pid
-}
-
 // TestUnitStaleLock: an up that finds the stack locked removes the lock only when its owner
-// can no longer write (a process of this host that no longer runs, an earlier leader of this
-// installation while this process holds the Lease, or, opted in, any lock older than
-// Options.StaleLockTimeout); otherwise it waits and reports who holds the lock. Either way the
-// up is retried.
+// provably can no longer write: a pulumi process of this operator whose holder record says it
+// has ended; a lock of an earlier leader of this installation while this process holds the
+// Lease, once that leader's processes are gone by the fence's arithmetic, and only if the lock
+// was held when this process acquired the Lease; or, opted in, a lock this process has seen for
+// longer than Options.StaleLockTimeout (its own clock, never the lock's). Otherwise it waits
+// and reports who holds the lock. Either way the up is retried; what is removed is exactly the
+// judged lock, by its ID.
 func TestUnitStaleLock(t *testing.T) {
 	host, _ := os.Hostname()
-	const cancel = "cancel-lock test.ns.web"
+	const cancel = "cancel-lock test.ns.web [l1]"
+	old := time.Now().Add(-48 * time.Hour)
 	for name, tc := range map[string]struct {
-		locks     func(t *testing.T) []stack.Lock
+		locks     []stack.Lock
 		cancelErr error
 		cancel    bool
 		event     bool
 		// noTimeout runs without Options.StaleLockTimeout (the default); leading and fenced
-		// make this process the Lease's holder with fenced as the earlier holders.
-		noTimeout bool
-		leading   bool
-		fenced    []string
+		// make this process the Lease's holder with fenced as the earlier holders; atAcquisition
+		// lists the locks held when it acquired it; notYet puts the earlier leader's end in the
+		// future; seen is how long ago this process first saw lock l1.
+		noTimeout     bool
+		leading       bool
+		fenced        []string
+		atAcquisition []string
+		notYet        bool
+		seen          time.Duration
+		gone, alive   []int
 	}{
 		"old lock of another host, no --stale-lock-timeout: wait": {
-			locks: func(*testing.T) []stack.Lock {
-				return []stack.Lock{{Host: "elsewhere", Pid: 1, Created: time.Now().Add(-48 * time.Hour)}}
-			},
+			locks:     []stack.Lock{{ID: "l1", Host: "elsewhere", Pid: 1, Created: old}},
 			noTimeout: true,
 		},
-		"earlier leader of this installation, this one leads: removed at once": {
-			locks: func(*testing.T) []stack.Lock {
-				return []stack.Lock{{Host: "operator-7d9f-old", Pid: 12, Created: time.Now()}}
-			},
-			noTimeout: true, leading: true, fenced: []string{"operator-7d9f-old"},
+		"earlier leader, held at acquisition, its processes gone: removed": {
+			locks:     []stack.Lock{{ID: "l1", Host: "operator-7d9f-old", Pid: 12, Created: time.Now()}},
+			noTimeout: true, leading: true, fenced: []string{"operator-7d9f-old"}, atAcquisition: []string{"l1"},
 			cancel: true, event: true,
+		},
+		"earlier leader's host, lock taken after acquisition (an exec on a follower pod): wait": {
+			locks:     []stack.Lock{{ID: "l1", Host: "operator-7d9f-old", Pid: 12, Created: time.Now()}},
+			noTimeout: true, leading: true, fenced: []string{"operator-7d9f-old"}, atAcquisition: []string{"other"},
+		},
+		"earlier leader, no lock listing at acquisition: wait": {
+			locks:     []stack.Lock{{ID: "l1", Host: "operator-7d9f-old", Pid: 12, Created: time.Now()}},
+			noTimeout: true, leading: true, fenced: []string{"operator-7d9f-old"},
+		},
+		"earlier leader whose processes may still run: wait": {
+			locks:     []stack.Lock{{ID: "l1", Host: "operator-7d9f-old", Pid: 12, Created: time.Now()}},
+			noTimeout: true, leading: true, fenced: []string{"operator-7d9f-old"}, atAcquisition: []string{"l1"}, notYet: true,
 		},
 		"earlier leader, but this one does not lead (any more): wait": {
-			locks: func(*testing.T) []stack.Lock {
-				return []stack.Lock{{Host: "operator-7d9f-old", Pid: 12, Created: time.Now()}}
-			},
-			noTimeout: true, fenced: []string{"operator-7d9f-old"},
+			locks:     []stack.Lock{{ID: "l1", Host: "operator-7d9f-old", Pid: 12, Created: time.Now()}},
+			noTimeout: true, fenced: []string{"operator-7d9f-old"}, atAcquisition: []string{"l1"},
 		},
 		"a host the Lease never named: wait": {
-			locks: func(*testing.T) []stack.Lock {
-				return []stack.Lock{{Host: "laptop", Pid: 12, Created: time.Now()}}
-			},
-			noTimeout: true, leading: true, fenced: []string{"operator-7d9f-old"},
+			locks:     []stack.Lock{{ID: "l1", Host: "laptop", Pid: 12, Created: time.Now()}},
+			noTimeout: true, leading: true, fenced: []string{"operator-7d9f-old"}, atAcquisition: []string{"l1"},
 		},
-		"owner process gone on this host": {
-			locks: func(t *testing.T) []stack.Lock {
-				return []stack.Lock{{Host: host, Pid: deadPid(t), Created: time.Now()}}
-			},
-			cancel: true, event: true,
+		"its holder record proves its process ended: removed": {
+			locks:     []stack.Lock{{ID: "l1", Host: host, Pid: 77, Created: time.Now()}},
+			noTimeout: true, gone: []int{77}, cancel: true, event: true,
 		},
-		"older than StaleLockTimeout, another host": {
-			locks: func(*testing.T) []stack.Lock {
-				return []stack.Lock{{Host: "elsewhere", Pid: 1, Created: time.Now().Add(-2 * time.Hour)}}
-			},
-			cancel: true, event: true,
+		"this host, a pid that does not run here, no holder record (another PID namespace): wait": {
+			locks:     []stack.Lock{{ID: "l1", Host: host, Pid: 999999, Created: time.Now()}},
+			noTimeout: true,
 		},
-		"older than StaleLockTimeout, owner alive on this host": {
-			locks: func(*testing.T) []stack.Lock {
-				return []stack.Lock{{Host: host, Pid: os.Getpid(), Created: time.Now().Add(-2 * time.Hour)}}
-			},
-			cancel: true, event: true,
+		"seen for longer than StaleLockTimeout, another host: removed": {
+			locks: []stack.Lock{{ID: "l1", Host: "elsewhere", Pid: 1, Created: time.Now()}},
+			seen:  2 * time.Hour, cancel: true, event: true,
 		},
-		"recent lock of another host: wait": {
-			locks: func(*testing.T) []stack.Lock { return []stack.Lock{{Host: "elsewhere", Pid: 1, Created: time.Now()}} },
+		"old by its taker's clock, first seen now, StaleLockTimeout set: wait": {
+			locks: []stack.Lock{{ID: "l1", Host: "elsewhere", Pid: 1, Created: old}},
 		},
-		"owner alive on this host: wait": {
-			locks: func(*testing.T) []stack.Lock {
-				return []stack.Lock{{Host: host, Pid: os.Getpid(), Created: time.Now()}}
-			},
+		"seen for longer than StaleLockTimeout, but a process of this operator holds it: wait": {
+			locks: []stack.Lock{{ID: "l1", Host: host, Pid: 78, Created: old}},
+			seen:  2 * time.Hour, alive: []int{78},
 		},
-		"two locks, one owner alive: wait": {
-			locks: func(t *testing.T) []stack.Lock {
-				return []stack.Lock{{Host: host, Pid: deadPid(t), Created: time.Now()}, {Host: host, Pid: os.Getpid(), Created: time.Now()}}
-			},
+		"two locks, one holder alive: wait": {
+			locks: []stack.Lock{{ID: "l1", Host: host, Pid: 77, Created: time.Now()}, {ID: "l2", Host: host, Pid: 78, Created: time.Now()}},
+			gone:  []int{77}, alive: []int{78},
 		},
-		"no lock details (Pulumi Cloud): wait": {
-			locks: func(*testing.T) []stack.Lock { return nil },
+		"a lock without an ID: wait": {
+			locks:     []stack.Lock{{Host: host, Pid: 77, Created: time.Now()}},
+			noTimeout: true, gone: []int{77},
 		},
+		"no lock details (Pulumi Cloud): wait": {},
 		"removing the lock fails: logged, no Event": {
-			locks: func(t *testing.T) []stack.Lock {
-				return []stack.Lock{{Host: host, Pid: deadPid(t), Created: time.Now()}}
-			},
-			cancelErr: errors.New("backend down"),
-			cancel:    true,
+			locks:     []stack.Lock{{ID: "l1", Host: host, Pid: 77, Created: time.Now()}},
+			noTimeout: true, gone: []int{77}, cancelErr: errors.New("backend down"), cancel: true,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -119,7 +114,30 @@ func TestUnitStaleLock(t *testing.T) {
 				fenced[h] = true
 			}
 			f.w.fenced.Store(&fenced)
-			f.stacks.upErr = &stack.OperationError{Summary: "locked", Err: stack.ErrLocked, Locks: tc.locks(t)}
+			f.w.fence = fence.New(time.Minute)
+			f.w.fence.Renewed(f.w.fence.Now())
+			f.w.lockSafeAt.Store(f.w.fence.Now() - 1)
+			if tc.notYet {
+				f.w.lockSafeAt.Store(f.w.fence.Now() + int64(time.Minute))
+			}
+			if tc.atAcquisition != nil {
+				held := map[string]bool{}
+				for _, id := range tc.atAcquisition {
+					held[id] = true
+				}
+				f.w.leaseLocks.Store(&held)
+			}
+			if tc.seen > 0 {
+				f.w.lockSeen.Store("l1", time.Now().Add(-tc.seen))
+			}
+			f.stacks.holderGone, f.stacks.holderAlive = map[int]bool{}, map[int]bool{}
+			for _, p := range tc.gone {
+				f.stacks.holderGone[p] = true
+			}
+			for _, p := range tc.alive {
+				f.stacks.holderAlive[p] = true
+			}
+			f.stacks.upErr = &stack.OperationError{Summary: "locked", Err: stack.ErrLocked, Locks: tc.locks}
 			f.stacks.cancelErr = tc.cancelErr
 			f.create(kch("web", nil, Finalizer))
 			if n := f.process("web"); n != 1 {

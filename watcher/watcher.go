@@ -57,8 +57,16 @@ type Stacks interface {
 	Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error)
 	// Destroy destroys the stack and removes it from the backend; a missing stack is no error.
 	Destroy(ctx context.Context, stackName string, opts stack.RunOptions) (stack.Result, error)
-	// CancelLock removes a lock whose owner is gone.
-	CancelLock(ctx context.Context, stackName string) error
+	// CancelLock removes exactly the locks ids names (stack.Lock.ID) of stackName, whose owners
+	// are gone; all are every lock the failed operation reported (stack.Manager.CancelLock).
+	CancelLock(ctx context.Context, stackName string, ids []string, all []stack.Lock) error
+	// HolderGone judges a lock of stackName by the holder record of the pulumi process of this
+	// operator that took it (stack.Manager.HolderGone): gone, alive, or neither (not provably
+	// this operator's).
+	HolderGone(l stack.Lock, stackName string) (gone, alive bool, why string)
+	// LockIDs lists the IDs of every lock held now on the project's stacks; ok false when that
+	// cannot be told.
+	LockIDs(ctx context.Context) (ids map[string]bool, ok bool)
 	// Kill ends every pulumi process of the operator at once (SIGKILL) and returns how many it
 	// signalled: how a leader that lost its Lease fences itself.
 	Kill() int
@@ -164,6 +172,14 @@ type Watcher struct {
 	// fence is the leader's write permission (RunLeaderElected); nil without leader election,
 	// which permits every write.
 	fence *fence.Fence
+	// leaseLocks holds the IDs of the locks held when this replica acquired the Lease (a
+	// snapshot, RunLeaderElected): the Lease rule removes an earlier holder's lock only among
+	// these, never one taken later. nil: no snapshot, no lock removed by the Lease rule.
+	leaseLocks atomic.Pointer[map[string]bool]
+	// lockSeen holds, per lock ID, when this process first saw the lock (monotonic time.Time):
+	// --stale-lock-timeout counts a lock's age from there, never from the time its taker's clock
+	// wrote into it.
+	lockSeen sync.Map
 	// lockSafeAt is when (fence clock, ns) the processes of the replica that led before this one
 	// are gone at the latest: the Lease rule (stalelock.go) removes none of their locks before.
 	lockSafeAt atomic.Int64

@@ -37,9 +37,11 @@ func backendWithStack(t *testing.T) (dir, url string) {
 }
 
 // TestLocksAndUnlock: locks reads a stack's lock files from a real file:// backend (held with
-// none for no lock; held with the parsed lock, and held for an empty file being written), for
-// an existing stack and for one that does not exist; unlock removes every lock of either, and
-// only that stack's; a lock request without a stack is a bad request, never a lock.
+// none for no lock; held with the parsed lock and its ID, and held for an empty file being
+// written), for an existing stack and for one that does not exist, and every stack's locks with
+// their stacks; unlock removes exactly the locks it names, or every lock of the stack when it
+// names none, and only that stack's; an unlock without a stack or with a bad lock ID is a bad
+// request, never a lock.
 func TestLocksAndUnlock(t *testing.T) {
 	dir, url := backendWithStack(t)
 	_, replies, _ := serveLines(t, url, "proj", `{"id":1,"op":"locks","stack":"dev"}`)
@@ -48,21 +50,38 @@ func TestLocksAndUnlock(t *testing.T) {
 	}
 	locks := filepath.Join(".pulumi", "locks", "organization", "proj")
 	writeFile(t, dir, filepath.Join(locks, "dev", "a.json"), `{"pid":42,"username":"u","hostname":"h","timestamp":"2026-11-25T00:00:00Z"}`)
+	writeFile(t, dir, filepath.Join(locks, "dev", "a2.json"), `{"pid":43,"username":"u","hostname":"h","timestamp":"2026-11-25T00:00:01Z"}`)
 	writeFile(t, dir, filepath.Join(locks, "gone", "b.json"), "") // a lock being written, of a stack that does not exist
 	writeFile(t, dir, filepath.Join(locks, "other", "c.json"), `{"pid":1}`)
 
 	_, replies, _ = serveLines(t, url, "proj",
-		`{"id":1,"op":"locks","stack":"dev"}`, `{"id":2,"op":"locks","stack":"gone"}`, `{"id":3,"op":"locks"}`, `{"id":4,"op":"unlock"}`)
-	if r := replies[1]; r.Code != 0 || !r.Held || len(r.Locks) != 1 || r.Locks[0].Pid != 42 || r.Locks[0].Hostname != "h" {
-		t.Errorf("locks of dev: %+v; want held, pid 42 on h", r)
+		`{"id":1,"op":"locks","stack":"dev"}`, `{"id":2,"op":"locks","stack":"gone"}`, `{"id":3,"op":"locks"}`, `{"id":4,"op":"unlock"}`,
+		`{"id":5,"op":"unlock","stack":"dev","locks":["../other/c"]}`)
+	if r := replies[1]; r.Code != 0 || !r.Held || len(r.Locks) != 2 || r.Locks[0].Pid != 42 || r.Locks[0].Hostname != "h" || r.Locks[0].ID != "a" {
+		t.Errorf("locks of dev: %+v; want held, pid 42 on h with ID a first", r)
 	}
 	if r := replies[2]; r.Code != 0 || !r.Held || len(r.Locks) != 0 {
 		t.Errorf("locks of a missing stack with an empty lock file: %+v; want held, none parsed", r)
 	}
-	for _, id := range []int64{3, 4} {
-		if r := replies[id]; r.Code == 0 || r.Kind != protocol.KindBadRequest || !strings.Contains(r.Stderr, "want a stack") {
-			t.Errorf("request %d without a stack: %+v; want kind bad-request", id, r)
+	var all []string
+	for _, l := range replies[3].Locks {
+		all = append(all, l.Stack+"/"+l.ID)
+	}
+	if r := replies[3]; r.Code != 0 || !slices.Equal(all, []string{"dev/a", "dev/a2", "other/c"}) {
+		t.Errorf("locks of every stack: %+v (%v); want dev/a, dev/a2, other/c", r, all)
+	}
+	for id, want := range map[int64]string{4: "want a stack", 5: "lock id"} {
+		if r := replies[id]; r.Code == 0 || r.Kind != protocol.KindBadRequest || !strings.Contains(r.Stderr, want) {
+			t.Errorf("request %d: %+v; want kind bad-request saying %q", id, r, want)
 		}
+	}
+
+	_, replies, _ = serveLines(t, url, "proj", `{"id":1,"op":"unlock","stack":"dev","locks":["a","never-was"]}`)
+	if r := replies[1]; r.Code != 0 {
+		t.Fatalf("unlock of lock a: %+v", r)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, locks, "dev", "*.json")); len(left) != 1 || filepath.Base(left[0]) != "a2.json" {
+		t.Errorf("unlock of lock a left %v; want exactly a2.json", left)
 	}
 
 	_, replies, _ = serveLines(t, url, "proj", `{"id":1,"op":"unlock","stack":"dev"}`, `{"id":2,"op":"unlock","stack":"gone"}`)

@@ -245,14 +245,10 @@ func (h *host) run(ctx context.Context, req protocol.Request, sc scope) protocol
 		r.Created, err = h.init(ctx, req.Stack)
 	case protocol.OpLocks:
 		ran.lockOp = true
-		if req.Stack == "" {
-			err = badRequest("bad locks request: want a stack")
-		} else {
-			r.Held, r.Locks, err = h.locks(ctx, req.Stack)
-		}
+		r.Held, r.Locks, err = h.locks(ctx, req.Stack)
 	case protocol.OpUnlock:
 		ran.lockOp = true
-		r.Repaired, err = h.unlock(ctx, req.Stack)
+		r.Repaired, err = h.unlock(ctx, req.Stack, req.Locks)
 	default:
 		err = badRequest("unknown operation %q: this engine host runs %s, %s, %s, %s and %s", req.Op,
 			protocol.OpUp, protocol.OpInit, protocol.OpPrune, protocol.OpLocks, protocol.OpUnlock)

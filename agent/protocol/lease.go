@@ -33,6 +33,20 @@ import (
 // process has no lease (a laptop's command, an operator without leader election).
 const LeaseFDEnv = "PULUMI_OPERATOR_LEASE_FD"
 
+// HolderFDEnv names the environment variable holding the file descriptor of the holder record a
+// pulumi process started by the operator holds a flock(2) on for as long as it lives (the
+// operator's proof that the process has ended: package stack, holder.go). The process keeps it
+// from the processes it starts (KeepHolderRecord), so that the flock ends with it.
+const HolderFDEnv = "PULUMI_OPERATOR_HOLDER_FD"
+
+// KeepHolderRecord marks the holder record named by HolderFDEnv in getenv, if any, close-on-exec:
+// the provider plugins this process starts must not hold its flock after it has ended.
+func KeepHolderRecord(getenv func(string) string) {
+	if fd, err := strconv.Atoi(getenv(HolderFDEnv)); err == nil && fd >= 3 {
+		closeOnExec(fd)
+	}
+}
+
 // ErrLeaseExpired is the error of an operation refused because this process's lease deadline
 // has passed: the operator that started it may no longer be the leader, and another replica may
 // write the stack.

@@ -39,12 +39,15 @@ const (
 	OpPrune Op = "prune"
 	// OpLocks reads the locks other processes hold on Request.Stack, whether or not the stack
 	// exists: Reply.Locks lists those whose lock file parses, Reply.Held says whether any lock
-	// file exists (one still being written is empty and is a lock all the same).
+	// file exists (one still being written is empty and is a lock all the same). With no
+	// Request.Stack it lists the locks of every stack of the project (Reply.Locks, each with its
+	// Stack).
 	OpLocks Op = "locks"
-	// OpUnlock removes every lock on Request.Stack (`pulumi cancel`), whether or not the stack
-	// exists (a killed `stack init` or `stack rm` leaves the lock of a stack that does not), after
-	// removing the stack's torn metadata sidecars on a file:// backend (Reply.Repaired). Only for
-	// locks whose owners are known to be gone: an update still running would go on unlocked.
+	// OpUnlock removes the locks Request.Locks names (by Lock.ID) from Request.Stack, or every
+	// lock on it when Request.Locks is empty (`pulumi cancel`), whether or not the stack exists (a
+	// killed `stack init` or `stack rm` leaves the lock of a stack that does not), after removing
+	// the stack's torn metadata sidecars on a file:// backend (Reply.Repaired). Only for locks
+	// whose owners are known to be gone: an update still running would go on unlocked.
 	OpUnlock Op = "unlock"
 )
 
@@ -64,6 +67,8 @@ type Request struct {
 	// --client).
 	Client  string `json:"client,omitempty"`
 	Refresh bool   `json:"refresh,omitempty"`
+	// Locks are the IDs (Lock.ID) of the locks an OpUnlock removes; empty: all of them.
+	Locks []string `json:"locks,omitempty"`
 	// Keep, when positive, prunes the stack's history and backups to its Keep newest updates
 	// after an up that succeeded, and is what an OpPrune keeps.
 	Keep int `json:"keep,omitempty"`
@@ -136,6 +141,11 @@ const (
 // Lock is one lock a DIY backend holds on a stack: the JSON of its lock file
 // (.pulumi/locks/<organization>/<project>/<stack>/<id>.json, pkg/v3 backend/diy lockContent).
 type Lock struct {
+	// ID is the lock file's name without ".json": the lock ID of the DIY backend instance that
+	// took it (a random UUID per instance, pkg/v3 backend/diy lockID), so it names this one lock.
+	ID string `json:"id,omitempty"`
+	// Stack is the stack it locks, in an OpLocks reply for every stack; "" otherwise.
+	Stack     string    `json:"stack,omitempty"`
 	Pid       int       `json:"pid"`
 	Username  string    `json:"username"`
 	Hostname  string    `json:"hostname"`

@@ -203,13 +203,14 @@ func runOne(ctx context.Context, mgr *stack.Manager, kube kubeclient.Interface, 
 	for {
 		diff.Reset()
 		res, err := op.run(ctx, mgr, name, d.Desired, opts)
-		if locks := deadOwners(err); !cleared && len(locks) > 0 && ctx.Err() == nil {
-			// Nobody will release this lock: its pulumi process is gone (see stack.Lock.OwnerGone).
+		if who, ids, all := deadOwners(mgr, name, err); !cleared && len(ids) > 0 && ctx.Err() == nil {
+			// Nobody will release this lock: its pulumi process, one of this command's state
+			// directory, is gone (stack.Manager.HolderGone).
 			cleared = true
-			if cerr := mgr.CancelLock(ctx, name); cerr != nil {
-				fmt.Fprintf(progress, "warning: stack %s: could not remove the lock left by %s: %v\n", name, locks, cerr)
+			if cerr := mgr.CancelLock(ctx, name, ids, all); cerr != nil {
+				fmt.Fprintf(progress, "warning: stack %s: could not remove the lock left by %s: %v\n", name, who, cerr)
 			} else {
-				fmt.Fprintf(progress, "warning: stack %s: removed the lock left by %s, which no longer runs on this host\n", name, locks)
+				fmt.Fprintf(progress, "warning: stack %s: removed the lock left by %s, which has ended\n", name, who)
 				continue
 			}
 		}
@@ -272,22 +273,24 @@ func ownerUIDs(ctx context.Context, client dynamic.Interface, docs []api.Documen
 	}
 }
 
-// deadOwners describes the locks of a stack.ErrLocked err when every one was left by a
-// process of this host that no longer runs (stack.Lock.OwnerGone), as "user@host (pid N)";
-// else, and for any other err, it is empty.
-func deadOwners(err error) string {
+// deadOwners describes the locks of a stack.ErrLocked err of stack name when every one was left
+// by a pulumi process of this state directory that has ended (stack.Manager.HolderGone), as
+// "user@host (pid N)", with their IDs and every lock err reported; else, and for any other err,
+// it is empty.
+func deadOwners(mgr *stack.Manager, name string, err error) (who string, ids []string, all []stack.Lock) {
 	var oe *stack.OperationError
 	if !errors.Is(err, stack.ErrLocked) || !errors.As(err, &oe) || len(oe.Locks) == 0 {
-		return ""
+		return "", nil, nil
 	}
-	var who []string
+	var names []string
 	for _, l := range oe.Locks {
-		if !l.OwnerGone() {
-			return ""
+		if gone, _, _ := mgr.HolderGone(l, name); !gone || l.ID == "" {
+			return "", nil, nil
 		}
-		who = append(who, fmt.Sprintf("%s@%s (pid %d)", l.User, l.Host, l.Pid))
+		names = append(names, fmt.Sprintf("%s@%s (pid %d)", l.User, l.Host, l.Pid))
+		ids = append(ids, l.ID)
 	}
-	return strings.Join(who, ", ")
+	return strings.Join(names, ", "), ids, oe.Locks
 }
 
 // lockMessage says who holds the lock of stack name (from a *stack.OperationError in err,

@@ -30,13 +30,15 @@ import (
 // operator's stack.EngineHost (stack/enginehost.go), which starts it by that name.
 const EngineHostName = "pulumi-operator-engine"
 
-// init runs before the CLI's main (it is the only init of this package). It first takes on the
-// lease a leader-elected operator hands down (protocol.WatchLease: this process and what it
+// init runs before the CLI's main (it is the only init of this package). It keeps the holder
+// record the operator gave it from the plugins it will start (protocol.KeepHolderRecord), takes on
+// the lease a leader-elected operator hands down (protocol.WatchLease: this process and what it
 // started end at the lease's deadline, whether or not the operator can still act), then turns the
 // process into the engine host when it was started by that name; any other name is the CLI. A
 // lease that cannot be read ends the process at once, exit code 255: the operator meant it to
 // write only under one.
 func init() {
+	protocol.KeepHolderRecord(os.Getenv)
 	if _, err := protocol.WatchLease(os.Getenv, endLease); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(255)
