@@ -413,7 +413,7 @@ func desiredOf(t testing.TB, u *unstructured.Unstructured) api.Desired {
 }
 
 // owned are the Deployment, Service and ConfigMap an up of u's spec leaves (what the program
-// declares, infra.Expected), with every replica available.
+// declares, infra.Expected), each with a UID of its name, with every replica available.
 func owned(t testing.TB, u *unstructured.Unstructured) (*appsv1.Deployment, *corev1.Service, *corev1.ConfigMap) {
 	t.Helper()
 	objs, err := infra.Expected(desiredOf(t, u))
@@ -421,6 +421,9 @@ func owned(t testing.TB, u *unstructured.Unstructured) (*appsv1.Deployment, *cor
 		t.Fatal(err)
 	}
 	dep, svc, cm := objs.Deployment, objs.Service, objs.ConfigMap
+	for _, m := range []metav1.Object{dep, svc, cm} {
+		m.SetUID(types.UID("uid-" + m.GetName()))
+	}
 	dep.Generation = 1
 	replicas := *dep.Spec.Replicas
 	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: replicas, UpdatedReplicas: replicas,
