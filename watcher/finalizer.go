@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -9,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
@@ -28,20 +30,39 @@ func hasFinalizer(u *unstructured.Unstructured) bool {
 
 // ensureFinalizer adds Finalizer before anything is created, so that a delete can never
 // skip the destroy. It returns the object as stored (u itself when nothing changed).
+//
+// The write is a patch of metadata.finalizers alone (setFinalizers), never an update of u: u
+// comes from the informer cache, which holds no kubectl last-applied annotation
+// (stripMetadata), and writing it back would drop that annotation, after which `kubectl apply`
+// can no longer remove a field it once set (spec.suspend: true, say).
 func (w *Watcher) ensureFinalizer(ctx context.Context, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	if hasFinalizer(u) {
 		return u, nil
 	}
-	u.SetFinalizers(append(u.GetFinalizers(), Finalizer))
-	out, err := w.client.Namespace(u.GetNamespace()).Update(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
+	out, err := w.setFinalizers(ctx, u, append(u.GetFinalizers(), Finalizer))
 	if err != nil {
 		return nil, fmt.Errorf("add finalizer to %s: %w", objectRef(u), err)
 	}
 	return out, nil
 }
 
-// removeFinalizer lets the apiserver finish deleting the object; a conflict is retried on
-// the newest version, an object already gone is success.
+// setFinalizers makes u's stored finalizers the list finalizers by a JSON merge patch that
+// also names u's resourceVersion, so that the apiserver refuses it with a Conflict when the
+// object changed since u was read (a finalizer somebody else added meanwhile is never
+// dropped); nothing else of the object is written. It returns the object as stored.
+func (w *Watcher) setFinalizers(ctx context.Context, u *unstructured.Unstructured, finalizers []string) (*unstructured.Unstructured, error) {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": u.GetResourceVersion(), "finalizers": finalizers}})
+	if err != nil {
+		return nil, err
+	}
+	return w.client.Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: FieldManager})
+}
+
+// removeFinalizer lets the apiserver finish deleting the object, by a patch of its
+// finalizers (setFinalizers); a conflict is retried on the newest version, an object already
+// gone is success.
 func (w *Watcher) removeFinalizer(ctx context.Context, u *unstructured.Unstructured) error {
 	c := w.client.Namespace(u.GetNamespace())
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -58,8 +79,7 @@ func (w *Watcher) removeFinalizer(ctx context.Context, u *unstructured.Unstructu
 		if len(keep) == len(cur.GetFinalizers()) {
 			return nil
 		}
-		cur.SetFinalizers(keep)
-		_, err = c.Update(ctx, cur, metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err = w.setFinalizers(ctx, cur, keep)
 		return err
 	})
 	if err != nil && !apierrors.IsNotFound(err) {

@@ -17,7 +17,7 @@ import (
 const (
 	statusProgressing = "status Ready=Unknown/Progressing Reconciling=True/Progressing"
 	statusReady       = "status Ready=True/Succeeded Reconciling=False/Succeeded"
-	finalizerAdded    = "update finalizers=[" + Finalizer + "]"
+	finalizerAdded    = "patch finalizers=[" + Finalizer + "]"
 )
 
 // editStatus changes u's status through the API types.
