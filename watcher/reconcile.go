@@ -84,14 +84,16 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) (err erro
 
 // forget drops everything the watcher keeps per object once the object is gone: its metrics
 // (stacks_managed, stacks_failing, its condition series), what it last applied, the reconcile
-// request it last handled, its wait for the provider plugin, its destroyed mark, its typed form
-// and its last drift check, so that no deleted object stays in the gauges and the maps for the
-// life of the process.
+// request it last handled, its wait for the provider plugin, its destroyed mark, its delete's
+// wait for the destroyed objects, its typed form, its last drift check and the Deployment its
+// readiness last read, so that no deleted object stays in the gauges and the maps for the life
+// of the process.
 func (w *Watcher) forget(key cache.ObjectName) {
 	w.metrics.forget(key)
 	w.applied.Delete(key)
 	w.destroyed.Delete(key)
 	w.stackGone.Delete(key)
+	w.terminatingSince.Delete(key)
 	w.requests.forget(key)
 	w.pluginWait.remove(key)
 	w.converted.Delete(key)
