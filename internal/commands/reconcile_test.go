@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -140,15 +141,16 @@ func TestReconcileCommand(t *testing.T) {
 }
 
 // handledOutcome reads a handled request's result from the conditions alone: Ready at the
-// current generation is success, Stalled or a retried failure is a failure, anything else
-// (replicas rolling out, Ready at an older generation) is still on its way.
+// current generation is success, Stalled or a retried failure is a failure, Suspended at the
+// current generation is its own outcome (nothing ran), anything else (replicas rolling out,
+// Ready at an older generation) is still on its way.
 func TestHandledOutcome(t *testing.T) {
 	cond := func(typ string, st metav1.ConditionStatus, reason string, gen int64) metav1.Condition {
 		return metav1.Condition{Type: typ, Status: st, Reason: reason, Message: reason + " message", ObservedGeneration: gen}
 	}
 	for name, tc := range map[string]struct {
-		conds      []metav1.Condition
-		ok, failed bool
+		conds                 []metav1.Condition
+		ok, failed, suspended bool
 	}{
 		"ready":            {conds: []metav1.Condition{cond("Ready", "True", "Succeeded", 2)}, ok: true},
 		"ready, older gen": {conds: []metav1.Condition{cond("Ready", "True", "Succeeded", 1)}},
@@ -157,6 +159,9 @@ func TestHandledOutcome(t *testing.T) {
 		"failed, retrying": {conds: []metav1.Condition{cond("Ready", "False", "UpdateFailed", 2), cond("Reconciling", "True", "Retrying", 2)}, failed: true},
 		"stalled":          {conds: []metav1.Condition{cond("Ready", "False", "InvalidSpec", 2), cond("Stalled", "True", "InvalidSpec", 2)}, failed: true},
 		"stalled is false": {conds: []metav1.Condition{cond("Ready", "False", "Progressing", 2), cond("Stalled", "False", "Progressing", 2)}},
+		"suspended, Ready at the generation before": {conds: []metav1.Condition{cond("Ready", "True", "Succeeded", 1), cond("Reconciling", "False", "Suspended", 2)},
+			failed: true, suspended: true},
+		"suspended before, resumed since": {conds: []metav1.Condition{cond("Ready", "True", "Succeeded", 1), cond("Reconciling", "False", "Suspended", 1)}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cr := &api.KindCustomHttp{}
@@ -166,7 +171,10 @@ func TestHandledOutcome(t *testing.T) {
 			if (msg != "") != tc.ok || (err != nil) != tc.failed {
 				t.Fatalf("handledOutcome = %q, %v; want success %v, failure %v", msg, err, tc.ok, tc.failed)
 			}
-			if err != nil && !strings.Contains(err.Error(), "message") {
+			if errors.Is(err, errSuspended) != tc.suspended {
+				t.Errorf("handledOutcome = %v; want suspended %v", err, tc.suspended)
+			}
+			if err != nil && !tc.suspended && !strings.Contains(err.Error(), "message") {
 				t.Errorf("failure %q does not carry the condition's message", err)
 			}
 		})
