@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,9 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	sigyaml "sigs.k8s.io/yaml"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
@@ -137,6 +140,73 @@ func TestReconcileCommand(t *testing.T) {
 	}
 	if _, stderr, code := l.run("reconcile", "web", "-n", ns); code != ExitInvalidInput || !strings.Contains(stderr, "suspended") {
 		t.Fatalf("reconcile of a suspended object: exit %d, %s", code, stderr)
+	}
+}
+
+// reconcile --wait learns the outcome of a request whose reconcile fails before any up, which
+// the watcher echoes in status.lastHandledReconcileAt as it does an up's: an invalid spec, a
+// missing envFrom source, an object of the same name the operator did not make. Each exits
+// ExitFailed with the watcher's reason, well within --timeout. An object suspended after the
+// request (the command refuses one suspended before) exits ExitInvalidInput, saying so.
+func TestReconcileWaitFailuresBeforeTheUp(t *testing.T) {
+	c := testenv.Connect(t)
+	ns := c.Namespace(t)
+	c.InstallCRD(t)
+	ctx := context.Background()
+	l := newRunner(t)
+	objs := c.Client.Resource(kindCustomHttps).Namespace(ns)
+	create := func(name, spec string) {
+		t.Helper()
+		u := &unstructured.Unstructured{}
+		doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec: " + spec + "\n"
+		if err := sigyaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := objs.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "taken"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	create("badkey", `{replicaCount: 1, port: 80, configMapData: {"a/b": x}}`)
+	create("noenv", `{replicaCount: 1, port: 80, envFrom: [{configMapRef: {name: absent}}]}`)
+	create("taken", `{replicaCount: 1, port: 80}`)
+	create("paused", `{replicaCount: 1, port: 80}`)
+	t.Cleanup(func() {
+		// Nothing was created for them: let them go without the watcher's destroy.
+		for _, name := range []string{"badkey", "noenv", "taken", "paused"} {
+			_, _ = objs.Patch(ctx, name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+		}
+	})
+
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchOut, watchDone := l.startContext(wctx, "watch", "--namespace", ns, "--health-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
+	defer func() {
+		stopWatch()
+		<-watchDone
+	}()
+	for name, reason := range map[string]string{"badkey": api.ReasonInvalidSpec, "noenv": api.ReasonEnvSourceMissing, "taken": api.ReasonObjectConflict} {
+		start := time.Now()
+		stdout, stderr, code := l.run("reconcile", name, "-n", ns, "--wait", "--timeout", "30s")
+		if code != ExitFailed || !strings.Contains(stderr, reason) {
+			t.Errorf("reconcile --wait of %s: exit %d after %s (want %d naming %s)\n%s\n%s\nwatch:\n%s", name, code,
+				time.Since(start).Round(time.Second), ExitFailed, reason, stdout, stderr, watchOut.String())
+		}
+	}
+
+	// The request and spec.suspend in one write: the watcher handles the request suspended.
+	const token = "2026-05-06T07:08:09Z"
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"suspend":true}}`, api.ReconcileRequestAnnotation, token)
+	if _, err := objs.Patch(ctx, "paused", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wctx2, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := waitHandled(wctx2, objs, "paused", token)
+	if code := ExitCode(err); code != ExitInvalidInput || !strings.Contains(fmt.Sprint(err), "suspended") {
+		t.Errorf("waitHandled of a request on an object suspended with it: exit %d, %v; want %d saying suspended", code, err, ExitInvalidInput)
 	}
 }
 
