@@ -1150,7 +1150,7 @@ func TestRBACAllowsWhatTheOperatorDoes(t *testing.T) {
 	w, o := f.workNS, f.opNS
 
 	var allowed, denied []access
-	for _, v := range []string{"get", "list", "watch", "update"} {
+	for _, v := range []string{"get", "list", "watch", "patch"} {
 		allowed = append(allowed, access{verb: v, group: group, resource: "kindcustomhttps", ns: w})
 	}
 	allowed = append(allowed,
@@ -1185,7 +1185,7 @@ func TestRBACAllowsWhatTheOperatorDoes(t *testing.T) {
 	denied = append(denied,
 		access{verb: "create", group: group, resource: "kindcustomhttps", ns: w},
 		access{verb: "delete", group: group, resource: "kindcustomhttps", ns: w},
-		access{verb: "patch", group: group, resource: "kindcustomhttps", ns: w},
+		access{verb: "update", group: group, resource: "kindcustomhttps", ns: w},
 		access{verb: "patch", group: group, resource: "kindcustomhttps", sub: "status", ns: w},
 		// No Secret at all until a namespace is granted (realRequests grants one).
 		access{verb: "get", resource: "secrets", ns: w},
@@ -1262,7 +1262,7 @@ func (f *rbacFixture) realRequests(t *testing.T) {
 		}
 	}
 
-	// The KindCustomHttp side: list and watch everywhere, update, status.
+	// The KindCustomHttp side: list and watch everywhere, a patch of the finalizers, status.
 	cr := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": api.GroupVersionResource.GroupVersion().String(), "kind": "KindCustomHttp",
 		"metadata": map[string]any{"name": "web", "namespace": w},
@@ -1290,16 +1290,22 @@ func (f *rbacFixture) realRequests(t *testing.T) {
 	if err != nil {
 		t.Fatalf("get kindcustomhttp: %v", err)
 	}
-	got.SetLabels(map[string]string{"touched": "yes"})
-	got, err = crs.Namespace(w).Update(ctx, got, metav1.UpdateOptions{})
-	ok("update kindcustomhttp", err)
+	// The finalizer's write: a merge patch of the finalizers that names the resourceVersion.
+	patch := `{"metadata":{"resourceVersion":"` + got.GetResourceVersion() + `","finalizers":["example.com/rbac-test"]}}`
+	got, err = crs.Namespace(w).Patch(ctx, "web", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	ok("patch kindcustomhttp finalizers", err)
 	if err == nil {
 		_ = unstructured.SetNestedField(got.Object, int64(1), "status", "observedGeneration")
 		_, err = crs.Namespace(w).UpdateStatus(ctx, got, metav1.UpdateOptions{})
 		ok("update kindcustomhttp status", err)
+		got, err = crs.Namespace(w).Patch(ctx, "web", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		ok("patch kindcustomhttp finalizers away", err)
 	}
-	_, err = crs.Namespace(w).Patch(ctx, "web", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
-	forbidden("patch kindcustomhttp", err)
+	if err == nil {
+		got.SetLabels(map[string]string{"touched": "yes"})
+		_, err = crs.Namespace(w).Update(ctx, got, metav1.UpdateOptions{})
+		forbidden("update kindcustomhttp", err)
+	}
 	forbidden("delete kindcustomhttp", crs.Namespace(w).Delete(ctx, "web", metav1.DeleteOptions{}))
 
 	// An Event about it, as client-go's recorder writes it.

@@ -8,6 +8,7 @@ package watcher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -41,7 +42,7 @@ import (
 const unitNS = "ns"
 
 // journal is the ordered record of what a reconcile did to the outside world: the writes the
-// apiserver accepted ("update finalizers=[...]", "status Ready=... Reconciling=...") and the
+// apiserver accepted ("patch finalizers=[...]", "status Ready=... Reconciling=...") and the
 // calls fakeStacks got ("up refresh=false", "destroy <stack>", "cancel-lock <stack>").
 type journal struct {
 	mu      sync.Mutex
@@ -209,7 +210,8 @@ type unitFixture struct {
 	recorder *record.FakeRecorder
 	registry *prometheus.Registry
 	w        *Watcher
-	// failUpdates, when set, is returned by every write of a KindCustomHttp (not its status).
+	// failUpdates, when set, is returned by every write (update or patch) of a KindCustomHttp
+	// (not its status).
 	failUpdates error
 	// versions counts the owned objects' writes, for their resourceVersions (newVersion).
 	versions int
@@ -224,6 +226,7 @@ func newUnit(t testing.TB, opts Options) *unitFixture {
 	f.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{api.GroupVersionResource: api.ListKind})
 	f.dyn.PrependReactor("update", api.Resource, f.apiserverUpdate)
+	f.dyn.PrependReactor("patch", api.Resource, f.apiserverPatch)
 	opts.Registry, opts.Logger = f.registry, testLogger()
 	f.w = New(f.dyn, f.kube, f.stacks, opts)
 	f.w.recorder = f.recorder // synchronous, readable Events instead of the broadcaster's
@@ -236,15 +239,74 @@ func newUnit(t testing.TB, opts Options) *unitFixture {
 
 // apiserverUpdate gives the fake dynamic client the apiserver's update semantics the watcher
 // relies on and that client-go's object tracker lacks (controller-runtime's fake client has
-// them, but this project does not use controller-runtime): optimistic concurrency (a stale
-// resourceVersion is a Conflict, a write bumps it), the status subresource (an update of the
-// object keeps the stored status; a status update changes only the status), generation bumped
-// by a spec change, and an object being deleted goes away with its last finalizer. Accepted
-// writes are journaled; a failure set in failUpdates is returned for object updates.
+// them, but this project does not use controller-runtime): see store.
 func (f *unitFixture) apiserverUpdate(a ktesting.Action) (bool, runtime.Object, error) {
 	ua := a.(ktesting.UpdateAction)
-	in := ua.GetObject().(*unstructured.Unstructured)
-	status := ua.GetSubresource() == "status"
+	return f.store(ua.GetObject().(*unstructured.Unstructured), ua.GetSubresource() == "status", "update")
+}
+
+// apiserverPatch does the same for a JSON merge patch (RFC 7386) of the object, the kind of
+// patch the watcher sends (its finalizers): the patch applied to the stored object, then stored
+// as an update is, so that a resourceVersion the patch names is a precondition, as on the
+// apiserver. Other patches are left to the fake's own reactor.
+func (f *unitFixture) apiserverPatch(a ktesting.Action) (bool, runtime.Object, error) {
+	pa := a.(ktesting.PatchAction)
+	if pa.GetPatchType() != types.MergePatchType || pa.GetSubresource() != "" {
+		return false, nil, nil
+	}
+	obj, err := f.dyn.Tracker().Get(api.GroupVersionResource, pa.GetNamespace(), pa.GetName())
+	if err != nil {
+		return true, nil, err
+	}
+	var doc, patch map[string]any
+	raw, err := json.Marshal(obj)
+	if err == nil {
+		err = json.Unmarshal(raw, &doc)
+	}
+	if err == nil {
+		err = json.Unmarshal(pa.GetPatch(), &patch)
+	}
+	if err != nil {
+		return true, nil, apierrors.NewBadRequest(err.Error())
+	}
+	mergePatch(doc, patch)
+	if raw, err = json.Marshal(doc); err != nil {
+		return true, nil, err
+	}
+	next := &unstructured.Unstructured{}
+	if err := next.UnmarshalJSON(raw); err != nil {
+		return true, nil, apierrors.NewBadRequest(err.Error())
+	}
+	return f.store(next, false, "patch")
+}
+
+// mergePatch applies the JSON merge patch patch to doc (RFC 7386): a null removes a key, an
+// object is merged key by key, anything else replaces.
+func mergePatch(doc, patch map[string]any) {
+	for k, v := range patch {
+		switch pv := v.(type) {
+		case nil:
+			delete(doc, k)
+		case map[string]any:
+			dv, ok := doc[k].(map[string]any)
+			if !ok {
+				dv = map[string]any{}
+			}
+			mergePatch(dv, pv)
+			doc[k] = dv
+		default:
+			doc[k] = v
+		}
+	}
+}
+
+// store writes in, an update (status: of the status subresource) or a patched object, with the
+// apiserver's semantics: optimistic concurrency (a stale resourceVersion is a Conflict, a write
+// bumps it), the status subresource (an update of the object keeps the stored status; a status
+// update changes only the status), generation bumped by a spec change, and an object being
+// deleted goes away with its last finalizer. Accepted writes are journaled ("status ...", or
+// "<verb> finalizers=[...]"); a failure set in failUpdates is returned for object writes.
+func (f *unitFixture) store(in *unstructured.Unstructured, status bool, verb string) (bool, runtime.Object, error) {
 	if f.failUpdates != nil && !status {
 		return true, nil, f.failUpdates
 	}
@@ -276,7 +338,7 @@ func (f *unitFixture) apiserverUpdate(a ktesting.Action) (bool, runtime.Object, 
 	if status {
 		f.journal.add("status %s", conditionSummary(next))
 	} else {
-		f.journal.add("update finalizers=%v", next.GetFinalizers())
+		f.journal.add("%s finalizers=%v", verb, next.GetFinalizers())
 	}
 	return true, next, tracker.Update(api.GroupVersionResource, next, next.GetNamespace())
 }
@@ -437,7 +499,7 @@ func desiredOf(t testing.TB, u *unstructured.Unstructured) api.Desired {
 }
 
 // owned are the Deployment, Service and ConfigMap an up of u's spec leaves (what the program
-// declares, infra.Expected), with every replica available.
+// declares, infra.Expected), each with a UID of its name, with every replica available.
 func owned(t testing.TB, u *unstructured.Unstructured) (*appsv1.Deployment, *corev1.Service, *corev1.ConfigMap) {
 	t.Helper()
 	objs, err := infra.Expected(desiredOf(t, u))
@@ -445,6 +507,9 @@ func owned(t testing.TB, u *unstructured.Unstructured) (*appsv1.Deployment, *cor
 		t.Fatal(err)
 	}
 	dep, svc, cm := objs.Deployment, objs.Service, objs.ConfigMap
+	for _, m := range []metav1.Object{dep, svc, cm} {
+		m.SetUID(types.UID("uid-" + m.GetName()))
+	}
 	dep.Generation = 1
 	replicas := *dep.Spec.Replicas
 	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: replicas, UpdatedReplicas: replicas,

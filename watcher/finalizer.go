@@ -2,17 +2,24 @@ package watcher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -28,20 +35,39 @@ func hasFinalizer(u *unstructured.Unstructured) bool {
 
 // ensureFinalizer adds Finalizer before anything is created, so that a delete can never
 // skip the destroy. It returns the object as stored (u itself when nothing changed).
+//
+// The write is a patch of metadata.finalizers alone (setFinalizers), never an update of u: u
+// comes from the informer cache, which holds no kubectl last-applied annotation
+// (stripMetadata), and writing it back would drop that annotation, after which `kubectl apply`
+// can no longer remove a field it once set (spec.suspend: true, say).
 func (w *Watcher) ensureFinalizer(ctx context.Context, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	if hasFinalizer(u) {
 		return u, nil
 	}
-	u.SetFinalizers(append(u.GetFinalizers(), Finalizer))
-	out, err := w.client.Namespace(u.GetNamespace()).Update(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
+	out, err := w.setFinalizers(ctx, u, append(u.GetFinalizers(), Finalizer))
 	if err != nil {
 		return nil, fmt.Errorf("add finalizer to %s: %w", objectRef(u), err)
 	}
 	return out, nil
 }
 
-// removeFinalizer lets the apiserver finish deleting the object; a conflict is retried on
-// the newest version, an object already gone is success.
+// setFinalizers makes u's stored finalizers the list finalizers by a JSON merge patch that
+// also names u's resourceVersion, so that the apiserver refuses it with a Conflict when the
+// object changed since u was read (a finalizer somebody else added meanwhile is never
+// dropped); nothing else of the object is written. It returns the object as stored.
+func (w *Watcher) setFinalizers(ctx context.Context, u *unstructured.Unstructured, finalizers []string) (*unstructured.Unstructured, error) {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": u.GetResourceVersion(), "finalizers": finalizers}})
+	if err != nil {
+		return nil, err
+	}
+	return w.client.Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: FieldManager})
+}
+
+// removeFinalizer lets the apiserver finish deleting the object, by a patch of its
+// finalizers (setFinalizers); a conflict is retried on the newest version, an object already
+// gone is success.
 func (w *Watcher) removeFinalizer(ctx context.Context, u *unstructured.Unstructured) error {
 	c := w.client.Namespace(u.GetNamespace())
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -58,8 +84,7 @@ func (w *Watcher) removeFinalizer(ctx context.Context, u *unstructured.Unstructu
 		if len(keep) == len(cur.GetFinalizers()) {
 			return nil
 		}
-		cur.SetFinalizers(keep)
-		_, err = c.Update(ctx, cur, metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err = w.setFinalizers(ctx, cur, keep)
 		return err
 	})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -70,9 +95,9 @@ func (w *Watcher) removeFinalizer(ctx context.Context, u *unstructured.Unstructu
 
 // reconcileDelete destroys the stack, waits until the objects it deleted are gone (no Pulumi
 // run awaits a deletion: infra.SkipAwait; the garbage collector removes a Deployment's pods
-// first), then removes the finalizer, so a `kubectl delete` that returns has left nothing
-// behind. A failed destroy keeps the finalizer (and the object) and is retried: removing it
-// first could orphan the objects.
+// first; a wait that lasts is reported, waitTerminating), then removes the finalizer, so a
+// `kubectl delete` that returns has left nothing behind. A failed destroy keeps the finalizer
+// (and the object) and is retried: removing it first could orphan the objects.
 func (w *Watcher) reconcileDelete(ctx context.Context, o *object) error {
 	u := o.u
 	key := cache.MetaObjectToName(u)
@@ -97,9 +122,10 @@ func (w *Watcher) reconcileDelete(ctx context.Context, o *object) error {
 		w.stackGone.Store(key, u.GetUID())
 	}
 	if left := w.owned.terminating(u.GetNamespace(), u.GetName()); len(left) > 0 {
-		// Their deletion queues the object again; the backoff is the fallback.
-		return fmt.Errorf("%w: %v", errObjectsTerminating, left)
+		return w.waitTerminating(ctx, o, left)
 	}
+	w.terminatingSince.Delete(key)
+	w.metrics.setDeleteBlocked(key, false)
 	if err := w.removeFinalizer(ctx, u); err != nil {
 		return err
 	}
@@ -111,6 +137,89 @@ func (w *Watcher) reconcileDelete(ctx context.Context, o *object) error {
 // errObjectsTerminating is the result of a delete whose stack is destroyed while the objects it
 // deleted are still going: the worker looks again with backoff, without a Pulumi run.
 var errObjectsTerminating = errors.New("the destroyed objects are still being deleted")
+
+// waitingSince is when this process first found the delete of the object of UID uid waiting
+// for the objects its destroy deleted (monotonic clock).
+type waitingSince struct {
+	uid types.UID
+	at  time.Time
+}
+
+// waitTerminating is a delete whose stack is destroyed while left, the objects it deleted, are
+// still going. It returns errObjectsTerminating naming them: the worker looks again with
+// backoff, and their deletion queues the object too. Once this process has seen the wait last
+// Options.DeleteBlockedAfter, something holds them (a finalizer of another controller, a pod
+// that does not stop) and the delete is reported instead of waited out in silence: Ready
+// False with reason api.ReasonDeleteBlocked naming them (blockedObjects), a Warning Event when
+// that message changes, and pulumi_operator_deletes_blocked. The time is this process's own,
+// not the objects' deletionTimestamp, which the apiserver's clock wrote.
+func (w *Watcher) waitTerminating(ctx context.Context, o *object, left []leftObject) error {
+	u := o.u
+	key := cache.MetaObjectToName(u)
+	names := make([]string, len(left))
+	for i, l := range left {
+		names[i] = l.String()
+	}
+	result := fmt.Errorf("%w: %v", errObjectsTerminating, names)
+	now := time.Now()
+	v, _ := w.terminatingSince.LoadOrStore(key, waitingSince{u.GetUID(), now})
+	since := v.(waitingSince)
+	if since.uid != u.GetUID() {
+		since = waitingSince{u.GetUID(), now}
+		w.terminatingSince.Store(key, since)
+	}
+	if waited := now.Sub(since.at); waited < w.opts.DeleteBlockedAfter {
+		// Look again when the wait would count as blocked, whatever the backoff then is.
+		w.queue.AddAfter(key, w.opts.DeleteBlockedAfter-waited)
+		return result
+	}
+	msg := fmt.Sprintf("the stack is destroyed, but the delete has waited more than %s for %s to be deleted: whatever holds them (a finalizer of another controller, a pod that does not stop) must let them go before the finalizer %s is removed",
+		w.opts.DeleteBlockedAfter, strings.Join(w.blockedObjects(ctx, left), ", "), Finalizer)
+	if c := currentCondition(u, api.ConditionReady); c == nil || c.Reason != api.ReasonDeleteBlocked || c.Message != clipMessage(msg) {
+		w.recorder.Event(u, corev1.EventTypeWarning, api.ReasonDeleteBlocked, msg)
+		w.log.Warn("delete blocked by objects that are not going away", "object", objectRef(u), "objects", names)
+	}
+	w.metrics.setDeleteBlocked(key, true)
+	o.setStatus(func(st *api.KindCustomHttpStatus) {
+		setCondition(st, o.gen, api.ConditionReady, metav1.ConditionFalse, api.ReasonDeleteBlocked, msg)
+		setCondition(st, o.gen, api.ConditionReconciling, metav1.ConditionTrue, api.ReasonDeleteBlocked, msg)
+		setCondition(st, o.gen, api.ConditionStalled, metav1.ConditionFalse, api.ReasonDeleteBlocked, msg)
+	})
+	return result
+}
+
+// blockedObjects names left, the objects a delete waits for, each with its finalizers
+// ("Deployment/web (finalizers: foregroundDeletion)"); a Deployment deleted in the foreground
+// (finalizer foregroundDeletion) waits for its pods, so the pods of its selector that are being
+// deleted are named too, sorted, with theirs ("Pod/web-7d4-x2 (finalizers: example.com/hold)").
+// A pod list that fails only leaves the pods out.
+func (w *Watcher) blockedObjects(ctx context.Context, left []leftObject) []string {
+	described := func(kind, name string, finalizers []string) string {
+		if len(finalizers) == 0 {
+			return kind + "/" + name
+		}
+		return fmt.Sprintf("%s/%s (finalizers: %s)", kind, name, strings.Join(finalizers, ", "))
+	}
+	var out []string
+	for _, l := range left {
+		out = append(out, described(l.kind, l.name, l.meta.GetFinalizers()))
+		dep, ok := l.meta.(*appsv1.Deployment)
+		if !ok || !slices.Contains(dep.Finalizers, metav1.FinalizerDeleteDependents) {
+			continue
+		}
+		pods, err := rollout.ListPods(ctx, w.kube, dep)
+		if err != nil {
+			continue
+		}
+		slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+		for _, p := range pods {
+			if p.DeletionTimestamp != nil {
+				out = append(out, described("Pod", p.Name, p.Finalizers))
+			}
+		}
+	}
+	return out
+}
 
 // destroy runs the destroy of o's stack stackName and reports it; nil means the finalizer may
 // go once the objects are gone (the stack was destroyed, or it was missing and stackMissing

@@ -23,6 +23,7 @@ type metrics struct {
 	managed    prometheus.GaugeFunc
 	failingG   prometheus.GaugeFunc
 	lockedG    prometheus.GaugeFunc
+	blockedG   prometheus.GaugeFunc
 	conditions *prometheus.GaugeVec
 	workqueue  workqueue.MetricsProvider
 
@@ -30,6 +31,7 @@ type metrics struct {
 	stacks   map[cache.ObjectName]bool // key -> failing
 	failing  int
 	locked   map[cache.ObjectName]bool                      // keys waiting for a lock nobody may remove
+	blocked  map[cache.ObjectName]bool                      // keys whose delete is blocked (waitTerminating)
 	statuses map[cache.ObjectName][3]metav1.ConditionStatus // key -> conditionTypes' statuses in the condition series
 }
 
@@ -39,7 +41,7 @@ var durationBuckets = []float64{0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 1
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{stacks: map[cache.ObjectName]bool{}, statuses: map[cache.ObjectName][3]metav1.ConditionStatus{},
-		locked: map[cache.ObjectName]bool{}}
+		locked: map[cache.ObjectName]bool{}, blocked: map[cache.ObjectName]bool{}}
 	m.reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pulumi_operator_reconciles_total", Help: "Reconciles by result: success, error or locked.",
 	}, []string{"result"})
@@ -60,13 +62,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.lockedG = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pulumi_operator_stacks_locked", Help: "Stacks whose last operation waits for a lock held by another update (a laptop, CI, another operator), which the operator does not remove.",
 	}, func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(len(m.locked)) })
+	m.blockedG = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pulumi_operator_deletes_blocked", Help: "KindCustomHttp objects being deleted whose stack is destroyed but whose deleted objects have not gone for longer than the operator waits in silence (something holds them: a finalizer, a pod that does not stop); status Ready names them.",
+	}, func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(len(m.blocked)) })
 	m.conditions = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "pulumi_operator_condition",
 		Help: "The conditions of each KindCustomHttp (Ready, Reconciling, Stalled): one series per condition, at its current status (True, False, Unknown), of value 1.",
 	}, []string{"namespace", "name", "type", "status"})
 	m.workqueue = newWorkqueueMetrics(reg)
 	if reg != nil {
-		reg.MustRegister(m.reconciles, m.reconcile, m.operations, m.managed, m.failingG, m.lockedG, m.conditions)
+		reg.MustRegister(m.reconciles, m.reconcile, m.operations, m.managed, m.failingG, m.lockedG, m.blockedG, m.conditions)
 	}
 	return m
 }
@@ -131,6 +136,17 @@ func (m *metrics) setLocked(key cache.ObjectName, locked bool) {
 	}
 }
 
+// setDeleteBlocked records whether key's delete is blocked by objects that do not go.
+func (m *metrics) setDeleteBlocked(key cache.ObjectName, blocked bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if blocked {
+		m.blocked[key] = true
+	} else {
+		delete(m.blocked, key)
+	}
+}
+
 // conditionTypes are the condition types pulumi_operator_condition has series for.
 var conditionTypes = []string{api.ConditionReady, api.ConditionReconciling, api.ConditionStalled}
 
@@ -173,6 +189,7 @@ func (m *metrics) forget(key cache.ObjectName) {
 	defer m.mu.Unlock()
 	delete(m.statuses, key)
 	delete(m.locked, key)
+	delete(m.blocked, key)
 	if m.stacks[key] {
 		m.failing--
 	}

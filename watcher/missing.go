@@ -52,19 +52,19 @@ func (o *ownedObjects) leftBehind(namespace, name string) []leftObject {
 
 // terminating lists the Deployment, Service and ConfigMap of KindCustomHttp namespace/name that
 // are being deleted (deletionTimestamp set) and still exist.
-func (o *ownedObjects) terminating(namespace, name string) []string {
-	var out []string
+func (o *ownedObjects) terminating(namespace, name string) []leftObject {
+	var out []leftObject
 	going := func(m metav1.Object) bool {
 		return m.GetDeletionTimestamp() != nil && m.GetLabels()[infra.LabelInstance] == name
 	}
 	if d, err := o.deployments.Deployments(namespace).Get(name); err == nil && going(d) {
-		out = append(out, "Deployment/"+d.Name)
+		out = append(out, leftObject{"Deployment", d.Name, d})
 	}
 	if s, err := o.services.Services(namespace).Get(name); err == nil && going(s) {
-		out = append(out, "Service/"+s.Name)
+		out = append(out, leftObject{"Service", s.Name, s})
 	}
 	if c, err := o.configMaps.ConfigMaps(namespace).Get(name + api.ConfigMapSuffix); err == nil && going(c) {
-		out = append(out, "ConfigMap/"+c.Name)
+		out = append(out, leftObject{"ConfigMap", c.Name, c})
 	}
 	return out
 }

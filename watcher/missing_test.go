@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -161,5 +162,77 @@ func TestUnitDeleteWaitsForTheObjects(t *testing.T) {
 	}
 	if _, err := f.dyn.Tracker().Get(api.GroupVersionResource, unitNS, "web"); !apierrors.IsNotFound(err) {
 		t.Errorf("the object is still there once its Deployment went (%v)", err)
+	}
+}
+
+// A delete whose destroyed objects do not go is reported once it has waited
+// Options.DeleteBlockedAfter, not waited out in silence: Ready False, DeleteBlocked, naming the
+// objects and, for a Deployment deleted in the foreground, its pods that are being deleted,
+// with their finalizers; one Warning Event; pulumi_operator_deletes_blocked. A shorter wait
+// writes nothing. When they go, the finalizer goes and the gauge falls.
+func TestUnitDeleteBlockedReported(t *testing.T) {
+	f := newUnit(t, Options{DeleteBlockedAfter: 200 * time.Millisecond})
+	u := kch("web", nil, Finalizer)
+	f.applied(u)
+	dep, _, _ := owned(t, u)
+	now := metav1.Now()
+	going := dep.DeepCopy()
+	going.DeletionTimestamp = &now
+	going.Finalizers = []string{metav1.FinalizerDeleteDependents}
+	going.Spec.Selector = &metav1.LabelSelector{MatchLabels: infra.SelectorLabels(desiredOf(t, u))}
+	f.putOwned(going)
+	held := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: unitNS, Name: "web-7d4-x2", Labels: infra.Labels(desiredOf(t, u)),
+		DeletionTimestamp: &now, Finalizers: []string{"example.com/hold"}}}
+	running := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: unitNS, Name: "web-7d4-a1", Labels: infra.Labels(desiredOf(t, u))}}
+	for _, p := range []*corev1.Pod{held, running} {
+		if _, err := f.kube.CoreV1().Pods(unitNS).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.markDeleted("web")
+	f.journal.take()
+	f.events()
+	if err := f.reconcileRaw("web"); !errors.Is(err, errObjectsTerminating) {
+		t.Fatalf("reconcile = %v, want a wait", err)
+	}
+	if got, ev := f.journal.take(), f.events(); !slices.Equal(got, []string{"destroy test.ns.web"}) || !slices.Equal(ev, []string{"Normal " + ReasonDestroyed}) {
+		t.Errorf("a short wait: journal %q, events %q; want the destroy alone", got, ev)
+	}
+	if v := gauge(t, f.registry, "pulumi_operator_deletes_blocked"); v != 0 {
+		t.Errorf("deletes_blocked %v during a short wait, want 0", v)
+	}
+
+	time.Sleep(250 * time.Millisecond)
+	for range 2 {
+		f.deliver("web")
+		if err := f.reconcileRaw("web"); !errors.Is(err, errObjectsTerminating) {
+			t.Fatalf("reconcile = %v, want a wait", err)
+		}
+	}
+	o := f.storedCR("web")
+	ready := meta.FindStatusCondition(o.Status.Conditions, api.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != api.ReasonDeleteBlocked ||
+		!strings.Contains(ready.Message, "Deployment/web (finalizers: foregroundDeletion), Pod/web-7d4-x2 (finalizers: example.com/hold)") ||
+		strings.Contains(ready.Message, "web-7d4-a1") {
+		t.Errorf("Ready %+v, want DeleteBlocked naming the Deployment and the held pod alone", ready)
+	}
+	wantCondition(t, o, api.ConditionReconciling, metav1.ConditionTrue, api.ReasonDeleteBlocked)
+	if got := f.events(); !slices.Equal(got, []string{"Warning " + api.ReasonDeleteBlocked}) {
+		t.Errorf("events %q, want one DeleteBlocked Warning", got)
+	}
+	if v := gauge(t, f.registry, "pulumi_operator_deletes_blocked"); v != 1 {
+		t.Errorf("deletes_blocked %v, want 1", v)
+	}
+
+	f.deleteOwned(going)
+	f.deliver("web")
+	if err := f.reconcileRaw("web"); err != nil {
+		t.Fatalf("reconcile once the Deployment went: %v", err)
+	}
+	if _, err := f.dyn.Tracker().Get(api.GroupVersionResource, unitNS, "web"); !apierrors.IsNotFound(err) {
+		t.Errorf("the object is still there once its Deployment went (%v)", err)
+	}
+	if v := gauge(t, f.registry, "pulumi_operator_deletes_blocked"); v != 0 {
+		t.Errorf("deletes_blocked %v after the delete finished, want 0", v)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -41,6 +42,9 @@ type ownedObjects struct {
 	// live objects as declared (syncedAt), so that a resync that finds the same digest and the
 	// same object versions does not compare again.
 	inSync sync.Map
+	// deployed holds, per KindCustomHttp (cache.ObjectName), the Deployment its last live read
+	// found (deployedAt): readiness trusts a cached copy only when it covers that.
+	deployed sync.Map
 }
 
 // syncedAt is what a drift check compared and found in sync: the digest of everything that
@@ -59,8 +63,11 @@ func versions(digest string, dep *appsv1.Deployment, svc *corev1.Service, cm *co
 	return at, at.deployment != "" && at.service != "" && at.configMap != ""
 }
 
-// forget drops what drift remembers of the KindCustomHttp key.
-func (o *ownedObjects) forget(key cache.ObjectName) { o.inSync.Delete(key) }
+// forget drops what drift and readiness remember of the KindCustomHttp key.
+func (o *ownedObjects) forget(key cache.ObjectName) {
+	o.inSync.Delete(key)
+	o.deployed.Delete(key)
+}
 
 func newOwnedObjects(kube kubeclient.Interface, namespace string, resync time.Duration, enqueue func(cache.ObjectName)) *ownedObjects {
 	selector := labels.SelectorFromSet(labels.Set{infra.LabelManagedBy: infra.ManagedBy}).String()
@@ -134,20 +141,38 @@ func (o *ownedObjects) start(ctx context.Context) {
 func (o *ownedObjects) synced() []cache.InformerSynced { return o.hasSynced }
 
 // readiness judges the rollout of d's Deployment (internal/rollout), read from the cache, or
-// from the API server when live is set (right after an up the cache may not have seen the
-// Deployment the up just changed). The pods are listed, from the API server, only when the
-// rollout is not done, to say why: no pod informer is kept for the common case.
+// from the API server when live is set (right after an up: the cache may not have seen the
+// Deployment the up just changed) or when the cached copy does not cover the Deployment the
+// last live read found (covers). Each live read becomes that floor, so Ready never comes from
+// a cached Deployment older than the template an up wrote: after an up that changed the pod
+// template, the Service's or ConfigMap's event may queue the object before the Deployment's
+// does, while the cache still holds the old, fully rolled-out Deployment. A live read that
+// fails is a rollout not known to be done (ReasonReplicasUnavailable, with the error), and the
+// next look reads live again. The pods are listed, from the API server, only when the rollout
+// is not done, to say why: no pod informer is kept for the common case.
 func (o *ownedObjects) readiness(ctx context.Context, d api.Desired, live bool) rollout.Health {
+	key := cache.ObjectName{Namespace: d.Namespace, Name: d.Name}
 	var dep *appsv1.Deployment
-	if live {
-		if x, err := o.kube.AppsV1().Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{}); err == nil {
-			dep = x
-		} else if !apierrors.IsNotFound(err) {
-			live = false
-		}
-	}
 	if !live {
 		dep, _ = o.deployments.Deployments(d.Namespace).Get(d.Name)
+		if at, ok := o.deployed.Load(key); ok && !at.(deployedAt).covers(dep) {
+			live = true
+		}
+	}
+	if live {
+		x, err := o.kube.AppsV1().Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			dep = x
+			o.deployed.Store(key, deployedAt{uid: x.UID, generation: x.Generation})
+		case apierrors.IsNotFound(err):
+			dep = nil
+			o.deployed.Store(key, deployedAt{}) // any cached copy is older than this
+		default:
+			o.deployed.Store(key, deployedAt{})
+			return rollout.Health{Desired: d.ReplicaCount, Reason: rollout.ReasonReplicasUnavailable,
+				Message: fmt.Sprintf("Deployment %s could not be read: %v", d.Name, err)}
+		}
 	}
 	h := rollout.Assess(dep, d.ReplicaCount, nil)
 	if h.Done || dep == nil {
@@ -158,6 +183,22 @@ func (o *ownedObjects) readiness(ctx context.Context, d api.Desired, live bool) 
 		return h
 	}
 	return rollout.Assess(dep, d.ReplicaCount, pods)
+}
+
+// deployedAt is the Deployment a live read found (readiness): its UID and metadata.generation;
+// the zero value when it was missing or could not be read.
+type deployedAt struct {
+	uid        types.UID
+	generation int64
+}
+
+// covers reports whether dep, a cached Deployment, is at least as new as at: the same object
+// at the same or a later generation. A missing Deployment (nil) covers anything: it is never
+// Ready, so a stale absence cannot make Ready run ahead. The generation orders one object's
+// specs (the apiserver raises it with each spec change); another UID, or the zero at, may be
+// older or newer, so it does not cover.
+func (at deployedAt) covers(dep *appsv1.Deployment) bool {
+	return dep == nil || (at.uid != "" && dep.UID == at.uid && dep.Generation >= at.generation)
 }
 
 // drift lists how the live objects differ from d, in the fields the program sets and people

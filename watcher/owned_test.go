@@ -5,7 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
@@ -236,5 +239,32 @@ func BenchmarkCompare(b *testing.B) {
 		if diffs := compare(d, o.Deployment, o.Service, o.ConfigMap); len(diffs) != 0 {
 			b.Fatal(diffs)
 		}
+	}
+}
+
+// TestDeployedAtCovers: readiness trusts a cached Deployment only when it is the object the
+// last live read found, at that generation or later; a missing one is never Ready, so its
+// absence from the cache is trusted.
+func TestDeployedAtCovers(t *testing.T) {
+	dep := func(uid types.UID, gen int64) *appsv1.Deployment {
+		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: uid, Generation: gen}}
+	}
+	for name, tc := range map[string]struct {
+		at   deployedAt
+		dep  *appsv1.Deployment
+		want bool
+	}{
+		"same generation":                       {deployedAt{"a", 2}, dep("a", 2), true},
+		"later generation (a hand-made change)": {deployedAt{"a", 2}, dep("a", 3), true},
+		"earlier generation (the cache lags)":   {deployedAt{"a", 2}, dep("a", 1), false},
+		"another object (deleted, made again)":  {deployedAt{"a", 2}, dep("b", 5), false},
+		"the live read found none":              {deployedAt{}, dep("a", 1), false},
+		"none in the cache":                     {deployedAt{"a", 2}, nil, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.at.covers(tc.dep); got != tc.want {
+				t.Errorf("covers = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,7 +18,7 @@ import (
 const (
 	statusProgressing = "status Ready=Unknown/Progressing Reconciling=True/Progressing"
 	statusReady       = "status Ready=True/Succeeded Reconciling=False/Succeeded"
-	finalizerAdded    = "update finalizers=[" + Finalizer + "]"
+	finalizerAdded    = "patch finalizers=[" + Finalizer + "]"
 )
 
 // editStatus changes u's status through the API types.
@@ -198,7 +199,10 @@ func TestUnitPlan(t *testing.T) {
 				}
 			},
 		},
-		"suspend: no up for a new spec nor for drift": {
+		// Ready still describes generation 1, the one the stack holds, and so does
+		// status.observedGeneration: kstatus, Flux and Argo CD read it as the generation the
+		// status describes, and generation 2 was never applied.
+		"suspend: no up for a new spec nor for drift, observedGeneration stays": {
 			applied: true,
 			setup: func(f *unitFixture) {
 				f.change("web", false, func(u *unstructured.Unstructured) {
@@ -207,6 +211,27 @@ func TestUnitPlan(t *testing.T) {
 				})
 				_, _, cm := owned(f.t, f.stored("web"))
 				f.deleteOwned(cm)
+			},
+			journal: []string{"status Ready=True/Succeeded Reconciling=False/Suspended"},
+			check: func(t *testing.T, o *api.KindCustomHttp, _ string) {
+				rec := meta.FindStatusCondition(o.Status.Conditions, api.ConditionReconciling)
+				ready := meta.FindStatusCondition(o.Status.Conditions, api.ConditionReady)
+				if rec == nil || rec.Reason != api.ReasonSuspended || rec.ObservedGeneration != 2 {
+					t.Errorf("Reconciling %+v, want Suspended at generation 2", rec)
+				}
+				if o.Generation != 2 || o.Status.ObservedGeneration != 1 || ready == nil || ready.ObservedGeneration != 1 {
+					t.Errorf("generation %d, status.observedGeneration %d, Ready %+v; want 2, 1 and Ready at 1",
+						o.Generation, o.Status.ObservedGeneration, ready)
+				}
+			},
+		},
+		// The suspended spec is the one the stack holds: generation 2 is observed.
+		"suspend alone: the spec applied, observedGeneration moves": {
+			applied: true,
+			setup: func(f *unitFixture) {
+				f.change("web", false, func(u *unstructured.Unstructured) {
+					_ = unstructured.SetNestedField(u.Object, true, "spec", "suspend")
+				})
 			},
 			journal: []string{"status Ready=True/Succeeded Reconciling=False/Suspended"},
 			check: func(t *testing.T, o *api.KindCustomHttp, _ string) {

@@ -9,8 +9,9 @@ package watcher
 // owners. The Lease for --leader-elect is a namespaced Role, config/rbac/leader_election_role.yaml.
 
 // KindCustomHttp: the dynamic informer lists and watches; the finalizer is added and removed
-// with Update, after a Get of the newest version on a conflict.
-// +kubebuilder:rbac:groups=groupsp.measutosh.dev,resources=kindcustomhttps,verbs=get;list;watch;update
+// with a merge patch of the finalizers alone (finalizer.go), after a Get of the newest version
+// when a removal conflicts. Nothing updates the whole object.
+// +kubebuilder:rbac:groups=groupsp.measutosh.dev,resources=kindcustomhttps,verbs=get;list;watch;patch
 
 // Conditions, outputs and the last update go through the status subresource (UpdateStatus).
 // +kubebuilder:rbac:groups=groupsp.measutosh.dev,resources=kindcustomhttps/status,verbs=update

@@ -26,8 +26,10 @@ import (
 // deep copy, converted once to the typed object -> being deleted? reconcileDelete -> ensure
 // finalizer -> resolve (invalid: stall, no retry; envFrom source missing: fail, retried) ->
 // suspended? -> plan -> apply (up), or with nothing to do only the readiness. The status
-// changes each step makes are written once, when the reconcile ends (finalizeStatus). A
-// returned error means "retry with backoff"; nil means done until the next event.
+// changes each step makes are written once, when the reconcile ends (finalizeStatus); each
+// outcome echoes the reconcile request's token (status.lastHandledReconcileAt), so that
+// `pulumi-operator reconcile --wait` learns it. A returned error means "retry with backoff";
+// nil means done until the next event.
 func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) (err error) {
 	obj, err := w.lister.ByNamespace(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
@@ -59,10 +61,7 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) (err erro
 	}
 	cr, d := o.cr, r.Desired
 	if cr.Spec.Suspend {
-		o.setStatus(func(st *api.KindCustomHttpStatus) {
-			setCondition(st, o.gen, api.ConditionReconciling, metav1.ConditionFalse, api.ReasonSuspended,
-				"spec.suspend is true: no up and no drift repair until it is false")
-		})
+		w.suspended(o, w.digest(d, stackName))
 		return nil
 	}
 	p := w.plan(ctx, cr, d, stackName)
@@ -84,14 +83,16 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) (err erro
 
 // forget drops everything the watcher keeps per object once the object is gone: its metrics
 // (stacks_managed, stacks_failing, its condition series), what it last applied, the reconcile
-// request it last handled, its wait for the provider plugin, its destroyed mark, its typed form
-// and its last drift check, so that no deleted object stays in the gauges and the maps for the
-// life of the process.
+// request it last handled, its wait for the provider plugin, its destroyed mark, its delete's
+// wait for the destroyed objects, its typed form, its last drift check and the Deployment its
+// readiness last read, so that no deleted object stays in the gauges and the maps for the life
+// of the process.
 func (w *Watcher) forget(key cache.ObjectName) {
 	w.metrics.forget(key)
 	w.applied.Delete(key)
 	w.destroyed.Delete(key)
 	w.stackGone.Delete(key)
+	w.terminatingSince.Delete(key)
 	w.requests.forget(key)
 	w.pluginWait.remove(key)
 	w.converted.Delete(key)
@@ -99,14 +100,31 @@ func (w *Watcher) forget(key cache.ObjectName) {
 }
 
 // fail reports a retryable problem found before any Pulumi run (status and a Warning Event)
-// and returns it, so the object is retried with backoff.
+// and returns it, so the object is retried with backoff. The reconcile request, if any, is
+// echoed: this failure is its outcome.
 func (w *Watcher) fail(o *object, reason string, cause error) error {
 	if c := currentCondition(o.u, api.ConditionReady); c == nil || c.Reason != reason || c.Message != cause.Error() {
 		w.recorder.Event(o.u, corev1.EventTypeWarning, reason, cause.Error())
 	}
 	w.metrics.setFailing(cache.MetaObjectToName(o.u), true)
+	o.echoRequest()
 	o.setStatus(func(st *api.KindCustomHttpStatus) { markFailed(st, o.gen, reason, cause.Error()) })
 	return cause
+}
+
+// suspended reports a suspended object: Reconciling False, reason Suspended, at o's
+// generation; Ready stays as it is, at the generation it describes. status.observedGeneration
+// moves to o's generation only when digest, what this generation declares, is what the stack
+// holds (status.appliedDigest): a spec changed while suspended was never applied, and kstatus,
+// Flux and Argo CD take observedGeneration as the generation the status describes. The
+// reconcile request, if any, is echoed: nothing runs for it (`reconcile --wait` says so).
+func (w *Watcher) suspended(o *object, digest string) {
+	o.holdGeneration = o.cr.Status.AppliedDigest != digest
+	o.echoRequest()
+	o.setStatus(func(st *api.KindCustomHttpStatus) {
+		setCondition(st, o.gen, api.ConditionReconciling, metav1.ConditionFalse, api.ReasonSuspended,
+			"spec.suspend is true: no up and no drift repair until it is false")
+	})
 }
 
 // mustChange marks an error that, like an invalid spec, only a change of the object mends: an
@@ -139,12 +157,13 @@ func (w *Watcher) desired(ctx context.Context, o *object) (envsource.Resolved, s
 func (w *Watcher) cluster() (kubeclient.Interface, error) { return w.kube, nil }
 
 // stall reports an invalid spec once (status and a Warning Event) and does not retry: the
-// object's next change enqueues it again.
+// object's next change enqueues it again. The reconcile request, if any, is echoed.
 func (w *Watcher) stall(o *object, cause error) error {
 	if c := currentCondition(o.u, api.ConditionStalled); c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != o.gen || c.Message != cause.Error() {
 		w.recorder.Event(o.u, corev1.EventTypeWarning, api.ReasonInvalidSpec, cause.Error())
 	}
 	w.metrics.setFailing(cache.MetaObjectToName(o.u), true)
+	o.echoRequest()
 	o.setStatus(func(st *api.KindCustomHttpStatus) {
 		markStalled(st, o.gen, api.ReasonInvalidSpec, cause.Error())
 	})
@@ -221,8 +240,11 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 }
 
 // updateReadiness refreshes the replica counts and Ready from the Deployment, without Pulumi.
+// It runs when plan found nothing to do, so the reconcile request, if any, was handled before
+// (status or Watcher.requests show it): it is echoed, in case that status write was lost.
 func (w *Watcher) updateReadiness(ctx context.Context, o *object, d api.Desired) error {
 	h := w.owned.readiness(ctx, d, false)
+	o.echoRequest()
 	o.setStatus(func(st *api.KindCustomHttpStatus) { setReadiness(st, o.gen, h) })
 	return rolloutResult(h)
 }

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
@@ -133,6 +134,68 @@ func TestSuspend(t *testing.T) {
 	}
 	f.patch(t, "paused", `{"spec":{"suspend":false}}`)
 	f.waitFor(t, "paused", "Ready after resume", readyAt(2))
+}
+
+// kstatusOf is kstatus' reading (sigs.k8s.io/cli-utils/pkg/kstatus) of the stored object name.
+func (f *fixture) kstatusOf(t *testing.T, name string) status.Status {
+	t.Helper()
+	u, err := f.cr.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := status.Compute(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Status
+}
+
+// suspendedAt: Reconciling False, Suspended, at generation gen.
+func suspendedAt(gen int64) func(*api.KindCustomHttp) bool {
+	return func(o *api.KindCustomHttp) bool {
+		c := cond(o, api.ConditionReconciling)
+		return c.Reason == api.ReasonSuspended && c.ObservedGeneration == gen
+	}
+}
+
+// A suspended object's status describes the generation the stack holds. Suspending alone
+// changes nothing the stack holds: status.observedGeneration follows, kstatus reads Current.
+// A spec changed while suspended was never applied: status.observedGeneration stays at the
+// generation the stack holds (and Ready with it), so kstatus reads InProgress, not Current,
+// until the object is resumed and the up applies it.
+func TestSuspendKeepsObservedGeneration(t *testing.T) {
+	f := start(t)
+	f.create(t, "web", "  replicaCount: 1\n  port: 80\n")
+	f.waitFor(t, "web", "Ready", readyAt(1))
+	ups := f.stacks.ups.Load()
+
+	f.patch(t, "web", `{"spec":{"suspend":true}}`)
+	o := f.waitFor(t, "web", "Suspended at generation 2", suspendedAt(2))
+	if o.Status.ObservedGeneration != 2 || cond(o, api.ConditionReady).Status != metav1.ConditionTrue {
+		t.Errorf("suspended alone: status.observedGeneration %d, Ready %+v; want 2 and True", o.Status.ObservedGeneration, cond(o, api.ConditionReady))
+	}
+	if s := f.kstatusOf(t, "web"); s != status.CurrentStatus {
+		t.Errorf("kstatus of an object suspended without a change: %s, want %s", s, status.CurrentStatus)
+	}
+
+	f.patch(t, "web", `{"spec":{"replicaCount":2}}`)
+	o = f.waitFor(t, "web", "Suspended at generation 3", suspendedAt(3))
+	if ready := cond(o, api.ConditionReady); o.Status.ObservedGeneration != 2 || ready.ObservedGeneration != 1 {
+		t.Errorf("suspended with a new spec: status.observedGeneration %d, Ready at %d; want 2 (the stack holds generation 1's spec, which 2 only suspended) and 1",
+			o.Status.ObservedGeneration, ready.ObservedGeneration)
+	}
+	if s := f.kstatusOf(t, "web"); s != status.InProgressStatus {
+		t.Errorf("kstatus of a suspended object whose new spec was never applied: %s, want %s", s, status.InProgressStatus)
+	}
+	if n := f.stacks.ups.Load() - ups; n != 0 {
+		t.Fatalf("%d ups while suspended", n)
+	}
+
+	f.patch(t, "web", `{"spec":{"suspend":false}}`)
+	f.waitFor(t, "web", "Ready at generation 4 after the resume", readyAt(4))
+	if f.deploymentReplicas(t, "web") != 2 {
+		t.Errorf("Deployment replicas %d after the resume, want 2", f.deploymentReplicas(t, "web"))
+	}
 }
 
 // The reconcile-request annotation forces one refreshing up and is echoed in status.

@@ -6,7 +6,9 @@ import (
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
@@ -199,5 +201,95 @@ func TestUnitFinalizerFirst(t *testing.T) {
 	}
 	if _, ok := f.stored("web").Object["status"]; !ok {
 		t.Error("no status written")
+	}
+}
+
+// TestUnitEveryOutcomeEchoesTheRequest: whatever a reconcile of an object carrying a reconcile
+// request ends in, its status echoes the request's token (status.lastHandledReconcileAt), so
+// that `pulumi-operator reconcile --wait` learns the outcome instead of running out of time:
+// the up's success or failure, and the outcomes found before any up (an invalid spec, a missing
+// envFrom source, an object conflict, a suspended object), and a reconcile with nothing left to
+// do for a request already handled whose status write was lost.
+func TestUnitEveryOutcomeEchoesTheRequest(t *testing.T) {
+	const token = "2026-03-04T05:06:07Z"
+	valid := func() map[string]any { return map[string]any{"replicaCount": int64(2), "port": int64(80)} }
+	request := func(f *unitFixture) {
+		f.change("web", false, func(u *unstructured.Unstructured) {
+			u.SetAnnotations(map[string]string{api.ReconcileRequestAnnotation: token})
+		})
+	}
+	for name, tc := range map[string]struct {
+		spec  map[string]any // nil: kch's default
+		setup func(f *unitFixture)
+		ready string // Ready's reason afterwards ("": not checked)
+		noUp  bool   // the reconcile must run no up
+	}{
+		"up succeeds": {ready: api.ReasonSucceeded},
+		"up fails": {
+			setup: func(f *unitFixture) { f.stacks.upErr = errors.New("pulumi up: boom") },
+			ready: api.ReasonUpdateFailed,
+		},
+		"invalid spec": {
+			spec:  map[string]any{"replicaCount": int64(1), "port": int64(0)},
+			ready: api.ReasonInvalidSpec,
+		},
+		"envFrom source missing": {
+			spec: map[string]any{"replicaCount": int64(1), "port": int64(80),
+				"envFrom": []any{map[string]any{"configMapRef": map[string]any{"name": "absent"}}}},
+			ready: api.ReasonEnvSourceMissing,
+		},
+		"object conflict": {
+			spec: valid(),
+			setup: func(f *unitFixture) {
+				if _, err := f.kube.CoreV1().Services(unitNS).Create(context.Background(), &corev1.Service{
+					ObjectMeta: metav1.ObjectMeta{Namespace: unitNS, Name: "web"}}, metav1.CreateOptions{}); err != nil {
+					f.t.Fatal(err)
+				}
+			},
+			ready: api.ReasonObjectConflict,
+		},
+		"suspended": {
+			spec: map[string]any{"replicaCount": int64(1), "port": int64(80), "suspend": true},
+			noUp: true,
+		},
+		"nothing to do: handled, its status write lost": {
+			setup: func(f *unitFixture) {
+				// The up for the request ran; then another writer's status without the token.
+				if err := f.reconcile("web"); err != nil {
+					f.t.Fatal(err)
+				}
+				f.change("web", true, func(u *unstructured.Unstructured) {
+					editStatus(f.t, u, func(st *api.KindCustomHttpStatus) { st.LastHandledReconcileAt = "" })
+				})
+				f.journal.take()
+				f.stacks.ups = nil
+			},
+			ready: api.ReasonSucceeded, noUp: true,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newUnit(t, Options{})
+			u := kch("web", tc.spec, Finalizer)
+			if tc.spec == nil {
+				f.applied(u)
+			} else {
+				f.create(u)
+			}
+			request(f)
+			if tc.setup != nil {
+				tc.setup(f)
+			}
+			_ = f.reconcile("web")
+			o := f.storedCR("web")
+			if o.Status.LastHandledReconcileAt != token {
+				t.Errorf("lastHandledReconcileAt %q, want the request's %q (conditions %+v)", o.Status.LastHandledReconcileAt, token, o.Status.Conditions)
+			}
+			if c := meta.FindStatusCondition(o.Status.Conditions, api.ConditionReady); tc.ready != "" && (c == nil || c.Reason != tc.ready) {
+				t.Errorf("Ready %+v, want reason %s", c, tc.ready)
+			}
+			if tc.noUp && len(f.stacks.ups) != 0 {
+				t.Errorf("%d ups for a request already handled, want none", len(f.stacks.ups))
+			}
+		})
 	}
 }

@@ -125,3 +125,59 @@ func TestUnitOperationTimeout(t *testing.T) {
 		})
 	}
 }
+
+// Ready comes only from a Deployment at least as new as the one the last up left. After an up
+// that changed the pod template, a reconcile queued by the Service's or the ConfigMap's event
+// may find the informer cache still holding the old Deployment, rolled out in full: the
+// Deployment is then read from the API server, and Ready waits for the new template's rollout.
+// Once the cache has caught up it is trusted again: an idle reconcile makes no API request.
+func TestUnitReadyNotFromAStaleDeployment(t *testing.T) {
+	f := newUnit(t, Options{})
+	u := kch("web", nil, Finalizer)
+	f.applied(u)
+	gvr, _ := f.ownedStore(&appsv1.Deployment{})
+	// The up writes the new template (generation 2) to the API server; the Deployment
+	// controller has not observed it yet, and the cache has not seen it.
+	var next *appsv1.Deployment
+	f.stacks.onUp = func() {
+		next, _, _ = owned(t, f.stored("web"))
+		next.Generation = 2
+		next.Status.ObservedGeneration, next.Status.UpdatedReplicas = 1, 0
+		f.newVersion(next)
+		if err := f.kube.Tracker().Update(gvr, next, unitNS); err != nil {
+			t.Error(err)
+		}
+	}
+	f.change("web", false, func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, "example.com/web:2", "spec", "image")
+	})
+	if err := f.reconcileRaw("web"); !errors.Is(err, errRolloutInProgress) {
+		t.Fatalf("the up's reconcile = %v, want the rollout in progress", err)
+	}
+	wantCondition(t, f.storedCR("web"), api.ConditionReady, metav1.ConditionFalse, api.ReasonReplicasUnavailable)
+
+	// The Service's event queues the object; the cache still holds generation 1.
+	f.deliver("web")
+	if err := f.reconcileRaw("web"); !errors.Is(err, errRolloutInProgress) {
+		t.Errorf("reconcile on a stale cache = %v, want the rollout in progress", err)
+	}
+	wantCondition(t, f.storedCR("web"), api.ConditionReady, metav1.ConditionFalse, api.ReasonReplicasUnavailable)
+
+	// The rollout finishes and the cache catches up.
+	done := next.DeepCopy()
+	done.Status.ObservedGeneration, done.Status.UpdatedReplicas = 2, done.Status.Replicas
+	f.putOwned(done)
+	f.deliver("web")
+	if err := f.reconcileRaw("web"); err != nil {
+		t.Fatalf("reconcile after the rollout: %v", err)
+	}
+	wantCondition(t, f.storedCR("web"), api.ConditionReady, metav1.ConditionTrue, api.ReasonSucceeded)
+	f.deliver("web")
+	f.kube.ClearActions()
+	if err := f.reconcileRaw("web"); err != nil {
+		t.Fatal(err)
+	}
+	if a := f.kube.Actions(); len(a) != 0 {
+		t.Errorf("an idle reconcile with the cache caught up made %d API requests: %v", len(a), a)
+	}
+}

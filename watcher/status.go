@@ -142,14 +142,35 @@ type object struct {
 	cr      *api.KindCustomHttp
 	convErr error
 	gen     int64
-	changes []func(*api.KindCustomHttpStatus)
+	// requested is the reconcile-request annotation's value on the copy the reconcile took, ""
+	// without one: the token an outcome echoes (echoRequest).
+	requested string
+	// holdGeneration keeps status.observedGeneration as stored instead of gen: the reconcile
+	// applied nothing of gen and found it different from what the stack holds (suspended).
+	holdGeneration bool
+	changes        []func(*api.KindCustomHttpStatus)
 }
 
 // newObject converts u, the reconcile's deep copy of the informer's object, once.
 func newObject(u *unstructured.Unstructured) *object {
-	o := &object{u: u, gen: u.GetGeneration()}
+	o := &object{u: u, gen: u.GetGeneration(), requested: requestToken(u)}
 	o.cr, o.convErr = api.FromUnstructured(u)
 	return o
+}
+
+// requestToken is u's reconcile-request annotation (api.ReconcileRequestAnnotation), "" without.
+func requestToken(u *unstructured.Unstructured) string {
+	return u.GetAnnotations()[api.ReconcileRequestAnnotation]
+}
+
+// echoRequest records the reconcile request's token, when there is one, in
+// status.lastHandledReconcileAt: the outcome this reconcile writes is the request's, and
+// `pulumi-operator reconcile --wait` waits for that token, whether the outcome is Ready, a
+// failure or a suspended object.
+func (o *object) echoRequest() {
+	if t := o.requested; t != "" {
+		o.setStatus(func(st *api.KindCustomHttpStatus) { st.LastHandledReconcileAt = t })
+	}
 }
 
 // conversion is an object's typed form (or why it has none) at one UID and resourceVersion.
@@ -170,7 +191,7 @@ type conversion struct {
 func (w *Watcher) object(key cache.ObjectName, u *unstructured.Unstructured) *object {
 	if v, ok := w.converted.Load(key); ok {
 		if c := v.(conversion); c.uid == u.GetUID() && c.resourceVersion == u.GetResourceVersion() {
-			return &object{u: u, gen: u.GetGeneration(), cr: c.cr, convErr: c.err}
+			return &object{u: u, gen: u.GetGeneration(), requested: requestToken(u), cr: c.cr, convErr: c.err}
 		}
 	}
 	o := newObject(u)
@@ -210,7 +231,8 @@ func (w *Watcher) finalizeStatus(ctx context.Context, o *object, err error) erro
 // status.observedGeneration is o.gen, the generation the reconcile acted on, never that of the
 // fresh read: a spec changed while an up ran conflicts with this write, and reporting the new
 // generation would tell `kubectl wait`, kstatus, Flux and Argo CD that a spec no up has applied
-// is done. The newer generation is then reconciled next (its update queued the object).
+// is done. The newer generation is then reconciled next (its update queued the object). A
+// reconcile that applied nothing of its generation (o.holdGeneration) leaves it as stored.
 //
 // The write does not end with ctx: the status after a cancelled Pulumi operation (shutdown
 // past its grace, a lost lease) is the one that most needs writing, and with a cancelled ctx
@@ -252,7 +274,9 @@ func (w *Watcher) flushStatus(ctx context.Context, o *object) error {
 			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &before)
 		}
 		before.DeepCopyInto(&st)
-		st.ObservedGeneration = gen
+		if !o.holdGeneration {
+			st.ObservedGeneration = gen
+		}
 		for _, change := range changes {
 			change(&st)
 		}

@@ -118,6 +118,13 @@ type Options struct {
 	// with stack.ErrPluginMissing are then retried within PluginPoll of the plugin appearing,
 	// instead of after their backoff (up to 5 minutes).
 	FindPlugin func() (string, error)
+	// DeleteBlockedAfter is how long a delete may wait, once its stack is destroyed, for the
+	// objects the destroy deleted to go before it is reported as blocked (Ready False with
+	// api.ReasonDeleteBlocked naming them, a Warning Event, pulumi_operator_deletes_blocked).
+	// Default 2 minutes: the kubelet kills a pod 30 s (the default terminationGracePeriodSeconds,
+	// which the program leaves alone) after asking it to stop, and the garbage collector then
+	// removes the Deployment; a wait four times as long is held by something else.
+	DeleteBlockedAfter time.Duration
 	// PluginPoll is how often FindPlugin is called while objects wait for the plugin.
 	// Default 2 s: FindPlugin only looks at files.
 	PluginPoll time.Duration
@@ -163,6 +170,9 @@ type Watcher struct {
 	// and was allowed to leave) while the objects it deleted may still be going: the next
 	// reconciles of the delete wait for them without another destroy.
 	stackGone sync.Map
+	// terminatingSince holds, per object, when this process first found its delete waiting for
+	// the objects its destroy deleted (waitingSince), to tell a wait from a blocked delete.
+	terminatingSince sync.Map
 	// converted holds, per object, its last conversion to the typed form (conversion), so that
 	// a resync, which hands the same resourceVersion again, does not convert it again.
 	converted sync.Map
@@ -202,6 +212,9 @@ func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opt
 	}
 	if opts.PluginPoll == 0 {
 		opts.PluginPoll = 2 * time.Second
+	}
+	if opts.DeleteBlockedAfter == 0 {
+		opts.DeleteBlockedAfter = 2 * time.Minute
 	}
 	m := newMetrics(opts.Registry)
 	inf := dynamicinformer.NewFilteredDynamicInformer(client, api.GroupVersionResource, opts.Namespace,

@@ -41,8 +41,9 @@ func reconcileCommand(cfg *config) *cli.Command {
 		ArgsUsage: "NAME",
 		Description: "Sets the " + api.ReconcileRequestAnnotation + " annotation to the current time, as\n" +
 			"`flux reconcile` sets reconcile.fluxcd.io/requestedAt; the watcher in the cluster handles it\n" +
-			"and echoes the value in status.lastHandledReconcileAt. With --wait, waits for that and exits\n" +
-			fmt.Sprintf("0 when the object is Ready, %d when the up failed, %d when --timeout ran out.\n", ExitFailed, ExitTimeout) +
+			"and echoes the value in status.lastHandledReconcileAt, whatever the outcome. With --wait, waits\n" +
+			fmt.Sprintf("for that and exits 0 when the object is Ready, %d when the up (or a check before it) failed,\n", ExitFailed) +
+			fmt.Sprintf("%d when the object is suspended, %d when --timeout ran out.\n", ExitInvalidInput, ExitTimeout) +
 			"Flags may follow NAME.\nExamples:\n" +
 			"  pulumi-operator reconcile web -n shop --wait",
 		Flags: []cli.Flag{
@@ -84,7 +85,9 @@ var kindCustomHttps = api.GroupVersion.WithResource("kindcustomhttps")
 
 // runReconcile requests the reconcile (a merge patch of the annotation) and, with --wait,
 // waits for its result (waitHandled). Errors: no NAME, an object that does not exist or is
-// suspended (ExitInvalidInput); a failed up (ExitFailed); no result in time (ExitTimeout).
+// suspended, before the request or by the time the watcher handles it (ExitInvalidInput); a
+// failed up, or a failure the watcher found before it (ExitFailed); no result in time
+// (ExitTimeout).
 func runReconcile(c *cli.Context, cfg *config, rf *reconcileFlags) error {
 	if c.NArg() > 1 {
 		if err := rf.parseAfterName(c.Args().Tail()); err != nil {
@@ -141,8 +144,14 @@ func runReconcile(c *cli.Context, cfg *config, rf *reconcileFlags) error {
 	return nil
 }
 
-// errUpFailed is the up that handled a reconcile request failing.
+// errUpFailed is the up that handled a reconcile request failing, or a failure before the up
+// (an invalid spec, a missing envFrom source, an object conflict) that the watcher reported as
+// the request's outcome.
 var errUpFailed = errors.New("up failed")
+
+// errSuspended is a reconcile request the watcher handled by running nothing: the object was
+// suspended (spec.suspend) after the request was made.
+var errSuspended = errors.New("suspended (spec.suspend): the watcher ran nothing for the request")
 
 // waitHandled watches the object (client-go's watchtools.UntilWithSync, as `kubectl wait`)
 // until the watcher has handled the request: status.lastHandledReconcileAt is requested, the
@@ -184,22 +193,30 @@ func waitHandled(ctx context.Context, res dynamic.ResourceInterface, name, reque
 		msg, failed = handledOutcome(&cr)
 		return msg != "" || failed != nil, nil
 	})
-	if failed != nil {
+	switch {
+	case errors.Is(failed, errSuspended):
+		return "", cli.Exit(fmt.Sprintf("KindCustomHttp %s is %v", name, failed), ExitInvalidInput)
+	case failed != nil:
 		return "", cli.Exit(failed.Error(), ExitFailed)
 	}
 	return msg, err
 }
 
-// handledOutcome reads the result of a handled reconcile request from cr's conditions: a
-// description when it is Ready at its generation, an error wrapping errUpFailed when it failed
-// (Stalled, or a failure being retried), and neither while it is still on its way.
+// handledOutcome reads the result of a handled reconcile request from cr's conditions: an
+// error wrapping errSuspended when the object is suspended (Reconciling False, Suspended, at
+// its generation: nothing ran), a description when it is Ready at its generation, an error
+// wrapping errUpFailed when it failed (Stalled, or a failure being retried), and neither while
+// it is still on its way.
 func handledOutcome(cr *api.KindCustomHttp) (string, error) {
+	reconciling := meta.FindStatusCondition(cr.Status.Conditions, api.ConditionReconciling)
+	if reconciling != nil && reconciling.Reason == api.ReasonSuspended && reconciling.ObservedGeneration == cr.Generation {
+		return "", errSuspended
+	}
 	ready := meta.FindStatusCondition(cr.Status.Conditions, api.ConditionReady)
 	if ready == nil {
 		return "", nil
 	}
 	stalled := meta.FindStatusCondition(cr.Status.Conditions, api.ConditionStalled)
-	reconciling := meta.FindStatusCondition(cr.Status.Conditions, api.ConditionReconciling)
 	switch {
 	case ready.Status == metav1.ConditionTrue && ready.ObservedGeneration == cr.Generation:
 		return fmt.Sprintf("reconciled: Ready (%s)", ready.Message), nil

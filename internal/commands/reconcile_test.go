@@ -2,6 +2,8 @@ package commands
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,9 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	sigyaml "sigs.k8s.io/yaml"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
@@ -139,16 +143,84 @@ func TestReconcileCommand(t *testing.T) {
 	}
 }
 
+// reconcile --wait learns the outcome of a request whose reconcile fails before any up, which
+// the watcher echoes in status.lastHandledReconcileAt as it does an up's: an invalid spec, a
+// missing envFrom source, an object of the same name the operator did not make. Each exits
+// ExitFailed with the watcher's reason, well within --timeout. An object suspended after the
+// request (the command refuses one suspended before) exits ExitInvalidInput, saying so.
+func TestReconcileWaitFailuresBeforeTheUp(t *testing.T) {
+	c := testenv.Connect(t)
+	ns := c.Namespace(t)
+	c.InstallCRD(t)
+	ctx := context.Background()
+	l := newRunner(t)
+	objs := c.Client.Resource(kindCustomHttps).Namespace(ns)
+	create := func(name, spec string) {
+		t.Helper()
+		u := &unstructured.Unstructured{}
+		doc := "apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec: " + spec + "\n"
+		if err := sigyaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := objs.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "taken"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	create("badkey", `{replicaCount: 1, port: 80, configMapData: {"a/b": x}}`)
+	create("noenv", `{replicaCount: 1, port: 80, envFrom: [{configMapRef: {name: absent}}]}`)
+	create("taken", `{replicaCount: 1, port: 80}`)
+	create("paused", `{replicaCount: 1, port: 80}`)
+	t.Cleanup(func() {
+		// Nothing was created for them: let them go without the watcher's destroy.
+		for _, name := range []string{"badkey", "noenv", "taken", "paused"} {
+			_, _ = objs.Patch(ctx, name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+		}
+	})
+
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchOut, watchDone := l.startContext(wctx, "watch", "--namespace", ns, "--health-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
+	defer func() {
+		stopWatch()
+		<-watchDone
+	}()
+	for name, reason := range map[string]string{"badkey": api.ReasonInvalidSpec, "noenv": api.ReasonEnvSourceMissing, "taken": api.ReasonObjectConflict} {
+		start := time.Now()
+		stdout, stderr, code := l.run("reconcile", name, "-n", ns, "--wait", "--timeout", "30s")
+		if code != ExitFailed || !strings.Contains(stderr, reason) {
+			t.Errorf("reconcile --wait of %s: exit %d after %s (want %d naming %s)\n%s\n%s\nwatch:\n%s", name, code,
+				time.Since(start).Round(time.Second), ExitFailed, reason, stdout, stderr, watchOut.String())
+		}
+	}
+
+	// The request and spec.suspend in one write: the watcher handles the request suspended.
+	const token = "2026-05-06T07:08:09Z"
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"suspend":true}}`, api.ReconcileRequestAnnotation, token)
+	if _, err := objs.Patch(ctx, "paused", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wctx2, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := waitHandled(wctx2, objs, "paused", token)
+	if code := ExitCode(err); code != ExitInvalidInput || !strings.Contains(fmt.Sprint(err), "suspended") {
+		t.Errorf("waitHandled of a request on an object suspended with it: exit %d, %v; want %d saying suspended", code, err, ExitInvalidInput)
+	}
+}
+
 // handledOutcome reads a handled request's result from the conditions alone: Ready at the
-// current generation is success, Stalled or a retried failure is a failure, anything else
-// (replicas rolling out, Ready at an older generation) is still on its way.
+// current generation is success, Stalled or a retried failure is a failure, Suspended at the
+// current generation is its own outcome (nothing ran), anything else (replicas rolling out,
+// Ready at an older generation) is still on its way.
 func TestHandledOutcome(t *testing.T) {
 	cond := func(typ string, st metav1.ConditionStatus, reason string, gen int64) metav1.Condition {
 		return metav1.Condition{Type: typ, Status: st, Reason: reason, Message: reason + " message", ObservedGeneration: gen}
 	}
 	for name, tc := range map[string]struct {
-		conds      []metav1.Condition
-		ok, failed bool
+		conds                 []metav1.Condition
+		ok, failed, suspended bool
 	}{
 		"ready":            {conds: []metav1.Condition{cond("Ready", "True", "Succeeded", 2)}, ok: true},
 		"ready, older gen": {conds: []metav1.Condition{cond("Ready", "True", "Succeeded", 1)}},
@@ -157,6 +229,9 @@ func TestHandledOutcome(t *testing.T) {
 		"failed, retrying": {conds: []metav1.Condition{cond("Ready", "False", "UpdateFailed", 2), cond("Reconciling", "True", "Retrying", 2)}, failed: true},
 		"stalled":          {conds: []metav1.Condition{cond("Ready", "False", "InvalidSpec", 2), cond("Stalled", "True", "InvalidSpec", 2)}, failed: true},
 		"stalled is false": {conds: []metav1.Condition{cond("Ready", "False", "Progressing", 2), cond("Stalled", "False", "Progressing", 2)}},
+		"suspended, Ready at the generation before": {conds: []metav1.Condition{cond("Ready", "True", "Succeeded", 1), cond("Reconciling", "False", "Suspended", 2)},
+			failed: true, suspended: true},
+		"suspended before, resumed since": {conds: []metav1.Condition{cond("Ready", "True", "Succeeded", 1), cond("Reconciling", "False", "Suspended", 1)}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cr := &api.KindCustomHttp{}
@@ -166,7 +241,10 @@ func TestHandledOutcome(t *testing.T) {
 			if (msg != "") != tc.ok || (err != nil) != tc.failed {
 				t.Fatalf("handledOutcome = %q, %v; want success %v, failure %v", msg, err, tc.ok, tc.failed)
 			}
-			if err != nil && !strings.Contains(err.Error(), "message") {
+			if errors.Is(err, errSuspended) != tc.suspended {
+				t.Errorf("handledOutcome = %v; want suspended %v", err, tc.suspended)
+			}
+			if err != nil && !tc.suspended && !strings.Contains(err.Error(), "message") {
 				t.Errorf("failure %q does not carry the condition's message", err)
 			}
 		})
