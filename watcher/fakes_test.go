@@ -98,8 +98,8 @@ type fakeStacks struct {
 	// holderGone and holderAlive say, by pid, what HolderGone finds; lockIDs is what LockIDs lists.
 	holderGone, holderAlive map[int]bool
 	lockIDs                 map[string]bool
-	killed         chan struct{}
-	killOnce       sync.Once
+	killed                  chan struct{}
+	killOnce                sync.Once
 }
 
 func (s *fakeStacks) StackName(namespace, name string) (string, error) {

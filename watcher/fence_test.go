@@ -190,3 +190,29 @@ func TestUnitRenewalHangsFences(t *testing.T) {
 		})
 	}
 }
+
+// TestUnitNoWriteAfterTheFence: once this replica's fence has expired (its Lease lost while an up
+// ran), it writes nothing more to the API server: not the status that up would report (the new
+// leader's Ready and observedGeneration stay), not a finalizer; the reconcile fails with
+// fence.ErrFenced.
+func TestUnitNoWriteAfterTheFence(t *testing.T) {
+	f := newUnit(t, Options{})
+	f.w.fence = fence.New(time.Minute)
+	f.w.fence.Renewed(f.w.fence.Now())
+	f.create(kch("web", nil, Finalizer))
+	f.stacks.onUp = f.w.fence.Revoke // the Lease is lost while the up runs
+	err := f.reconcile("web")
+	if !errors.Is(err, fence.ErrFenced) {
+		t.Errorf("reconcile = %v, want fence.ErrFenced", err)
+	}
+	if got := f.journal.take(); !slices.Equal(got, []string{statusProgressing, "up refresh=false"}) {
+		t.Errorf("journal %q: want the status before the up, the up, and no write after", got)
+	}
+	f.create(kch("new", nil))
+	if err := f.reconcile("new"); !errors.Is(err, fence.ErrFenced) {
+		t.Errorf("reconcile of a new object = %v, want fence.ErrFenced", err)
+	}
+	if got := f.journal.take(); len(got) != 0 {
+		t.Errorf("journal %q: want no finalizer and no status written", got)
+	}
+}

@@ -61,6 +61,9 @@ func (w *Watcher) setFinalizers(ctx context.Context, u *unstructured.Unstructure
 	if err != nil {
 		return nil, err
 	}
+	if err := w.fence.Check(); err != nil {
+		return nil, err // no write once this replica may no longer lead
+	}
 	return w.client.Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, patch,
 		metav1.PatchOptions{FieldManager: FieldManager})
 }

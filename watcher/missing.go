@@ -142,6 +142,9 @@ func (w *Watcher) disown(ctx context.Context, u *unstructured.Unstructured, o le
 	if err != nil {
 		return err
 	}
+	if err := w.fence.Check(); err != nil {
+		return err // no write once this replica may no longer lead
+	}
 	ns, opts := u.GetNamespace(), metav1.PatchOptions{FieldManager: FieldManager}
 	switch o.kind {
 	case "Deployment":

@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 )
 
@@ -215,7 +217,7 @@ func (w *Watcher) finalizeStatus(ctx context.Context, o *object, err error) erro
 	switch {
 	case serr == nil || apierrors.IsNotFound(serr):
 		return err
-	case err == nil:
+	case err == nil || errors.Is(serr, fence.ErrFenced):
 		return serr
 	default:
 		w.log.Error("write status failed", "object", objectRef(o.u), "err", serr)
@@ -235,7 +237,7 @@ func (w *Watcher) finalizeStatus(ctx context.Context, o *object, err error) erro
 // reconcile that applied nothing of its generation (o.holdGeneration) leaves it as stored.
 //
 // The write does not end with ctx: the status after a cancelled Pulumi operation (shutdown
-// past its grace, a lost lease) is the one that most needs writing, and with a cancelled ctx
+// past its grace) is the one that most needs writing, and with a cancelled ctx
 // the request failed and retry.RetryOnConflict returned nil for it, so nothing was written or
 // logged. It is bounded by statusWriteTimeout instead.
 func (w *Watcher) flushStatus(ctx context.Context, o *object) error {
@@ -290,6 +292,11 @@ func (w *Watcher) flushStatus(ctx context.Context, o *object) error {
 		}
 		next := cur.DeepCopy()
 		next.Object["status"] = raw
+		// Checked right before each write, retries included: a replica that may no longer lead
+		// must not overwrite the new leader's status (its Ready, its observedGeneration).
+		if err := w.fence.Check(); err != nil {
+			return err
+		}
 		out, err := c.UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: FieldManager})
 		if err != nil {
 			return err
