@@ -43,8 +43,9 @@ func (m *Manager) HolderGone(l Lock, stackName string) (gone, alive bool, why st
 }
 
 // lockLine matches the DIY backend's report of one lock (pkg/v3/backend/diy/lock.go):
-// "  <url>/<lock id>.json: created by <user>@<host> (pid <pid>) at <RFC 3339 time>".
-var lockLine = regexp.MustCompile(`(?:/([^/\s]+)\.json)?: created by (\S*)@(\S+) \(pid (\d+)\) at (\S+)`)
+// "  <url>/<lock id>.json[?<query>]: created by <user>@<host> (pid <pid>) at <RFC 3339 time>"
+// (a file:// URL keeps the backend's query, e.g. ?no_tmp_dir=true).
+var lockLine = regexp.MustCompile(`(?:/([^/\s?]+)\.json(?:\?\S*)?)?: created by (\S*)@(\S+) \(pid (\d+)\) at (\S+)`)
 
 // parseLocks reads every lock out of a CLI error message; an unparsable line is skipped.
 func parseLocks(msg string) []Lock {

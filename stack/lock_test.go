@@ -135,7 +135,7 @@ func TestStaleLockCancel(t *testing.T) {
 
 func TestParseLocks(t *testing.T) {
 	msg := "stderr: error: the stack is currently locked by 2 lock(s). Either wait...\n" +
-		"  file:///b/.pulumi/locks/o/p/s/1.json: created by root@pod-a (pid 42) at 2026-11-22T12:00:00Z\n" +
+		"  file:///b/.pulumi/locks/o/p/s/1.json?no_tmp_dir=true: created by root@pod-a (pid 42) at 2026-11-22T12:00:00Z\n" +
 		"  file:///b/.pulumi/locks/o/p/s/2.json: created by @host-b (pid 7) at 2026-11-22T12:01:00Z\n" +
 		"  file:///b/.pulumi/locks/o/p/s/3.json: created by x@y (pid 9) at not-a-time\n"
 	got := parseLocks(msg + msg)
