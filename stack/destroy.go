@@ -8,10 +8,11 @@ import (
 	"time"
 )
 
-// Destroy deletes every resource of the stack and then removes the stack from the backend,
-// in one CLI run (`pulumi destroy --remove`) on a stack this process knows. The stack is
-// removed only after the destroy succeeded, so a failed destroy leaves the state that
-// records what still exists. A stack that does not exist is already destroyed: Destroy runs
+// Destroy deletes every resource of the stack (`pulumi destroy`) and then removes the stack
+// from the backend with everything the backend keeps of it (removeStack: `pulumi destroy
+// --remove` would leave its backups behind). The stack is removed only after the destroy
+// succeeded, so a failed destroy leaves the state that records what still exists; a process
+// killed between the two leaves an empty stack, which the next Destroy removes. A stack that does not exist is already destroyed: Destroy runs
 // no destroy, only makes sure no lock of the stack is left behind (sweepRemoved), and returns
 // a Result with StackMissing set, no changes and nil, or ErrLocked when a dead update's lock
 // remains.
@@ -20,7 +21,11 @@ func (m *Manager) Destroy(ctx context.Context, stackName string, opts RunOptions
 	// A pending create left by a killed up is an object the destroy would not delete: ready
 	// (in operate) adopts it first.
 	_, found, err := m.operate(ctx, stackName, false, &res, func() (engineOutcome, error) {
-		return m.engine(ctx, stackName, "destroy", emptyProgram, []string{"--yes", "--skip-preview", "--remove"}, opts)
+		out, err := m.engine(ctx, stackName, "destroy", emptyProgram, []string{"--yes", "--skip-preview"}, opts)
+		if err != nil {
+			return out, err
+		}
+		return out, m.removeStack(ctx, stackName)
 	})
 	if err != nil {
 		return res, err
@@ -45,11 +50,10 @@ func (m *Manager) Destroy(ctx context.Context, stackName string, opts RunOptions
 // dead owner, for the caller's stale-lock handling (CancelLock then finds the stack). Costs two
 // CLI runs, only when a destroy finds no stack.
 func (m *Manager) sweepRemoved(ctx context.Context, stackName string) error {
-	st, err := m.open(ctx, stackName, true)
-	if err != nil {
+	if _, err := m.open(ctx, stackName, true); err != nil {
 		return fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
-	if err := st.Workspace().RemoveStack(ctx, stackName); err != nil {
+	if err := m.removeStack(ctx, stackName); err != nil {
 		return fmt.Errorf("remove stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	return m.forget(stackName)

@@ -126,14 +126,7 @@ func (m *Manager) engine(ctx context.Context, stackName, op string, program pulu
 	}
 	// --event-log is one of the CLI's debug flags: it exists only with PULUMI_DEBUG_COMMANDS
 	// (auto sets it for every run too).
-	env := make([]string, 0, len(m.env)+2)
-	env = append(env, "PULUMI_DEBUG_COMMANDS=true")
-	for k, v := range m.cliEnv() {
-		env = append(env, k+"="+v)
-	}
-	if m.cfg.PulumiHome != "" {
-		env = append(env, "PULUMI_HOME="+m.cfg.PulumiHome)
-	}
+	env := append(m.runEnv(), "PULUMI_DEBUG_COMMANDS=true")
 	stdout, stderr, code, err := m.cmd.Run(ctx, dir, nil, streams, nil, env, args...)
 	if err != nil {
 		return engineOutcome{}, &cliError{op: op, code: code, stdout: stdout, stderr: stderr, err: err}

@@ -141,8 +141,9 @@ func countingManager(t *testing.T) (m *Manager, backend string, runs func() []st
 	return m, backend, runs
 }
 
-// TestOneCLIRunPerOperation: on a stack this process knows, up, preview, refresh and destroy
-// are each one CLI run, the engine's, and an up's outputs and summary come from its event log;
+// TestOneCLIRunPerOperation: on a stack this process knows, up, preview and refresh are each
+// one CLI run, the engine's, and an up's outputs and summary come from its event log; destroy is
+// the engine's run and `stack rm --remove-backups` (which leaves no file of the stack behind);
 // a new stack costs one `pulumi stack init` more (without an engine host; with one it costs no
 // CLI run: TestEngineHostUp); a process that has not seen an existing stack (a restart) looks
 // for pending operations once (`stack export`).
@@ -220,7 +221,7 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 	if _, err := m.Destroy(ctx, name, RunOptions{}); err != nil {
 		t.Fatalf("destroy: %v", err)
 	}
-	expect("destroy", "destroy")
+	expect("destroy", "destroy", "stack rm")
 	if exists, err := m.Exists(ctx, name); err != nil || exists {
 		t.Fatalf("after destroy Exists = %v, %v", exists, err)
 	}

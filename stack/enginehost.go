@@ -197,12 +197,16 @@ func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, op
 	return engineOutcome{changes: r.Changes, outputs: r.Outputs}, nil
 }
 
-// prune asks the engine host to keep only the Config.KeepHistory newest updates of stackName's
-// history and backups, after an operation that ran as a CLI process: best effort (the
-// operation has succeeded; the next prune catches up), so failures are only logged. Nothing
-// happens without an engine host or with KeepHistory 0.
+// prune asks the engine host, or without one the CLI (pruneByCLI), to keep only the
+// Config.KeepHistory newest updates of stackName's history and backups, after an operation that
+// ran as a CLI process: best effort (the operation has succeeded; the next prune catches up),
+// so failures are only logged. Nothing happens on Pulumi Cloud or with KeepHistory 0.
 func (m *Manager) prune(ctx context.Context, stackName string) {
-	if m.engineHost == nil || m.cfg.KeepHistory < 1 || !m.pruneDue(stackName) {
+	if isCloud(m.cfg.BackendURL) || m.cfg.KeepHistory < 1 || !m.pruneDue(stackName) {
+		return
+	}
+	if m.engineHost == nil {
+		m.pruneByCLI(ctx, stackName)
 		return
 	}
 	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpPrune, Stack: stackName, Keep: m.cfg.KeepHistory})
@@ -217,11 +221,11 @@ func (m *Manager) prune(ctx context.Context, stackName string) {
 }
 
 // pruneDue reports whether an up or refresh of stackName that ran as a CLI process should prune
-// its history now: always, but with Config.CLIUps only every KeepHistory-th time per stack
-// (counted in this process), so that each prune's engine host process is paid once per
-// KeepHistory ups and the history holds at most twice KeepHistory updates.
+// its history now: always, but with Config.CLIUps or without an engine host only every
+// KeepHistory-th time per stack (counted in this process), so that each prune's process is paid
+// once per KeepHistory ups and the history holds at most twice KeepHistory updates.
 func (m *Manager) pruneDue(stackName string) bool {
-	if !m.cfg.CLIUps {
+	if !m.cfg.CLIUps && m.engineHost != nil {
 		return true
 	}
 	m.unprunedMu.Lock()

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/blang/semver"
@@ -67,11 +68,13 @@ type Config struct {
 	// ClusterName identifies the Kubernetes cluster in stack names (see Name): a DNS label,
 	// by default derived from the kube-system namespace's UID by the caller.
 	ClusterName string
-	// KeepHistory is how many of its newest updates each stack keeps in the backend's history
-	// and backups (a DIY backend writes both on every update and never removes them). Pruning
-	// is the engine host's (pulumi-operator-engine): after each of its ups, and after an up or
-	// refresh run as a CLI process when there is an engine host (with CLIUps after every
-	// KeepHistory-th, so a stack keeps up to twice as many). Zero keeps everything.
+	// KeepHistory is how many of its newest updates each stack keeps in a DIY backend's history
+	// (which the backend writes on every update and never prunes; its per-update checkpoint
+	// backups are turned off: history.go). The engine host's code prunes it: after each of the
+	// engine host's ups, and after an up or refresh run as a CLI process, through the engine
+	// host or, without one, the pinned CLI's `pulumi operator-prune`; with CLIUps or without an
+	// engine host after every KeepHistory-th only, so a stack keeps up to twice as many. Zero
+	// keeps everything.
 	KeepHistory int
 	// EngineHost is the engine host (EngineHost, pulumi-operator-engine) that runs ups without
 	// a CLI process each and creates new stacks: a path, which must exist; empty runs every up
@@ -119,6 +122,9 @@ type Manager struct {
 	// Config.CLIUps (pruneDue); unprunedMu guards it.
 	unprunedMu sync.Mutex
 	unpruned   map[string]int
+	// noPruneCommand is set once the CLI turned out not to know protocol.PruneCommand
+	// (pruneByCLI).
+	noPruneCommand atomic.Bool
 	// cloudOrg is Pulumi Cloud's default organization for QualifiedName, asked once.
 	cloudOrgOnce sync.Once
 	cloudOrg     string
@@ -187,6 +193,8 @@ func New(cfg Config) (*Manager, error) {
 		"PULUMI_SKIP_UPDATE_CHECK":                    "true",
 		"PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
 		"PULUMI_DIY_BACKEND_NO_LEGACY_WARNING":        "true",
+		// The checkpoint backups duplicate the history's checkpoints (history.go).
+		backupsOff: "true",
 		// A create whose answer never reached Pulumi (a cancelled or killed up, a network cut)
 		// leaves an object the state does not know; without this every later up fails with
 		// "already exists". The callers make sure no object of another owner is taken over

@@ -1,10 +1,13 @@
 package stack
 
 import (
+	"errors"
 	"math"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 )
 
 // processStart is when process pid started (procfs: its stat's start time over the boot time);
@@ -45,4 +48,48 @@ func descendants(pid int) []int {
 		queue = append(queue, children[queue[0]]...)
 	}
 	return out
+}
+
+// awaitExit blocks until process pid, a child of this process, has exited, without reaping it
+// (waitid with WNOWAIT): until the caller's exec.Cmd.Wait reaps it, pid names that exited
+// process and no other, and so does its session's id (killSession).
+func awaitExit(pid int) {
+	var info unix.Siginfo
+	for errors.Is(unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil), unix.EINTR) {
+	}
+}
+
+// killSessionPasses bounds killSession's rounds: each round kills what the one before found, and
+// only a process that forks while being killed leaves something for the next.
+const killSessionPasses = 10
+
+// killSession sends SIGKILL to every process of session sid (procfs: the session field of each
+// stat) except process sid itself, the session's leader, until a look finds none left that is
+// not a zombie, and returns how many it signalled. A pulumi process runs as the leader of a
+// session of its own (setProcAttr) and every process it starts stays in that session, also
+// those that put themselves in process groups of their own (the provider plugins) and those
+// whose parent has died: after the leader's exit, what the session still holds is what it left.
+func killSession(sid int) int {
+	n := 0
+	for range killSessionPasses {
+		procs, err := procfs.AllProcs()
+		if err != nil {
+			return n
+		}
+		found := 0
+		for _, p := range procs {
+			st, err := p.Stat()
+			if err != nil || st.Session != sid || p.PID == sid || st.State == "Z" {
+				continue
+			}
+			if syscall.Kill(p.PID, syscall.SIGKILL) == nil {
+				found++
+			}
+		}
+		if found == 0 {
+			return n
+		}
+		n += found
+	}
+	return n
 }

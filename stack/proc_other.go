@@ -9,3 +9,9 @@ func processStart(int) (time.Time, bool) { return time.Time{}, false }
 
 // descendants is not known off Linux.
 func descendants(int) []int { return nil }
+
+// awaitExit returns at once off Linux: the caller's Wait waits.
+func awaitExit(int) {}
+
+// killSession kills nothing off Linux, where a pulumi process gets no session of its own.
+func killSession(int) int { return 0 }

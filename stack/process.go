@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,14 +112,19 @@ func (s *processSet) len() int {
 // CLI's directory first on PATH, SIGINT when ctx ends and a kill 10 s later, the exit code),
 // and keeps each running process in procs. It is written out because auto's Run does not give
 // out the process it starts, and Manager.Kill must be able to end it at once (a leader that
-// lost its Lease fences itself). Each process also gets its own process group, so that its
-// provider plugins go with it, and dies with the operator (procAttr).
+// lost its Lease fences itself). Each process also gets a session of its own and dies with the
+// operator (setProcAttr); whatever it started and left behind when it ends, the normal way or
+// not (a cancel it ignored until the kill cliCancelDelay later, Manager.Kill, the OOM killer),
+// is killed before Run returns (killSession): a provider plugin outliving its CLI would go on
+// talking to the cluster for a run that is over, and hold its memory.
 type trackedCommand struct {
 	path    string // absolute
 	version semver.Version
 	procs   *processSet
 	// drop are variables of this process's environment the runs do not get (Manager.drop).
 	drop []string
+	// cancelDelay is cliCancelDelay when zero (tests shorten it).
+	cancelDelay time.Duration
 }
 
 var _ auto.PulumiCommand = (*trackedCommand)(nil)
@@ -154,9 +160,16 @@ func (c *trackedCommand) Run(ctx context.Context, workdir string, stdin io.Reade
 		return nil
 	}
 	cmd.WaitDelay = cliCancelDelay
+	if c.cancelDelay > 0 {
+		cmd.WaitDelay = c.cancelDelay
+	}
 	code := -2
 	exited, err := c.procs.start(cmd, stackArg(args))
 	if err == nil {
+		awaitExit(cmd.Process.Pid)
+		if n := killSession(cmd.Process.Pid); n > 0 {
+			slog.Debug("killed what a pulumi run left running", "command", commandName(args), "pid", cmd.Process.Pid, "processes", n)
+		}
 		err = cmd.Wait()
 		exited(err == nil)
 	}
@@ -166,6 +179,16 @@ func (c *trackedCommand) Run(ctx context.Context, workdir string, stdin io.Reade
 		code = 0
 	}
 	return stdout.String(), stderr.String(), code, err
+}
+
+// commandName is the pulumi command args run: the first argument that is not a flag.
+func commandName(args []string) string {
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			return a
+		}
+	}
+	return ""
 }
 
 // pathFirst is env with dir first on PATH (added when PATH is absent).

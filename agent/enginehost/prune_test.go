@@ -1,12 +1,18 @@
 package enginehost
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
 
 // A prune request keeps the newest updates of the stack in its history (both files of an
@@ -85,5 +91,146 @@ func TestUpdateTime(t *testing.T) {
 		if (want < 0) == ok || (ok && got != want) {
 			t.Errorf("updateTime(%q) = %d, %v; want %d", name, got, ok, want)
 		}
+	}
+}
+
+// pruneFixture writes, under a file backend in a new directory, count updates of stack "dev" of
+// project "proj" as the DIY backend names them (history record and checkpoint, and a backup),
+// with update times base+1 ... base+count, and returns the directory. mtime, when not nil, is
+// the modification time of update i's files.
+func pruneFixture(t *testing.T, count int, mtime func(i int) time.Time) string {
+	t.Helper()
+	dir := t.TempDir()
+	hist := filepath.Join(dir, ".pulumi", "history", "proj", "dev")
+	back := filepath.Join(dir, ".pulumi", "backups", "proj", "dev")
+	for _, d := range []string{hist, back} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= count; i++ {
+		ts := 1700000000000000000 + int64(i)
+		for _, p := range []string{
+			filepath.Join(hist, fmt.Sprintf("dev-%d.history.json", ts)),
+			filepath.Join(hist, fmt.Sprintf("dev-%d.checkpoint.json", ts)),
+			filepath.Join(back, fmt.Sprintf("dev.%d.json", ts)),
+		} {
+			if err := os.WriteFile(p, []byte("{}"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if mtime != nil {
+				if err := os.Chtimes(p, mtime(i), mtime(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	return dir
+}
+
+// fileNames lists the files under dir (relative, sorted), without the file backend's .attrs
+// sidecars.
+func fileNames(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, ".attrs") {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		out = append(out, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestPruneIgnoresModTimes: the newest updates are those whose names carry the latest update
+// time (Pulumi's own order), whatever the files' modification times say: here the oldest
+// updates' files were modified last (a backend copied back in another order, say).
+func TestPruneIgnoresModTimes(t *testing.T) {
+	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
+	// Update 1's files get the newest modification time, update 6's the oldest.
+	now := time.Now()
+	dir := pruneFixture(t, 6, func(i int) time.Time { return now.Add(-time.Duration(i) * time.Hour) })
+	code, replies, stderr := serveLines(t, "file://"+dir, "proj", `{"id":1,"op":"prune","stack":"dev","keep":2}`)
+	if code != 0 || replies[1].Code != 0 || replies[1].Pruned != 12 {
+		t.Fatalf("exit %d, reply %+v, stderr %q; want 12 files deleted", code, replies[1], stderr)
+	}
+	want := []string{
+		filepath.Join(".pulumi", "backups", "proj", "dev", "dev.1700000000000000005.json"),
+		filepath.Join(".pulumi", "backups", "proj", "dev", "dev.1700000000000000006.json"),
+		filepath.Join(".pulumi", "history", "proj", "dev", "dev-1700000000000000005.checkpoint.json"),
+		filepath.Join(".pulumi", "history", "proj", "dev", "dev-1700000000000000005.history.json"),
+		filepath.Join(".pulumi", "history", "proj", "dev", "dev-1700000000000000006.checkpoint.json"),
+		filepath.Join(".pulumi", "history", "proj", "dev", "dev-1700000000000000006.history.json"),
+	}
+	if got := fileNames(t, dir); !slices.Equal(got, want) {
+		t.Errorf("left %v, want the two updates with the latest times in their names: %v", got, want)
+	}
+}
+
+// TestPruneCommand: the CLI command (protocol.PruneCommand) prunes as OpPrune does and prints a
+// Reply with the count; a wrong command line or URL is exit 2 with the usage and touches
+// nothing; a backend that cannot be opened is exit 1 with an "error:" line.
+func TestPruneCommand(t *testing.T) {
+	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		url    string // "" takes the fixture's file:// URL
+		args   []string
+		code   int
+		pruned int
+		stderr string
+	}{
+		"prunes":               {args: []string{"proj", "dev", "2"}, pruned: 6},
+		"keeps all it has":     {args: []string{"proj", "dev", "9"}},
+		"keep 0":               {args: []string{"proj", "dev", "0"}, code: 2, stderr: `keep "0"`},
+		"keep not a number":    {args: []string{"proj", "dev", "all"}, code: 2, stderr: `keep "all"`},
+		"no keep":              {args: []string{"proj", "dev"}, code: 2, stderr: "want 3 arguments, got 2"},
+		"extra argument":       {args: []string{"proj", "dev", "1", "more"}, code: 2, stderr: "want 3 arguments, got 4"},
+		"flags":                {args: []string{"--project", "proj", "--stack", "dev", "--keep", "1"}, code: 2, stderr: "want 3 arguments"},
+		"empty stack":          {args: []string{"proj", "", "1"}, code: 2, stderr: "not a stack name"},
+		"stack out of its dir": {args: []string{"proj", "..", "1"}, code: 2, stderr: "not a stack name"},
+		"bad project":          {args: []string{"a b", "dev", "1"}, code: 2, stderr: "project"},
+		"Pulumi Cloud": {url: "https://user:hunter2@api.pulumi.com", args: []string{"proj", "dev", "1"},
+			code: 2, stderr: `"https"`},
+		"backend unopenable": {url: "file://" + notDir, args: []string{"proj", "dev", "1"},
+			code: 1, stderr: "error: prune the history of stack dev"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := pruneFixture(t, 4, nil)
+			before := fileNames(t, dir)
+			url := tc.url
+			if url == "" {
+				url = "file://" + dir
+			}
+			var stdout, stderr bytes.Buffer
+			code := pruneCommand(context.Background(), url, tc.args, &stdout, &stderr)
+			if code != tc.code || !strings.Contains(stderr.String(), tc.stderr) || strings.Contains(stderr.String(), "hunter2") {
+				t.Fatalf("exit %d, stderr %q; want %d and %q (never the password)", code, stderr.String(), tc.code, tc.stderr)
+			}
+			left := fileNames(t, dir)
+			if tc.code != 0 {
+				if stdout.Len() != 0 || !slices.Equal(left, before) {
+					t.Errorf("stdout %q, files %v; want nothing printed or deleted", stdout.String(), left)
+				}
+				return
+			}
+			var r protocol.Reply
+			if err := json.Unmarshal(stdout.Bytes(), &r); err != nil || r.Pruned != tc.pruned {
+				t.Fatalf("stdout %q (%v); want a reply with %d pruned", stdout.String(), err, tc.pruned)
+			}
+			if len(left) != len(before)-tc.pruned {
+				t.Errorf("%d files left of %d, want %d deleted", len(left), len(before), tc.pruned)
+			}
+		})
 	}
 }

@@ -51,6 +51,14 @@ const (
 	OpUnlock Op = "unlock"
 )
 
+// PruneCommand is OpPrune as a command of the pinned CLI (agent/cmd/pulumi), for a Manager with
+// no engine host: `pulumi operator-prune <project> <stack> <keep>`, with the backend in
+// PULUMI_BACKEND_URL as for any CLI run. Its arguments are positional so that a CLI not built by
+// this project says `unknown command "operator-prune"` (given flags, it would first refuse them). It prints one Reply line (Pruned) on
+// standard output and exits 0; on failure it prints an "error:" line on standard error and
+// exits 1 (2 for a wrong command line or backend URL).
+const PruneCommand = "operator-prune"
+
 // Request is one line of the engine host's standard input.
 type Request struct {
 	// ID names the request in its Reply and in a later cancel; unique per process, chosen by

@@ -108,7 +108,7 @@ func newApp(cfg *config) *cli.App {
 			&cli.StringFlag{Name: "engine-host", EnvVars: []string{"PULUMI_OPERATOR_ENGINE_HOST"}, Destination: &cfg.engineHost,
 				Usage: "`PATH` of pulumi-operator-engine, one long-lived process that runs the ups of `watch` (and of any command that shows no progress) without a pulumi CLI process each, on a DIY backend with the passphrase secrets provider; `none` runs every up as a `pulumi up` process (the one next to this binary still creates new stacks, removes stale locks and prunes history, started for each such request); default: the one next to this binary, if there is one"},
 			&cli.IntFlag{Name: "keep-history", EnvVars: []string{"PULUMI_OPERATOR_KEEP_HISTORY"}, Value: 10, Destination: &cfg.keepHistory,
-				Usage: "keep the `N` newest updates of each stack's history and checkpoint backups in a DIY backend (pruned by the engine host after each update; with --engine-host none after every N-th, so up to 2N are kept); 0 keeps all"},
+				Usage: "keep the `N` newest updates of each stack's history in a DIY backend (pruned by the engine host after each update; with --engine-host none or without an engine host after every N-th, so up to 2N are kept); 0 keeps all"},
 			&cli.StringFlag{Name: "cluster-name", EnvVars: []string{"PULUMI_OPERATOR_CLUSTER_NAME"}, Destination: &cfg.clusterName,
 				Usage: "`NAME` of this cluster in stack names (a DNS label); default: the first 12 hex digits of the kube-system namespace's UID"},
 			&cli.StringFlag{Name: "log-format", EnvVars: []string{"PULUMI_OPERATOR_LOG_FORMAT"}, Value: "text", Destination: &cfg.logFormat,

@@ -4,7 +4,8 @@
 // engine host or CLI; as PID 1 the operator, which waits only for the processes it started,
 // would leave them as zombies for the life of the pod. So when the operator finds itself PID 1
 // it runs itself again as its only child and does what an init does (tini's job): it forwards
-// signals to that child, reaps every process that ends, and exits with the child's status.
+// the signals that ask the program something to that child (forwarded), reaps every process
+// that ends, and exits with the child's status.
 //
 // Written here because the images are distroless (no tini to put in front of it) and the reapers
 // published as Go libraries reap from inside the process that also runs os/exec, which then
@@ -17,11 +18,25 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"syscall"
 )
 
 // ChildEnv marks the child Run starts, so that it does not become an init again.
 const ChildEnv = "PULUMI_OPERATOR_INIT_CHILD"
+
+// forwarded are the signals the init passes on to its child; it ignores every other one. They
+// are the ones a container runtime or a person sends to ask the program something: SIGTERM and
+// SIGINT (stop: the kubelet, `docker stop`, Ctrl-C), SIGQUIT (stop with a dump of every
+// goroutine, Go's runtime), SIGUSR1 and SIGUSR2 (the program's own; the operator has no use for
+// them, and a Go program without a handler ignores them), SIGWINCH (a terminal's new size).
+// Not forwarded, unlike tini and dumb-init, which pass on nearly everything: SIGHUP (a
+// terminal's hangup, and a container has no terminal to hang up: a Go program without a
+// handler, as the operator is, dies of it) and the job-control signals SIGTSTP, SIGTTIN and
+// SIGTTOU (the kernel stops a process without a handler, which would leave a leader holding its
+// Lease without renewing it); nor anything else (SIGCONT, SIGPIPE, SIGALRM, real-time signals):
+// none asks the operator anything. SIGCHLD is the init's own business.
+var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
 
 // Run returns at once unless this process is PID 1 and not Run's own child. Then it starts this
 // executable again with the same arguments and environment (plus ChildEnv) as its child, acts as
@@ -54,9 +69,9 @@ func run(args, env []string) int {
 	child := cmd.Process.Pid
 	go func() {
 		for s := range sigs {
-			switch s {
-			case syscall.SIGCHLD, syscall.SIGURG: // the reaper's business; Go's own preemption
-			default:
+			// Every signal is caught, so that none has its default action on the init itself
+			// (one sent from outside the namespace would end or stop it); only some go on.
+			if slices.Contains(forwarded, s) {
 				_ = syscall.Kill(child, s.(syscall.Signal))
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -29,6 +30,32 @@ func TestIsEngineHost(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := isEngineHost(tc.args); got != tc.want {
 				t.Errorf("isEngineHost(%q) = %v, want %v", tc.args, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPruneArgs: the prune command is the first argument, after any --non-interactive; its own
+// arguments follow. A CLI command, the engine host, or the word anywhere else is not it.
+func TestPruneArgs(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args []string
+		want []string
+		ok   bool
+	}{
+		"bare":                      {[]string{"pulumi", "operator-prune", "proj", "s", "1"}, []string{"proj", "s", "1"}, true},
+		"after non-interactive":     {[]string{"/bin/pulumi", "--non-interactive", "operator-prune", "p", "s", "2"}, []string{"p", "s", "2"}, true},
+		"no arguments of its own":   {[]string{"pulumi", "operator-prune"}, []string{}, true},
+		"a CLI command":             {[]string{"pulumi", "--non-interactive", "up", "--yes"}, nil, false},
+		"the word later":            {[]string{"pulumi", "stack", "operator-prune"}, nil, false},
+		"another global flag first": {[]string{"pulumi", "--color=never", "operator-prune"}, nil, false},
+		"program name only":         {[]string{"pulumi"}, nil, false},
+		"nothing":                   {nil, nil, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, ok := pruneArgs(tc.args)
+			if ok != tc.ok || (ok && !slices.Equal(got, tc.want)) {
+				t.Errorf("pruneArgs(%q) = %q, %v; want %q, %v", tc.args, got, ok, tc.want, tc.ok)
 			}
 		})
 	}

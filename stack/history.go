@@ -1,0 +1,85 @@
+package stack
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
+)
+
+// What a DIY backend keeps of a stack besides its state, and how the Manager bounds it:
+//
+//   - the history, an update record and a copy of the checkpoint per update
+//     (.pulumi/history/<project>/<stack>/): no Pulumi setting bounds it, so the Manager prunes
+//     it to Config.KeepHistory updates (prune), always with the engine host's code (package
+//     agent/enginehost), the one place that deletes backend files: a request to the engine
+//     host when the Manager has one, else the pinned CLI's `pulumi operator-prune`
+//     (protocol.PruneCommand, pruneByCLI). Newest is Pulumi's own order, the update time in
+//     each file's name, never a file's modification time (agent/enginehost/prune.go);
+//   - the backups, one more copy of the checkpoint per update (.pulumi/backups/...): the
+//     checkpoint right after the update, which the history's copy holds too, so the Manager
+//     turns them off with Pulumi's own setting (backupsOff in New's environment);
+//   - <stack>.json.bak beside the state, the state before its last save: one per stack, which
+//     `pulumi destroy --remove` leaves behind (and the backups), so a stack is removed with
+//     `pulumi stack rm --remove-backups` instead (removeStack), which deletes all of the
+//     stack's files.
+
+// backupsOff is the DIY backend's setting that stops its per-update checkpoint backups
+// (pkg/v3 backend/diy state.go backupStack; sdk go/common/env DIYBackendDisableCheckpointBackups).
+const backupsOff = "PULUMI_DIY_BACKEND_DISABLE_CHECKPOINT_BACKUPS"
+
+// pruneByCLI prunes stackName's history to Config.KeepHistory updates with the pinned CLI's
+// protocol.PruneCommand, for a Manager without an engine host: best effort, like prune. A CLI
+// that does not know the command (not the project's build) is reported once and not asked again.
+func (m *Manager) pruneByCLI(ctx context.Context, stackName string) {
+	if m.noPruneCommand.Load() {
+		return
+	}
+	stdout, stderr, _, err := m.cmd.Run(ctx, filepath.Join(m.cfg.WorkRoot, stackName), nil, nil, nil, m.runEnv(),
+		protocol.PruneCommand, m.cfg.Project, stackName, strconv.Itoa(m.cfg.KeepHistory))
+	if err != nil {
+		if strings.Contains(stderr, `unknown command "`+protocol.PruneCommand+`"`) {
+			m.noPruneCommand.Store(true)
+			slog.Warn("this pulumi CLI cannot prune stack history (it is not the project's build, which has `pulumi operator-prune`): the backend keeps every update's history",
+				"pulumi", m.cfg.PulumiPath)
+			return
+		}
+		slog.Warn("could not prune the stack's history", "stack", stackName, "error", err, "stderr", RedactText(strings.TrimSpace(stderr)))
+		return
+	}
+	var r protocol.Reply
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		slog.Warn("unreadable reply of `pulumi operator-prune`", "stack", stackName, "error", err)
+		return
+	}
+	reportPrune(stackName, r)
+}
+
+// removeStack removes stackName, which must hold no resources any more, from the backend with
+// every file the backend keeps of it: `pulumi stack rm --yes --remove-backups`. Errors: the
+// run's *cliError (a lock, a stack still holding resources, an unreachable backend).
+func (m *Manager) removeStack(ctx context.Context, stackName string) error {
+	stdout, stderr, code, err := m.cmd.Run(ctx, filepath.Join(m.cfg.WorkRoot, stackName), nil, nil, nil, m.runEnv(),
+		"stack", "rm", "--yes", "--remove-backups", "--stack", stackName)
+	if err != nil {
+		return &cliError{op: "stack rm", code: code, stdout: stdout, stderr: stderr, err: err}
+	}
+	return nil
+}
+
+// runEnv is what a CLI run of the Manager adds to its environment, as KEY=value: cliEnv's and
+// PULUMI_HOME.
+func (m *Manager) runEnv() []string {
+	env := make([]string, 0, len(m.env)+2)
+	for k, v := range m.cliEnv() {
+		env = append(env, k+"="+v)
+	}
+	if m.cfg.PulumiHome != "" {
+		env = append(env, "PULUMI_HOME="+m.cfg.PulumiHome)
+	}
+	return env
+}
