@@ -310,4 +310,3 @@ func TestTornSidecarWithoutEngineHost(t *testing.T) {
 		})
 	}
 }
-
