@@ -215,6 +215,9 @@ func New(cfg Config) (*Manager, error) {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		env["GOGC"] = ChildGOGC
 	}
+	if name := postgresAppName(cfg.BackendURL); name != "" {
+		env["PGAPPNAME"] = name
+	}
 	for k, v := range cfg.Env {
 		env[k] = v
 	}
@@ -381,6 +384,23 @@ func credentialsInURL(u *url.URL) error {
 	}
 	return fmt.Errorf("configure stack manager: %w: %s: Pulumi and the workspaces on the state volume would keep it in clear; remove it from the URL and give it %s",
 		ErrCredentialsInURL, RedactURL(u.String()), where)
+}
+
+// postgresAppName is the application_name this Manager's pulumi processes connect to a
+// PostgreSQL backend with (PGAPPNAME, which lib/pq, the backend's driver, reads; an
+// application_name in the URL wins over it): "pulumi-operator@<host name>", so that a database
+// administrator sees in pg_stat_activity, and a trigger can record, which operator replica a
+// connection is. "" for another backend, when PGAPPNAME is set already, or without a host name.
+func postgresAppName(backendURL string) string {
+	u, err := url.Parse(backendURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || os.Getenv("PGAPPNAME") != "" {
+		return ""
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return ""
+	}
+	return "pulumi-operator@" + host
 }
 
 // prepareBackend checks the backend URL (no credentials in it: credentialsInURL) and creates a

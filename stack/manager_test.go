@@ -288,3 +288,28 @@ func TestQualifiedNamePastes(t *testing.T) {
 		t.Errorf("QualifiedName on an unreachable Pulumi Cloud = %q, want the bare %q", got, name)
 	}
 }
+
+// A PostgreSQL backend's connections carry the operator's host name as their application_name
+// (PGAPPNAME); another backend, or a PGAPPNAME already set, gets none.
+func TestPostgresAppName(t *testing.T) {
+	host, _ := os.Hostname()
+	for name, tc := range map[string]struct {
+		url, env, want string
+	}{
+		"postgres":             {"postgres://u@db:5432/p?sslmode=disable", "", "pulumi-operator@" + host},
+		"postgresql":           {"postgresql://u@db/p", "", "pulumi-operator@" + host},
+		"file":                 {"file:///state", "", ""},
+		"s3":                   {"s3://bucket", "", ""},
+		"PGAPPNAME set by you": {"postgres://u@db/p", "mine", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("PGAPPNAME", tc.env)
+			if tc.env == "" {
+				os.Unsetenv("PGAPPNAME")
+			}
+			if got := postgresAppName(tc.url); got != tc.want {
+				t.Errorf("postgresAppName(%q) = %q, want %q", tc.url, got, tc.want)
+			}
+		})
+	}
+}
