@@ -8,7 +8,10 @@
 #
 # Environment (defaults in brackets):
 #   PG_DIR       data (PG_DIR/data), socket, log (PG_DIR/postgres.log)  [<repo>/.local/postgres]
-#   PG_PORT      TCP port on 127.0.0.1                                  [25432]
+#   PG_PORT      TCP port                                               [25432]
+#   PG_LISTEN    addresses to listen on, comma-separated               [127.0.0.1]
+#   PG_HBA_CIDR  another network allowed to log in with the password,
+#                e.g. a real node's pod network (empty: 127.0.0.1 only) []
 #   PG_USER      login role and database name                          [pulumi]
 #   PG_PASSWORD  its password                                          [pulumi-pg-secret]
 #   PG_BIN       PostgreSQL's programs                                 [/usr/lib/postgresql/15/bin]
@@ -26,6 +29,10 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "${REPO_ROOT}/hack/lib/init.sh"
 PG_DIR="${PG_DIR:-${REPO_ROOT}/.local/postgres}"
 PG_PORT="${PG_PORT:-25432}"
+PG_LISTEN="${PG_LISTEN:-127.0.0.1}"
+PG_HBA_CIDR="${PG_HBA_CIDR:-}"
+[[ "${PG_LISTEN}" =~ ^[0-9.,]+$ ]] || log::die "PG_LISTEN=${PG_LISTEN}: want IPv4 addresses, comma-separated"
+[[ -z "${PG_HBA_CIDR}" || "${PG_HBA_CIDR}" =~ ^[0-9.]+/[0-9]+$ ]] || log::die "PG_HBA_CIDR=${PG_HBA_CIDR}: want an IPv4 network, e.g. 10.88.0.0/24"
 PG_USER="${PG_USER:-pulumi}"
 PG_PASSWORD="${PG_PASSWORD:-pulumi-pg-secret}"
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
@@ -92,7 +99,13 @@ if [[ ! -f "${DATA}/PG_VERSION" ]]; then
 	EOF
 fi
 
-# The port is passed on each start, so that PG_PORT may change between runs of the same PG_DIR.
+# Another network's password logins (scram-sha-256, as initdb's own host lines), before the start.
+if [[ -n "${PG_HBA_CIDR}" ]] && ! grep -qF "host all all ${PG_HBA_CIDR} scram-sha-256" "${DATA}/pg_hba.conf"; then
+	echo "host all all ${PG_HBA_CIDR} scram-sha-256" | as_server tee -a "${DATA}/pg_hba.conf" >/dev/null
+fi
+
+# The port and the addresses are passed on each start, so that they may change between runs of
+# the same PG_DIR.
 running_port() {
 	# postmaster.pid, line 4: the port the running server listens on.
 	[[ -f "${DATA}/postmaster.pid" ]] && as_server "${PG_BIN}/pg_ctl" -D "${DATA}" status >/dev/null 2>&1 &&
@@ -110,9 +123,9 @@ else
 	touch "${LOG_FILE}"
 	[[ "$(id -u)" != 0 ]] || chown "${PG_OS_USER}:" "${LOG_FILE}"
 	as_server "${PG_BIN}/pg_ctl" -D "${DATA}" -l "${LOG_FILE}" -w -t "${PG_TIMEOUT}" \
-		-o "-p ${PG_PORT}" start >/dev/null 9>&- ||
+		-o "-p ${PG_PORT} -c listen_addresses=${PG_LISTEN}" start >/dev/null 9>&- ||
 		log::die "the server did not start: see ${LOG_FILE}: $(tail -n 5 "${LOG_FILE}")"
-	log::info "started (pid $(head -n 1 "${DATA}/postmaster.pid"), 127.0.0.1:${PG_PORT}, $((SECONDS - start))s)"
+	log::info "started (pid $(head -n 1 "${DATA}/postmaster.pid"), ${PG_LISTEN} port ${PG_PORT}, $((SECONDS - start))s)"
 fi
 
 # The role and database, (re)set on every run so that a changed PG_PASSWORD takes effect. The SQL
