@@ -92,7 +92,14 @@ func (l *runner) stacks() []string {
 // for tests that hold or break a stack's lock from outside the command.
 func (l *runner) manager() *stack.Manager {
 	l.t.Helper()
-	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + l.backend, WorkRoot: l.t.TempDir(),
+	return l.managerAt(filepath.Join(l.state, "workspaces"))
+}
+
+// managerAt is manager with another workspace root: a pulumi-operator of another state
+// directory (another laptop's, another PID namespace's) on the same backend.
+func (l *runner) managerAt(workRoot string) *stack.Manager {
+	l.t.Helper()
+	m, err := stack.New(stack.Config{Project: "kindcustomhttp", BackendURL: "file://" + l.backend, WorkRoot: workRoot,
 		PulumiPath: testenv.PulumiCLI(l.t), ClusterName: "cli"})
 	if err != nil {
 		l.t.Fatal(err)
@@ -436,37 +443,55 @@ func processRuns(pid int) bool {
 }
 
 // A lock left by a pulumi process that was killed (kill -9, a crashed laptop command) does
-// not block the next command: it is removed, with a warning naming its owner, and the
-// command goes on; a lock of a live process is not (TestCommandsLockedStack).
+// not block the next command of the same state directory: its holder record proves the process
+// gone, so it is removed, with a warning naming its owner, and the command goes on. The same
+// kill by a pulumi-operator of another state directory (another PID namespace, for all this one
+// can tell) is not provably dead here: the command waits for it and says who holds it. A lock
+// of a live process is never removed (TestCommandsLockedStack).
 func TestCommandsDeadLock(t *testing.T) {
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
 	c := testenv.Connect(t)
 	ns := c.Namespace(t)
 	l := newRunner(t)
-	m := l.manager()
-	name := emptyStack(t, m, ns, "deadlock")
-	release := holdLock(t, m, name)
-	files, _ := filepath.Glob(filepath.Join(l.backend, ".pulumi", "locks", "*", "*", name, "*.json"))
-	if len(files) != 1 {
-		t.Fatalf("lock files of the held stack: %v, want 1", files)
-	}
-	pid := lockPid(t, files[0])
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill the lock holder (pid %d): %v", pid, err)
-	}
-	if err := release(); err == nil {
-		t.Fatal("the killed update reported success")
-	}
-	file := writeCR(t, ns, "deadlock")
-	stdout, stderr, code := l.run("up", "-f", file)
-	if code != 0 || !strings.Contains(stdout, "removed the lock left by") || !strings.Contains(stdout, fmt.Sprintf("(pid %d)", pid)) {
-		t.Fatalf("up over a dead process's lock: exit %d, want 0 and a warning naming pid %d\n%s\n%s", code, pid, stdout, stderr)
-	}
-	if _, err := c.Kube.AppsV1().Deployments(ns).Get(context.Background(), "deadlock", metaGet); err != nil {
-		t.Fatalf("the up over the dead lock made no Deployment: %v", err)
-	}
-	if _, stderr, code := l.run("destroy", "-f", file, "--yes"); code != 0 {
-		t.Fatalf("destroy: exit %d: %s", code, stderr)
+	for _, own := range []bool{false, true} {
+		m := l.managerAt(t.TempDir())
+		if own {
+			m = l.manager()
+		}
+		name := emptyStack(t, m, ns, "deadlock")
+		release := holdLock(t, m, name)
+		files, _ := filepath.Glob(filepath.Join(l.backend, ".pulumi", "locks", "*", "*", name, "*.json"))
+		if len(files) != 1 {
+			t.Fatalf("lock files of the held stack: %v, want 1", files)
+		}
+		pid := lockPid(t, files[0])
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill the lock holder (pid %d): %v", pid, err)
+		}
+		if err := release(); err == nil {
+			t.Fatal("the killed update reported success")
+		}
+		file := writeCR(t, ns, "deadlock")
+		stdout, stderr, code := l.run("up", "-f", file)
+		if !own {
+			if code != ExitTimeout || !strings.Contains(stderr+stdout, fmt.Sprintf("(pid %d)", pid)) {
+				t.Fatalf("up over the lock of a killed process of another state directory: exit %d, want %d naming pid %d\n%s\n%s", code, ExitTimeout, pid, stdout, stderr)
+			}
+			if left, _ := filepath.Glob(filepath.Join(l.backend, ".pulumi", "locks", "*", "*", name, "*.json")); len(left) != 1 {
+				t.Fatalf("locks after the wait: %v, want the one lock kept", left)
+			}
+			_ = os.Remove(files[0]) // as its owner would, by hand
+			continue
+		}
+		if code != 0 || !strings.Contains(stdout, "removed the lock left by") || !strings.Contains(stdout, fmt.Sprintf("(pid %d)", pid)) {
+			t.Fatalf("up over a dead process's lock: exit %d, want 0 and a warning naming pid %d\n%s\n%s", code, pid, stdout, stderr)
+		}
+		if _, err := c.Kube.AppsV1().Deployments(ns).Get(context.Background(), "deadlock", metaGet); err != nil {
+			t.Fatalf("the up over the dead lock made no Deployment: %v", err)
+		}
+		if _, stderr, code := l.run("destroy", "-f", file, "--yes"); code != 0 {
+			t.Fatalf("destroy: exit %d: %s", code, stderr)
+		}
 	}
 }
 

@@ -124,7 +124,7 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 		BackendURL:  backend,
 		WorkRoot:    filepath.Join(cfg.stateDir, "workspaces"),
 		PulumiPath:  pulumiPath,
-		EngineHost:  engineHostPath(cfg),
+		EngineHost:  engineHostPath(cfg, pulumiPath),
 		CLIUps:      cfg.engineHost == stack.NoEngineHost,
 		KeepHistory: cfg.keepHistory,
 		ClusterName: cluster,
@@ -176,16 +176,27 @@ func absList(list string) string {
 }
 
 // engineHostPath is stack.Config.EngineHost for cfg: --engine-host when given, else the engine
-// host next to this binary when it is there (the image and bin/ hold both), else "": every up a
-// pulumi CLI process and every new stack a `pulumi stack init`. With --engine-host none
-// (stack.Config.CLIUps) the one next to this binary still creates new stacks and prunes
-// history; only the ups are CLI processes. The operator uses it for ups by default because it
-// halves an up's CPU (docs/benchmarks.md; docs/design/engine-host.md); stack.Config leaves it
-// off unless set.
-func engineHostPath(cfg *config) string {
+// host next to this binary when it is there (the image and bin/ hold both), else the one next to
+// the pulumi CLI pulumiPath (the engine host is that binary under another name: agent/cmd/pulumi),
+// else "": every up a pulumi CLI process and every new stack a `pulumi stack init`. With
+// --engine-host none (stack.Config.CLIUps) the one found so still creates new stacks, prunes
+// history and lists and removes locks; only the ups are CLI processes. The operator uses it for
+// ups by default because it halves an up's CPU (docs/benchmarks.md; docs/design/engine-host.md);
+// stack.Config leaves it off unless set.
+func engineHostPath(cfg *config, pulumiPath string) string {
 	switch cfg.engineHost {
 	case stack.NoEngineHost, "":
-		return besideExecutable(stack.EngineHost)
+		if p := besideExecutable(stack.EngineHost); p != "" {
+			return p
+		}
+		if pulumiPath == "" {
+			return ""
+		}
+		p := filepath.Join(filepath.Dir(pulumiPath), stack.EngineHost)
+		if _, err := os.Stat(p); err != nil {
+			return ""
+		}
+		return p
 	default:
 		return cfg.engineHost
 	}

@@ -76,9 +76,9 @@ current-context: x
 	}
 }
 
-// TestEngineHostPath: --engine-host PATH is taken as given, `none` turns the engine host off,
-// and without the flag the one next to this binary is used when it is there (the test binary
-// has none beside it, so: off).
+// TestEngineHostPath: --engine-host PATH is taken as given; without the flag, or with `none`
+// (which still lists, removes and prunes through it), the one next to this binary is used when it
+// is there (the test binary has none beside it), else the one next to the pulumi CLI, else none.
 func TestEngineHostPath(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -87,14 +87,25 @@ func TestEngineHostPath(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(filepath.Dir(exe), "pulumi-operator-engine")); err == nil {
 		t.Skip("SKIP: an engine host lies beside the test binary; the default case cannot be checked here")
 	}
-	for name, tc := range map[string]struct{ flag, want string }{
-		"given":   {"/opt/bin/pulumi-operator-engine", "/opt/bin/pulumi-operator-engine"},
-		"none":    {"none", ""},
-		"default": {"", ""},
+	withHost := t.TempDir()
+	for _, f := range []string{"pulumi", "pulumi-operator-engine"} {
+		if err := os.WriteFile(filepath.Join(withHost, f), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli := filepath.Join(withHost, "pulumi")
+	lone := filepath.Join(t.TempDir(), "pulumi")
+	for name, tc := range map[string]struct{ flag, cli, want string }{
+		"given":                      {"/opt/bin/pulumi-operator-engine", cli, "/opt/bin/pulumi-operator-engine"},
+		"none, beside the CLI":       {"none", cli, filepath.Join(withHost, "pulumi-operator-engine")},
+		"default, beside the CLI":    {"", cli, filepath.Join(withHost, "pulumi-operator-engine")},
+		"default, none anywhere":     {"", lone, ""},
+		"none, none anywhere":        {"none", lone, ""},
+		"default, no CLI path known": {"", "", ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := engineHostPath(&config{engineHost: tc.flag}); got != tc.want {
-				t.Fatalf("engineHostPath(--engine-host %q) = %q, want %q", tc.flag, got, tc.want)
+			if got := engineHostPath(&config{engineHost: tc.flag}, tc.cli); got != tc.want {
+				t.Fatalf("engineHostPath(--engine-host %q, CLI %q) = %q, want %q", tc.flag, tc.cli, got, tc.want)
 			}
 		})
 	}
