@@ -322,14 +322,17 @@ func writeDoc(path string, r *Results) error {
 const (
 	soakBegin = "<!-- soak: written by make soak (hack/soak); make bench keeps it -->"
 	soakEnd   = "<!-- /soak -->"
+	// The partition section: TestPartition's figures (make e2e-real), written from its log.
+	partitionBegin = "<!-- partition: from make e2e-real (TestPartition); make bench keeps it -->"
+	partitionEnd   = "<!-- /partition -->"
 )
 
-// keepSections is content with the scale and soak sections of old (the doc as it was), those
-// it has, appended: a bench run regenerates its own figures and keeps those of `make
-// bench-scale` and `make soak`, which take runs of their own.
+// keepSections is content with the scale, soak and partition sections of old (the doc as it
+// was), those it has, appended: a bench run regenerates its own figures and keeps those of `make
+// bench-scale`, `make soak` and TestPartition, which take runs of their own.
 func keepSections(old, content string) string {
 	content = strings.TrimRight(content, "\n") + "\n"
-	for _, m := range [][2]string{{scaleBegin, scaleEnd}, {soakBegin, soakEnd}} {
+	for _, m := range [][2]string{{scaleBegin, scaleEnd}, {soakBegin, soakEnd}, {partitionBegin, partitionEnd}} {
 		i, j := strings.Index(old, m[0]), strings.Index(old, m[1])
 		if i < 0 || j < i {
 			continue

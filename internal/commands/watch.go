@@ -70,7 +70,7 @@ func watchCommand(cfg *config) *cli.Command {
 			&cli.DurationFlag{Name: "operation-timeout", EnvVars: []string{"PULUMI_OPERATOR_OPERATION_TIMEOUT"}, Value: 3 * time.Minute, Destination: &cfg.operationTimeout,
 				Usage: "cancel an up or destroy that runs longer than `DURATION` (its object is retried with backoff), so that no object holds a worker"},
 			&cli.DurationFlag{Name: "stale-lock-timeout", EnvVars: []string{"PULUMI_OPERATOR_STALE_LOCK_TIMEOUT"}, Destination: &cfg.staleLock,
-				Usage: "opt in: a stack lock older than `DURATION` is removed (pulumi cancel) even if its owner may live; 0 (the default) never removes a lock by age (locks of dead processes of this host and of earlier operator pods of this installation are removed at once; others are waited out and reported)"},
+				Usage: "opt in: a stack lock this process has seen for longer than `DURATION` (its own clock) is removed (pulumi cancel) even if its owner may live, unless a process of this operator holds it; 0 (the default) never removes a lock by age (locks of this operator's processes that have ended, and of earlier operator pods of this installation, are removed at once; others are waited out and reported)"},
 		},
 		Action: func(c *cli.Context) error { return runWatch(c.Context, cfg) },
 	}
