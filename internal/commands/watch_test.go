@@ -8,9 +8,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
 
 	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
 // The watch command's configuration errors must say what to fix, before touching anything.
@@ -142,5 +146,26 @@ func TestHealthHandler(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The leader election's client has a connection of its own (a Dial of its own keeps client-go
+// from sharing the watcher's transport) and a timeout per request.
+func TestElectionConfig(t *testing.T) {
+	rc := &rest.Config{Host: "https://127.0.0.1:1"}
+	c := electionConfig(rc, watcher.LeaderElection{RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second})
+	if c.Timeout != 2500*time.Millisecond || c.Dial == nil || rc.Dial != nil || rc.Timeout != 0 {
+		t.Fatalf("election config: timeout %s, dial set %v (original changed: %v, %s)", c.Timeout, c.Dial != nil, rc.Dial != nil, rc.Timeout)
+	}
+	a, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rest.HTTPClientFor(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Transport == b.Transport {
+		t.Error("the election's client shares the watcher's transport")
 	}
 }
