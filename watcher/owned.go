@@ -69,11 +69,15 @@ func (o *ownedObjects) forget(key cache.ObjectName) {
 	o.deployed.Delete(key)
 }
 
-func newOwnedObjects(kube kubeclient.Interface, namespace string, resync time.Duration, enqueue func(cache.ObjectName)) *ownedObjects {
+// newOwnedObjects watches the owned objects of namespace ("" for all) through kube. live reports
+// whether a KindCustomHttp namespace/name exists (the watcher's informer cache, synced before these
+// informers start): only objects named as the program names those of a live KindCustomHttp are
+// cached whole (ownedTransform).
+func newOwnedObjects(kube kubeclient.Interface, namespace string, resync time.Duration, enqueue func(cache.ObjectName), live func(namespace, name string) bool) *ownedObjects {
 	selector := labels.SelectorFromSet(labels.Set{infra.LabelManagedBy: infra.ManagedBy}).String()
-	deployments := newInformer(kube, kube.AppsV1().Deployments(namespace), &appsv1.Deployment{}, selector, resync)
-	services := newInformer(kube, kube.CoreV1().Services(namespace), &corev1.Service{}, selector, resync)
-	configMaps := newInformer(kube, kube.CoreV1().ConfigMaps(namespace), &corev1.ConfigMap{}, selector, resync)
+	deployments := newInformer(kube, kube.AppsV1().Deployments(namespace), &appsv1.Deployment{}, selector, resync, ownedTransform(live))
+	services := newInformer(kube, kube.CoreV1().Services(namespace), &corev1.Service{}, selector, resync, ownedTransform(live))
+	configMaps := newInformer(kube, kube.CoreV1().ConfigMaps(namespace), &corev1.ConfigMap{}, selector, resync, ownedTransform(live))
 	o := &ownedObjects{kube: kube, informers: []cache.SharedIndexInformer{deployments, services, configMaps},
 		deployments: appslisters.NewDeploymentLister(deployments.GetIndexer()),
 		services:    corelisters.NewServiceLister(services.GetIndexer()),
@@ -107,13 +111,13 @@ type listWatcher[L runtime.Object] interface {
 }
 
 // newInformer is the informer of the objects of c (one resource in one namespace, or all with
-// "") that match selector, each stripped of managedFields (stripMetadata), as client-go's
+// "") that match selector, each passed through transform (ownedTransform), as client-go's
 // generated informers (informers/apps/v1.NewFilteredDeploymentInformer, ...) make it. Those
 // take the whole kubernetes.Interface, which kubeclient does not implement (its package
 // comment says why), so the ListWatch is written here, as theirs is; kube is passed on for
 // client-go's watch-list check (the fake clientset has no watch-list).
 func newInformer[L runtime.Object](kube kubeclient.Interface, c listWatcher[L], obj runtime.Object, selector string,
-	resync time.Duration,
+	resync time.Duration, transform cache.TransformFunc,
 ) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -127,7 +131,7 @@ func newInformer[L runtime.Object](kube kubeclient.Interface, c listWatcher[L], 
 	}
 	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, kube), obj, resync,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	_ = inf.SetTransform(stripMetadata(false)) // fails only once the informer runs
+	_ = inf.SetTransform(transform) // fails only once the informer runs
 	return inf
 }
 
@@ -155,7 +159,7 @@ func (o *ownedObjects) readiness(ctx context.Context, d api.Desired, live bool) 
 	var dep *appsv1.Deployment
 	if !live {
 		dep, _ = o.deployments.Deployments(d.Namespace).Get(d.Name)
-		if at, ok := o.deployed.Load(key); ok && !at.(deployedAt).covers(dep) {
+		if at, ok := o.deployed.Load(key); (ok && !at.(deployedAt).covers(dep)) || isStub(dep) {
 			live = true
 		}
 	}
@@ -217,7 +221,10 @@ func (o *ownedObjects) drift(ctx context.Context, digest string, d api.Desired) 
 	if last, found := o.inSync.Load(key); ok && found && last.(syncedAt) == at {
 		return nil
 	}
-	if len(compare(d, dep, svc, cm)) == 0 {
+	// The cache holds a ConfigMap's data as a digest only, and look-alikes as stubs (ownedcache.go):
+	// a stub is never compared, the live read below decides.
+	if !isStub(dep) && !isStub(svc) && !isStub(cm) &&
+		len(compare(d, dep, svc, comparableConfigMap(cm, infra.Build(d).ConfigMap.Data))) == 0 {
 		if ok {
 			o.inSync.Store(key, at)
 		}

@@ -250,6 +250,9 @@ func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opt
 	w.owned = newOwnedObjects(kube, opts.Namespace, 0, func(key cache.ObjectName) {
 		w.lanes.markOwned(key)
 		w.queue.Add(key)
+	}, func(namespace, name string) bool {
+		_, exists, err := w.informer.GetStore().GetByKey(namespace + "/" + name)
+		return err == nil && exists
 	})
 	_, _ = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: w.enqueue,
