@@ -34,7 +34,11 @@ func TestOwnedTransform(t *testing.T) {
 		"a look-alike ConfigMap, no such object":        {obj: &corev1.ConfigMap{ObjectMeta: labelled("flood-1", "flood-1"), Data: map[string]string{"k": big}}, stub: true},
 		"a look-alike naming the live object wrongly":   {obj: &corev1.ConfigMap{ObjectMeta: labelled("web-other", "web"), Data: map[string]string{"k": big}}, stub: true},
 		"a look-alike Service":                          {obj: &corev1.Service{ObjectMeta: labelled("svc", "nobody")}, stub: true},
-		"a look-alike in another namespace":             {obj: func() any { m := labelled("web", "web"); m.Namespace = "team-b"; return &appsv1.Deployment{ObjectMeta: m} }(), stub: true},
+		"a look-alike in another namespace": {obj: func() any {
+			m := labelled("web", "web")
+			m.Namespace = "team-b"
+			return &appsv1.Deployment{ObjectMeta: m}
+		}(), stub: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := tr(tc.obj)
