@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"maps"
+	"reflect"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -108,7 +109,10 @@ const maxStubOwners = 4
 
 // isStub reports whether m is a cached stub (ownedTransform).
 func isStub(m metav1.Object) bool {
-	return m != nil && m.GetAnnotations()[stubAnnotation] != ""
+	if m == nil || reflect.ValueOf(m).IsNil() { // a nil *Deployment in the interface: absent
+		return false
+	}
+	return m.GetAnnotations()[stubAnnotation] != ""
 }
 
 // dataDigest is the SHA-256 of a ConfigMap's data and binary data, each key and value length-

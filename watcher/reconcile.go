@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,7 +31,13 @@ import (
 // outcome echoes the reconcile request's token (status.lastHandledReconcileAt), so that
 // `pulumi-operator reconcile --wait` learns it. A returned error means "retry with backoff";
 // nil means done until the next event.
-func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) (err error) {
+func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) error {
+	return w.reconcileFrom(ctx, key, false)
+}
+
+// reconcileFrom is reconcile of key taken from the queue's fast lane when fast is set: such a
+// reconcile runs no up (queue.go); one that finds an up to run queues key in the slow lane.
+func (w *Watcher) reconcileFrom(ctx context.Context, key cache.ObjectName, fast bool) (err error) {
 	obj, err := w.lister.ByNamespace(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		w.forget(key)
@@ -68,6 +75,15 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) (err erro
 	if !p.run {
 		return w.updateReadiness(ctx, o, d)
 	}
+	if fast {
+		w.queue.Add(key) // pushed to the slow lane once this worker is done with key
+		return nil
+	}
+	if wait := w.refreshWait(key, p); wait > 0 {
+		// Drift repair or a requested refresh, too soon after the last: looked at again then.
+		w.queue.AddAfter(key, wait)
+		return nil
+	}
 	if err := ownership.Check(ctx, w.kube, d); err != nil {
 		// An up would take over objects somebody else made (the provider upserts): never.
 		return w.fail(o, api.ReasonObjectConflict, err)
@@ -97,6 +113,7 @@ func (w *Watcher) forget(key cache.ObjectName) {
 	w.pluginWait.remove(key)
 	w.converted.Delete(key)
 	w.owned.forget(key)
+	w.lastRefresh.Delete(key)
 }
 
 // fail reports a retryable problem found before any Pulumi run (status and a Warning Event)
@@ -180,6 +197,12 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 	if len(p.drift) > 0 {
 		w.recorder.Eventf(u, corev1.EventTypeNormal, ReasonDriftDetected, "changed outside Pulumi, repairing: %v", p.drift)
 	}
+	if !w.nsUps.acquire(u.GetNamespace(), w.opts.MaxUpsPerNamespace) {
+		// The namespace has its share of workers: another namespace's object may take this one.
+		w.queue.AddAfter(cache.MetaObjectToName(u), nsBusyRetry)
+		return nil
+	}
+	defer w.nsUps.release(u.GetNamespace())
 	// A retry keeps the failure it retries visible (Ready False, Reconciling True "Retrying")
 	// instead of flipping status to Progressing and back on every attempt.
 	if !retrying(cr) {
@@ -193,6 +216,9 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 	}
 	key := cache.MetaObjectToName(u)
 	w.applied.Delete(key)
+	if p.refresh {
+		w.lastRefresh.Store(key, time.Now())
+	}
 	opCtx, cancel := context.WithTimeout(ctx, w.opts.OperationTimeout)
 	res, upErr := w.stacks.Up(opCtx, d, stack.RunOptions{Refresh: p.refresh})
 	upErr = w.timedOut(ctx, opCtx, "up", stackName, upErr)
@@ -247,6 +273,52 @@ func (w *Watcher) updateReadiness(ctx context.Context, o *object, d api.Desired)
 	o.echoRequest()
 	o.setStatus(func(st *api.KindCustomHttpStatus) { setReadiness(st, o.gen, h) })
 	return rolloutResult(h)
+}
+
+// refreshWait is how long key's up p must wait: the rest of MinRefreshInterval since its last up
+// with a refresh, when p only refreshes (drift repair, a reconcile request); 0 otherwise.
+func (w *Watcher) refreshWait(key cache.ObjectName, p plan) time.Duration {
+	if !p.refresh || p.why == ReasonCreated || p.why == ReasonUpdated || w.opts.MinRefreshInterval < 0 {
+		return 0
+	}
+	last, ok := w.lastRefresh.Load(key)
+	if !ok {
+		return 0
+	}
+	return w.opts.MinRefreshInterval - time.Since(last.(time.Time))
+}
+
+// nsBusyRetry is how soon an object whose namespace had its MaxUpsPerNamespace ups running is
+// looked at again.
+const nsBusyRetry = time.Second
+
+// namespaceSlots counts running ups per namespace.
+type namespaceSlots struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// acquire takes one of max slots of namespace ns (max 0: no limit) and reports whether it could.
+func (s *namespaceSlots) acquire(ns string, max int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == nil {
+		s.n = map[string]int{}
+	}
+	if max > 0 && s.n[ns] >= max {
+		return false
+	}
+	s.n[ns]++
+	return true
+}
+
+// release gives back a slot of ns.
+func (s *namespaceSlots) release(ns string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[ns]--; s.n[ns] <= 0 {
+		delete(s.n, ns)
+	}
 }
 
 // errRolloutInProgress is the result of a reconcile that left the stack up to date and the

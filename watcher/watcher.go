@@ -100,9 +100,19 @@ type Options struct {
 	OperationTimeout time.Duration
 	// StaleLockTimeout, when set, is how old a stack lock must be before the watcher removes it
 	// although its owner may live. Zero (the default) never removes a lock by age: see
-	// stalelock.go for the locks that are removed (a dead process of this host, an earlier
+	// stalelock.go for the locks that are removed (a dead process of this operator, an earlier
 	// leader of this installation) and why every other one is waited out.
 	StaleLockTimeout time.Duration
+	// MinRefreshInterval is the least time between two ups of one object that only repair drift
+	// or answer a reconcile request (both with a refresh): a tenant who scales their Deployments
+	// in a loop, an HPA fighting the spec, or a script annotating objects gets at most one such
+	// up per object per interval; a spec change is never held back. Zero takes the default,
+	// 10 s; negative turns the limit off.
+	MinRefreshInterval time.Duration
+	// MaxUpsPerNamespace caps the ups running at once for the objects of one namespace (0: no
+	// cap), so that with it below the worker count one namespace's work always leaves a worker
+	// to the others. An object over the cap is looked at again nsBusyRetry later.
+	MaxUpsPerNamespace int
 	// Metadata, when set, watches the names and versions of ConfigMaps and Secrets so that a
 	// change of a spec.envFrom source rolls the pods within seconds; without it such a change
 	// is noticed at the next resync.
@@ -144,8 +154,9 @@ type Watcher struct {
 	kube     kubeclient.Interface
 	envSync  []cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	// lanes is the queue's storage: keys whose owned objects changed are processed first.
-	lanes *ownedFirst
+	// lanes is the queue's storage: fair across namespaces, keys whose owned objects changed
+	// first unless they need an up.
+	lanes *fairLanes
 	// retry is the queue's rate limiter, kept to compute the shorter backoff of a backend
 	// outage; Forget on the queue resets it.
 	retry    workqueue.TypedRateLimiter[cache.ObjectName]
@@ -190,6 +201,11 @@ type Watcher struct {
 	// --stale-lock-timeout counts a lock's age from there, never from the time its taker's clock
 	// wrote into it.
 	lockSeen sync.Map
+	// lastRefresh holds, per object, when its last up with a refresh (drift repair, reconcile
+	// request) started (MinRefreshInterval).
+	lastRefresh sync.Map
+	// nsUps counts the ups running per namespace (MaxUpsPerNamespace).
+	nsUps namespaceSlots
 	// lockSafeAt is when (fence clock, ns) the processes of the replica that led before this one
 	// are gone at the latest: the Lease rule (stalelock.go) removes none of their locks before.
 	lockSafeAt atomic.Int64
@@ -210,6 +226,9 @@ func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opt
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.MinRefreshInterval == 0 {
+		opts.MinRefreshInterval = 10 * time.Second
+	}
 	if opts.PluginPoll == 0 {
 		opts.PluginPoll = 2 * time.Second
 	}
@@ -223,7 +242,7 @@ func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opt
 	// The cache holds no managedFields and no last-applied copy of any object (stripMetadata).
 	_ = inf.Informer().SetTransform(stripMetadata(false))
 	retry := retryLimiter()
-	lanes := newOwnedFirst()
+	lanes := newFairLanes()
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	w := &Watcher{

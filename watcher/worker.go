@@ -161,7 +161,7 @@ func (w *Watcher) processNext(work, ctx context.Context) bool {
 		return false
 	}
 	start := time.Now()
-	err := w.reconcile(ctx, key)
+	err := w.reconcileFrom(ctx, key, w.lanes.tookFast(key))
 	w.metrics.observeReconcile(err, time.Since(start))
 	if err == nil {
 		w.queue.Forget(key)

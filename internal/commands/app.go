@@ -63,6 +63,9 @@ type config struct {
 	operationTimeout time.Duration
 	// fence is the leader's write permission with --leader-elect (runWatch), nil otherwise.
 	fence *fence.Fence
+	// minRefresh and maxUpsPerNS are watch's --min-refresh-interval and --max-ups-per-namespace.
+	minRefresh  time.Duration
+	maxUpsPerNS int
 }
 
 // App builds the pulumi-operator command line. Run it with os.Args; it never exits the

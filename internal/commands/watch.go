@@ -69,6 +69,10 @@ func watchCommand(cfg *config) *cli.Command {
 				Usage: "on SIGTERM, how long running Pulumi operations may finish before they are cancelled"},
 			&cli.DurationFlag{Name: "operation-timeout", EnvVars: []string{"PULUMI_OPERATOR_OPERATION_TIMEOUT"}, Value: 3 * time.Minute, Destination: &cfg.operationTimeout,
 				Usage: "cancel an up or destroy that runs longer than `DURATION` (its object is retried with backoff), so that no object holds a worker"},
+			&cli.DurationFlag{Name: "min-refresh-interval", EnvVars: []string{"PULUMI_OPERATOR_MIN_REFRESH_INTERVAL"}, Value: 10 * time.Second, Destination: &cfg.minRefresh,
+				Usage: "least `DURATION` between two ups of one object that only repair drift or answer a reconcile request (a spec change is never held back); negative: no limit"},
+			&cli.IntFlag{Name: "max-ups-per-namespace", EnvVars: []string{"PULUMI_OPERATOR_MAX_UPS_PER_NAMESPACE"}, Destination: &cfg.maxUpsPerNS,
+				Usage: "at most `N` ups at once for the objects of one namespace, so that one namespace's work leaves workers to the others (below --workers); 0: no cap"},
 			&cli.DurationFlag{Name: "stale-lock-timeout", EnvVars: []string{"PULUMI_OPERATOR_STALE_LOCK_TIMEOUT"}, Destination: &cfg.staleLock,
 				Usage: "opt in: a stack lock this process has seen for longer than `DURATION` (its own clock) is removed (pulumi cancel) even if its owner may live, unless a process of this operator holds it; 0 (the default) never removes a lock by age (locks of this operator's processes that have ended, and of earlier operator pods of this installation, are removed at once; others are waited out and reported)"},
 		},
@@ -126,6 +130,7 @@ func runWatch(parent context.Context, cfg *config) error {
 	w := watcher.New(client, kube, watcher.ManagerStacks{Manager: mgr}, watcher.Options{
 		Namespace: cfg.namespace, LabelSelector: cfg.selector, Resync: cfg.resync, DigestSalt: salt,
 		ShutdownGrace: cfg.grace, OperationTimeout: cfg.operationTimeout, StaleLockTimeout: cfg.staleLock, Registry: reg, Metadata: meta,
+		MinRefreshInterval: cfg.minRefresh, MaxUpsPerNamespace: cfg.maxUpsPerNS,
 		SecretNamespaces: cfg.secretNamespaces.Value(),
 		FindPlugin:       mgr.KubernetesPlugin,
 	})
