@@ -54,8 +54,8 @@ func (o *ownedObjects) leftBehind(namespace, name string, uid types.UID) []leftO
 	if s, err := o.services.Services(namespace).Get(name); err == nil && mine(s) {
 		out = append(out, leftObject{"Service", s.Name, s})
 	}
-	if c, err := o.configMaps.ConfigMaps(namespace).Get(name + api.ConfigMapSuffix); err == nil && mine(c) {
-		out = append(out, leftObject{"ConfigMap", c.Name, c})
+	if c := o.configMap(namespace, name+api.ConfigMapSuffix); c != nil && mine(c) {
+		out = append(out, leftObject{"ConfigMap", c.GetName(), c})
 	}
 	return out
 }
@@ -73,8 +73,8 @@ func (o *ownedObjects) terminating(namespace, name string) []leftObject {
 	if s, err := o.services.Services(namespace).Get(name); err == nil && going(s) {
 		out = append(out, leftObject{"Service", s.Name, s})
 	}
-	if c, err := o.configMaps.ConfigMaps(namespace).Get(name + api.ConfigMapSuffix); err == nil && going(c) {
-		out = append(out, leftObject{"ConfigMap", c.Name, c})
+	if c := o.configMap(namespace, name+api.ConfigMapSuffix); c != nil && going(c) {
+		out = append(out, leftObject{"ConfigMap", c.GetName(), c})
 	}
 	return out
 }

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
@@ -36,7 +38,10 @@ type ownedObjects struct {
 	informers   []cache.SharedIndexInformer // the Deployments', Services' and ConfigMaps'
 	deployments appslisters.DeploymentLister
 	services    corelisters.ServiceLister
-	configMaps  corelisters.ConfigMapLister
+	// configMaps is the ConfigMaps' cache: their metadata only (a metadata informer) when the
+	// watcher has a metadata client, else typed, each ConfigMap's data replaced by its digest
+	// (ownedcache.go). Read it with configMap.
+	configMaps cache.Indexer
 	hasSynced   []cache.InformerSynced
 	// inSync holds, per KindCustomHttp (cache.ObjectName), the last drift check that found the
 	// live objects as declared (syncedAt), so that a resync that finds the same digest and the
@@ -47,6 +52,17 @@ type ownedObjects struct {
 	deployed sync.Map
 }
 
+// configMap is the cached ConfigMap namespace/name (a *metav1.PartialObjectMetadata, or a
+// *corev1.ConfigMap without its data), nil when the cache has none.
+func (o *ownedObjects) configMap(namespace, name string) metav1.Object {
+	obj, exists, err := o.configMaps.GetByKey(namespace + "/" + name)
+	if err != nil || !exists {
+		return nil
+	}
+	m, _ := obj.(metav1.Object)
+	return m
+}
+
 // syncedAt is what a drift check compared and found in sync: the digest of everything that
 // decides what the program declares (Watcher.digest) and the resourceVersions of the live
 // Deployment, Service and ConfigMap. The apiserver gives every change of an object a new
@@ -55,11 +71,11 @@ type syncedAt struct{ digest, deployment, service, configMap string }
 
 // versions is the syncedAt of digest and the three live objects; ok is false when one is
 // missing or has no resourceVersion (nothing to remember then).
-func versions(digest string, dep *appsv1.Deployment, svc *corev1.Service, cm *corev1.ConfigMap) (at syncedAt, ok bool) {
+func versions(digest string, dep *appsv1.Deployment, svc *corev1.Service, cm metav1.Object) (at syncedAt, ok bool) {
 	if dep == nil || svc == nil || cm == nil {
 		return syncedAt{}, false
 	}
-	at = syncedAt{digest, dep.ResourceVersion, svc.ResourceVersion, cm.ResourceVersion}
+	at = syncedAt{digest, dep.ResourceVersion, svc.ResourceVersion, cm.GetResourceVersion()}
 	return at, at.deployment != "" && at.service != "" && at.configMap != ""
 }
 
@@ -69,19 +85,29 @@ func (o *ownedObjects) forget(key cache.ObjectName) {
 	o.deployed.Delete(key)
 }
 
-// newOwnedObjects watches the owned objects of namespace ("" for all) through kube. live reports
-// whether a KindCustomHttp namespace/name exists (the watcher's informer cache, synced before these
-// informers start): only objects named as the program names those of a live KindCustomHttp are
-// cached whole (ownedTransform).
-func newOwnedObjects(kube kubeclient.Interface, namespace string, resync time.Duration, enqueue func(cache.ObjectName), live func(namespace, name string) bool) *ownedObjects {
+// newOwnedObjects watches the owned objects of namespace ("" for all) through kube, and the
+// ConfigMaps' metadata only through meta when it is not nil: a ConfigMap's data (up to 1 MiB,
+// anybody's who can set a label) then never reaches the operator, and the drift check reads a
+// ConfigMap from the API server when its resourceVersion says it changed. live reports whether a
+// KindCustomHttp namespace/name exists (the watcher's informer cache, synced before these informers
+// start): only objects named as the program names those of a live KindCustomHttp are cached whole
+// (ownedTransform).
+func newOwnedObjects(kube kubeclient.Interface, meta metadata.Interface, namespace string, resync time.Duration, enqueue func(cache.ObjectName), live func(namespace, name string) bool) *ownedObjects {
 	selector := labels.SelectorFromSet(labels.Set{infra.LabelManagedBy: infra.ManagedBy}).String()
 	deployments := newInformer(kube, kube.AppsV1().Deployments(namespace), &appsv1.Deployment{}, selector, resync, ownedTransform(live))
 	services := newInformer(kube, kube.CoreV1().Services(namespace), &corev1.Service{}, selector, resync, ownedTransform(live))
-	configMaps := newInformer(kube, kube.CoreV1().ConfigMaps(namespace), &corev1.ConfigMap{}, selector, resync, ownedTransform(live))
+	var configMaps cache.SharedIndexInformer
+	if meta != nil {
+		configMaps = metadatainformer.NewFilteredMetadataInformer(meta, corev1.SchemeGroupVersion.WithResource("configmaps"), namespace, resync,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, func(lo *metav1.ListOptions) { lo.LabelSelector = selector }).Informer()
+		_ = configMaps.SetTransform(ownedTransform(live))
+	} else {
+		configMaps = newInformer(kube, kube.CoreV1().ConfigMaps(namespace), &corev1.ConfigMap{}, selector, resync, ownedTransform(live))
+	}
 	o := &ownedObjects{kube: kube, informers: []cache.SharedIndexInformer{deployments, services, configMaps},
 		deployments: appslisters.NewDeploymentLister(deployments.GetIndexer()),
 		services:    corelisters.NewServiceLister(services.GetIndexer()),
-		configMaps:  corelisters.NewConfigMapLister(configMaps.GetIndexer()),
+		configMaps:  configMaps.GetIndexer(),
 	}
 	toOwner := func(obj any) {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -216,14 +242,16 @@ func (o *ownedObjects) drift(ctx context.Context, digest string, d api.Desired) 
 	key := cache.ObjectName{Namespace: d.Namespace, Name: d.Name}
 	dep, _ := o.deployments.Deployments(d.Namespace).Get(d.Name)
 	svc, _ := o.services.Services(d.Namespace).Get(d.Name)
-	cm, _ := o.configMaps.ConfigMaps(d.Namespace).Get(d.ConfigMapName())
-	at, ok := versions(digest, dep, svc, cm)
+	cmMeta := o.configMap(d.Namespace, d.ConfigMapName())
+	at, ok := versions(digest, dep, svc, cmMeta)
 	if last, found := o.inSync.Load(key); ok && found && last.(syncedAt) == at {
 		return nil
 	}
-	// The cache holds a ConfigMap's data as a digest only, and look-alikes as stubs (ownedcache.go):
-	// a stub is never compared, the live read below decides.
-	if !isStub(dep) && !isStub(svc) && !isStub(cm) &&
+	// The cache holds a ConfigMap's metadata only (or its data as a digest), and look-alikes as
+	// stubs (ownedcache.go): a stub, or a ConfigMap whose data the cache does not have, is never
+	// compared there; the live read below decides.
+	cm, typed := cmMeta.(*corev1.ConfigMap)
+	if typed && !isStub(dep) && !isStub(svc) && !isStub(cm) &&
 		len(compare(d, dep, svc, comparableConfigMap(cm, infra.Build(d).ConfigMap.Data))) == 0 {
 		if ok {
 			o.inSync.Store(key, at)
@@ -247,7 +275,16 @@ func (o *ownedObjects) drift(ctx context.Context, digest string, d api.Desired) 
 	} else if !apierrors.IsNotFound(err) {
 		return nil
 	}
-	return compare(d, dep, svc, cm)
+	diffs := compare(d, dep, svc, cm)
+	if len(diffs) == 0 {
+		// In sync as read live: remembered by the live versions, which the cache shows once it
+		// has caught up, so that the next checks need no read (a cache that only holds a
+		// ConfigMap's metadata needs one per change of it).
+		if at, ok := versions(digest, dep, svc, cm); ok {
+			o.inSync.Store(key, at)
+		}
+	}
+	return diffs
 }
 
 // compare is drift's pure part; nil objects are missing ones. It compares each live object with

@@ -59,7 +59,7 @@ func ownedTransform(live func(namespace, name string) bool) cache.TransformFunc 
 		}
 		instance := m.GetLabels()[infra.LabelInstance]
 		want := instance
-		if _, isCM := obj.(*corev1.ConfigMap); isCM {
+		if isConfigMap(obj) {
 			want = instance + api.ConfigMapSuffix
 		}
 		if instance == "" || m.GetName() != want || live == nil || !live(m.GetNamespace(), instance) {
@@ -93,19 +93,32 @@ func stubOf(obj any) any {
 		// nobody's here: left alone).
 		OwnerReferences: slices.Clone(m.GetOwnerReferences()[:min(len(m.GetOwnerReferences()), maxStubOwners)]),
 	}
-	switch obj.(type) {
+	switch o := obj.(type) {
 	case *appsv1.Deployment:
 		return &appsv1.Deployment{ObjectMeta: meta}
 	case *corev1.Service:
 		return &corev1.Service{ObjectMeta: meta}
 	case *corev1.ConfigMap:
 		return &corev1.ConfigMap{ObjectMeta: meta}
+	case *metav1.PartialObjectMetadata:
+		return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: meta}
 	}
 	return obj
 }
 
 // maxStubOwners bounds the owner references a stub keeps.
 const maxStubOwners = 4
+
+// isConfigMap reports whether obj is a ConfigMap, typed or as metadata only.
+func isConfigMap(obj any) bool {
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		return true
+	case *metav1.PartialObjectMetadata:
+		return o.Kind == "ConfigMap" || o.Kind == ""
+	}
+	return false
+}
 
 // isStub reports whether m is a cached stub (ownedTransform).
 func isStub(m metav1.Object) bool {

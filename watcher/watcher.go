@@ -266,7 +266,7 @@ func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opt
 	// A resync of each of them would queue every object again: four reconciles per object per
 	// period instead of one (docs/benchmarks.md, the idle figure). Their real changes still
 	// queue the owner at once.
-	w.owned = newOwnedObjects(kube, opts.Namespace, 0, func(key cache.ObjectName) {
+	w.owned = newOwnedObjects(kube, opts.Metadata, opts.Namespace, 0, func(key cache.ObjectName) {
 		w.lanes.markOwned(key)
 		w.queue.Add(key)
 	}, func(namespace, name string) bool {
