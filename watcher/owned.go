@@ -42,7 +42,7 @@ type ownedObjects struct {
 	// watcher has a metadata client, else typed, each ConfigMap's data replaced by its digest
 	// (ownedcache.go). Read it with configMap.
 	configMaps cache.Indexer
-	hasSynced   []cache.InformerSynced
+	hasSynced  []cache.InformerSynced
 	// inSync holds, per KindCustomHttp (cache.ObjectName), the last drift check that found the
 	// live objects as declared (syncedAt), so that a resync that finds the same digest and the
 	// same object versions does not compare again.
