@@ -322,9 +322,13 @@ func load(t *testing.T, c *testenv.Cluster, ns string, objects, scaled int) (sto
 		_, err := c.Client.Resource(crs).Namespace(ns).Patch(context.Background(), fmt.Sprintf("o%03d", i%objects), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
 	}, &counts.requests)
-	return func() loadCounts {
-		close(done)
-		wg.Wait()
+	var once sync.Once
+	stop = func() loadCounts {
+		once.Do(func() { close(done); wg.Wait() })
+		mu.Lock()
+		defer mu.Unlock()
 		return counts
 	}
+	t.Cleanup(func() { stop() }) // a failed test stops its load too, before the next one starts
+	return stop
 }
