@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -305,7 +306,9 @@ func compare(d api.Desired, dep *appsv1.Deployment, svc *corev1.Service, cm *cor
 			return
 		}
 		for i := 0; i < len(pairs); i += 3 {
-			if diff, ok := declaredDiff(pairs[i].(string), reflect.ValueOf(pairs[i+1]), reflect.ValueOf(pairs[i+2])); !ok {
+			path := pairs[i].(string)
+			opaque := strings.HasPrefix(what, "ConfigMap ") && path == "data"
+			if diff, ok := declaredDiff(path, reflect.ValueOf(pairs[i+1]), reflect.ValueOf(pairs[i+2]), opaque); !ok {
 				diffs = append(diffs, what+" "+diff)
 				return
 			}
@@ -356,18 +359,49 @@ func undeclaredKey(path string, want, live map[string]string) (string, bool) {
 // set, but a value behind a set pointer is (replicas 0, a false flag); a set slice must be no
 // longer than live's and match it element by element, a set map must have each of its keys in
 // live. When a field differs it returns where, as a JSON path under path, with both values
-// ("spec.replicas is 5, want 2"); the message and its path are built only then, as it runs for
+// ("spec.replicas is 5, want 2"), each clipped (quote); opaque says the values are not to be
+// quoted at all, only their sizes ("data[k] differs: 9 bytes, want 3 bytes"), which is how a
+// ConfigMap's data is reported. The message and its path are built only then, as it runs for
 // every object on each resync.
 //
 // Hand-written because apimachinery's equality.Semantic.DeepDerivative, which has these rules
 // otherwise, compares zero numbers too: a probe's timeoutSeconds, which Declare leaves unset
 // and the apiserver sets to 1, would be drift on every object.
-func declaredDiff(path string, want, live reflect.Value) (string, bool) {
+func declaredDiff(path string, want, live reflect.Value, opaque bool) (string, bool) {
 	m := derive(want, live, false)
 	if m == nil {
 		return "", true
 	}
-	return m.String(path), false
+	return m.String(path, opaque), false
+}
+
+// quoteLimit is how many bytes of a value a drift message quotes (quote). Drift messages go
+// into Events, whose message the apiserver keeps in etcd and shows to whoever may list Events
+// in the namespace, and into the operator's log; a value may be a whole ConfigMap file of up to
+// the object size limit. The bound keeps an image reference or a label whole in the common case.
+const quoteLimit = 64
+
+// quote is v as a drift message shows it: fmt's %v, cut to at most quoteLimit bytes (at a rune
+// boundary) with "… (N bytes)" after it when it is longer, N its whole length.
+func quote(v any) string {
+	s := fmt.Sprint(v)
+	if len(s) <= quoteLimit {
+		return s
+	}
+	cut := quoteLimit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
+}
+
+// size is the length in bytes of v as fmt's %v writes it: what an opaque drift message says
+// of a value instead of quoting it.
+func size(v any) int {
+	if s, ok := v.(string); ok {
+		return len(s)
+	}
+	return len(fmt.Sprint(v))
 }
 
 // mismatch is where derive found a declared field that differs: the path below the compared
@@ -380,22 +414,27 @@ type mismatch struct {
 
 func (m *mismatch) at(elem string) *mismatch { m.rev = append(m.rev, elem); return m }
 
-// String is the message for a mismatch under path.
-func (m *mismatch) String(path string) string {
+// String is the message for a mismatch under path, its values clipped (quote), or, opaque,
+// given only by their sizes in bytes.
+func (m *mismatch) String(path string, opaque bool) string {
 	var b strings.Builder
 	b.WriteString(path)
 	for i := len(m.rev) - 1; i >= 0; i-- {
 		b.WriteString(m.rev[i])
 	}
-	switch m.what {
-	case "missing":
+	switch {
+	case m.what == "missing":
 		return b.String() + " is missing"
-	case "unset":
-		return fmt.Sprintf("%s is unset, want %v", b.String(), m.want)
-	case "items":
+	case m.what == "items":
 		return fmt.Sprintf("%s has %v items, want %v", b.String(), m.live, m.want)
+	case m.what == "unset" && opaque:
+		return fmt.Sprintf("%s is unset, want %d bytes", b.String(), size(m.want))
+	case m.what == "unset":
+		return fmt.Sprintf("%s is unset, want %s", b.String(), quote(m.want))
+	case opaque:
+		return fmt.Sprintf("%s differs: %d bytes, want %d bytes", b.String(), size(m.live), size(m.want))
 	}
-	return fmt.Sprintf("%s is %v, want %v", b.String(), m.live, m.want)
+	return fmt.Sprintf("%s is %s, want %s", b.String(), quote(m.live), quote(m.want))
 }
 
 // derive is declaredDiff's walk; explicit marks a value reached through a set pointer, which
