@@ -217,14 +217,24 @@ func TestUnitFairShare(t *testing.T) {
 	t.Run("namespace cap", func(t *testing.T) {
 		f := newUnit(t, Options{MaxUpsPerNamespace: 1})
 		f.create(kch("web", nil, Finalizer))
-		f.w.nsUps.acquire(unitNS, 1) // another object of the namespace is being updated
+		other := cache.ObjectName{Namespace: unitNS, Name: "other"}
+		f.w.nsUps.acquire(other, 1) // another object of the namespace is being updated
 		if err := f.reconcile("web"); err != nil {
 			t.Fatal(err)
 		}
 		if got := f.journal.take(); slices.Contains(got, "up refresh=false") {
 			t.Errorf("an up over the namespace's cap: %q", got)
 		}
-		f.w.nsUps.release(unitNS)
+		if err := f.reconcile("web"); err != nil { // a second look parks it once, not twice
+			t.Fatal(err)
+		}
+		parked := f.w.nsUps.release(unitNS)
+		if want := []cache.ObjectName{{Namespace: unitNS, Name: "web"}}; !slices.Equal(parked, want) {
+			t.Fatalf("the release hands back %v, want %v to queue again", parked, want)
+		}
+		if again := f.w.nsUps.release(unitNS); len(again) != 0 {
+			t.Errorf("a second release hands back %v again", again)
+		}
 		if err := f.reconcile("web"); err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -84,6 +85,17 @@ func (w *Watcher) reconcileFrom(ctx context.Context, key cache.ObjectName, fast 
 		w.queue.AddAfter(key, wait)
 		return nil
 	}
+	if !w.nsUps.acquire(key, w.opts.MaxUpsPerNamespace) {
+		// The namespace has its share of workers: parked, before any API request, until one of
+		// its ups ends (then queued again), so that a namespace with a backlog costs the
+		// others neither workers nor the client's rate limit.
+		return nil
+	}
+	defer func() {
+		for _, k := range w.nsUps.release(key.Namespace) {
+			w.queue.Add(k)
+		}
+	}()
 	if err := ownership.Check(ctx, w.kube, d); err != nil {
 		// An up would take over objects somebody else made (the provider upserts): never.
 		return w.fail(o, api.ReasonObjectConflict, err)
@@ -197,12 +209,6 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 	if len(p.drift) > 0 {
 		w.recorder.Eventf(u, corev1.EventTypeNormal, ReasonDriftDetected, "changed outside Pulumi, repairing: %v", p.drift)
 	}
-	if !w.nsUps.acquire(u.GetNamespace(), w.opts.MaxUpsPerNamespace) {
-		// The namespace has its share of workers: another namespace's object may take this one.
-		w.queue.AddAfter(cache.MetaObjectToName(u), nsBusyRetry)
-		return nil
-	}
-	defer w.nsUps.release(u.GetNamespace())
 	// A retry keeps the failure it retries visible (Ready False, Reconciling True "Retrying")
 	// instead of flipping status to Progressing and back on every attempt.
 	if !retrying(cr) {
@@ -288,37 +294,45 @@ func (w *Watcher) refreshWait(key cache.ObjectName, p plan) time.Duration {
 	return w.opts.MinRefreshInterval - time.Since(last.(time.Time))
 }
 
-// nsBusyRetry is how soon an object whose namespace had its MaxUpsPerNamespace ups running is
-// looked at again.
-const nsBusyRetry = time.Second
-
-// namespaceSlots counts running ups per namespace.
+// namespaceSlots counts the ups running per namespace and parks the objects that wait for one.
+// A parked object is queued again when an up of its namespace ends, not polled: polling would
+// spend a worker and API requests on every waiting object of a busy namespace, every period.
 type namespaceSlots struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu      sync.Mutex
+	n       map[string]int
+	waiting map[string][]cache.ObjectName // per namespace, in the order parked, no duplicates
 }
 
-// acquire takes one of max slots of namespace ns (max 0: no limit) and reports whether it could.
-func (s *namespaceSlots) acquire(ns string, max int) bool {
+// acquire takes one of max slots of key's namespace (max 0: no limit) and reports whether it
+// could; when it could not, key is parked until the next release of that namespace.
+func (s *namespaceSlots) acquire(key cache.ObjectName, max int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.n == nil {
-		s.n = map[string]int{}
+		s.n, s.waiting = map[string]int{}, map[string][]cache.ObjectName{}
 	}
+	ns := key.Namespace
 	if max > 0 && s.n[ns] >= max {
+		if !slices.Contains(s.waiting[ns], key) {
+			s.waiting[ns] = append(s.waiting[ns], key)
+		}
 		return false
 	}
 	s.n[ns]++
 	return true
 }
 
-// release gives back a slot of ns.
-func (s *namespaceSlots) release(ns string) {
+// release gives back a slot of namespace ns and returns the objects parked for one, no longer
+// parked: the caller queues them again (each takes a slot or parks anew).
+func (s *namespaceSlots) release(ns string) []cache.ObjectName {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.n[ns]--; s.n[ns] <= 0 {
 		delete(s.n, ns)
 	}
+	parked := s.waiting[ns]
+	delete(s.waiting, ns)
+	return parked
 }
 
 // errRolloutInProgress is the result of a reconcile that left the stack up to date and the

@@ -111,7 +111,7 @@ type Options struct {
 	MinRefreshInterval time.Duration
 	// MaxUpsPerNamespace caps the ups running at once for the objects of one namespace (0: no
 	// cap), so that with it below the worker count one namespace's work always leaves a worker
-	// to the others. An object over the cap is looked at again nsBusyRetry later.
+	// to the others. An object over the cap is parked until an up of its namespace ends.
 	MaxUpsPerNamespace int
 	// Metadata, when set, watches the names and versions of ConfigMaps and Secrets so that a
 	// change of a spec.envFrom source rolls the pods within seconds; without it such a change

@@ -57,7 +57,10 @@ type operator struct {
 func startOperator(t *testing.T, c *testenv.Cluster, bin, state string, args ...string) *operator {
 	t.Helper()
 	all := append([]string{"--kubeconfig", c.Kubeconfig, "--state-dir", state, "--cluster-name", "tenants",
-		"--pulumi", testenv.PulumiCLI(t), "watch", "--health-addr", "", "--metrics-addr", ""}, args...)
+		"--pulumi", testenv.PulumiCLI(t), "watch", "--health-addr", "", "--metrics-addr", "",
+		// Every namespace, as a shared cluster's operator runs, but only this run's objects: the
+		// other test packages' objects on the same cluster are theirs to reconcile.
+		"--label-selector", runLabel + "=" + runID}, args...)
 	o := &operator{cmd: exec.Command(bin, all...), logs: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	o.cmd.Env = append(os.Environ(), "PULUMI_CONFIG_PASSPHRASE=tenants")
 	o.cmd.Stdout, o.cmd.Stderr = o.logs, o.logs
@@ -181,11 +184,18 @@ func TestFloodOfLookAlikes(t *testing.T) {
 	}
 }
 
-// kch is a KindCustomHttp namespace/name with one replica.
+// runLabel, with the value runID, marks the KindCustomHttps of this test run: the only ones its
+// operators reconcile (--label-selector).
+const runLabel = "test.pulumi-operator.dev/tenants-run"
+
+// runID tells this test run's objects from those of earlier or concurrent runs.
+var runID = strconv.FormatInt(time.Now().UnixNano(), 36)
+
+// kch is a KindCustomHttp namespace/name with one replica, of this test run (runLabel).
 func kch(ns, name string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "groupsp.measutosh.dev/v1", "kind": "KindCustomHttp",
-		"metadata": map[string]any{"name": name, "namespace": ns},
+		"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{runLabel: runID}},
 		"spec":     map[string]any{"replicaCount": int64(1), "port": int64(80), "configMapData": map[string]any{"hostports": "localhost,8080\n"}},
 	}}
 }
