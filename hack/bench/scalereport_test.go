@@ -29,8 +29,8 @@ func TestScaleGolden(t *testing.T) {
 }
 
 // TestSectionsKept: `make bench` rewrites the doc and keeps the scale, soak, partition and
-// tenants sections; `make
-// bench-scale` replaces its own section and leaves the rest of the doc as it was.
+// tenants sections; `make bench-scale` replaces its own section and leaves the rest of the doc
+// as it was.
 func TestSectionsKept(t *testing.T) {
 	kept := "\n" + scaleBegin + "\nscale v1\n" + scaleEnd + "\n\n" + soakBegin + "\nsoak\n" + soakEnd + "\n\n" +
 		partitionBegin + "\npartition\n" + partitionEnd + "\n\n" + tenantsBegin + "\ntenants\n" + tenantsEnd + "\n"
