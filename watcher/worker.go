@@ -161,8 +161,10 @@ func (w *Watcher) processNext(work, ctx context.Context) bool {
 		return false
 	}
 	start := time.Now()
-	err := w.reconcileFrom(ctx, key, w.lanes.tookFast(key))
+	fast := w.lanes.tookFast(key)
+	err := w.reconcileFrom(ctx, key, fast)
 	w.metrics.observeReconcile(err, time.Since(start))
+	w.log.Debug("reconciled", "object", key.String(), "fastLane", fast, "seconds", time.Since(start).Seconds(), "err", err)
 	if err == nil {
 		w.queue.Forget(key)
 		return true

@@ -56,7 +56,7 @@ type operator struct {
 // until its workers run (its caches synced). It is stopped (SIGTERM) when the test ends.
 func startOperator(t *testing.T, c *testenv.Cluster, bin, state string, args ...string) *operator {
 	t.Helper()
-	all := append([]string{"--kubeconfig", c.Kubeconfig, "--state-dir", state, "--cluster-name", "tenants",
+	all := append([]string{"--log-level", "debug", "--kubeconfig", c.Kubeconfig, "--state-dir", state, "--cluster-name", "tenants",
 		"--pulumi", testenv.PulumiCLI(t), "watch", "--health-addr", "", "--metrics-addr", "",
 		// Every namespace, as a shared cluster's operator runs, but only this run's objects: the
 		// other test packages' objects on the same cluster are theirs to reconcile.
@@ -207,6 +207,7 @@ func readyAfter(t *testing.T, c *testenv.Cluster, ns, name string, timeout time.
 	if _, err := c.Client.Resource(crs).Namespace(ns).Create(context.Background(), kch(ns, name), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%s/%s created at %s (the create took %s)", ns, name, time.Now().UTC().Format("15:04:05.000"), time.Since(start).Round(time.Millisecond))
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		return ready(ctx, c, ns, name), nil
 	})
