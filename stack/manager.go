@@ -370,7 +370,7 @@ var ErrCredentialsInURL = errors.New("backend URL holds a credential")
 // or nil.
 func credentialsInURL(u *url.URL) error {
 	_, hasPassword := u.User.Password()
-	if !hasPassword && !secretQuery.MatchString("?"+u.RawQuery) {
+	if !hasPassword && !hasSecretQuery(u.RawQuery) {
 		return nil
 	}
 	where := "in the backend's own environment variable"

@@ -171,7 +171,7 @@ func (w *Watcher) desired(ctx context.Context, o *object) (envsource.Resolved, s
 	if o.convErr != nil {
 		return envsource.Resolved{}, "", mustChange{o.convErr}
 	}
-	r, err := envsource.Resolve(ctx, o.cr, w.cluster, envsource.Options{ReadSecret: w.readsSecrets})
+	r, err := envsource.Resolve(ctx, o.cr, w.cluster, envsource.Options{ReadSecret: w.readsSecrets, Key: w.opts.EnvDigestKey})
 	if err != nil {
 		return envsource.Resolved{}, "", err
 	}

@@ -123,6 +123,9 @@ type Options struct {
 	// roll them (envsource.Options.ReadSecret; Event EnvSourceNotWatched). Empty (the default):
 	// no Secret is read, so the operator needs no permission on Secrets (README "Security").
 	SecretNamespaces []string
+	// EnvDigestKey is the key of the digest of spec.envFrom sources (envsource.LoadKey); an
+	// object with envFrom sources fails (envsource.ErrNoKey) without one.
+	EnvDigestKey []byte
 	// FindPlugin, when set, reports where the Kubernetes provider plugin is
 	// (stack.Manager.KubernetesPlugin; an error when it is absent). Objects whose up failed
 	// with stack.ErrPluginMissing are then retried within PluginPoll of the plugin appearing,

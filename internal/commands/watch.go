@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
+	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
 	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
@@ -93,6 +94,11 @@ func runWatch(parent context.Context, cfg *config) error {
 		fenced = fence.New(l.RenewDeadline)
 		cfg.fence = fenced
 	}
+	// Never an unkeyed digest of Secret data on the pod templates (envsource.LoadKey).
+	envKey, err := envsource.LoadKey(cfg.envDigestKeyFile, os.LookupEnv)
+	if err != nil {
+		return cli.Exit(err.Error(), ExitInvalidInput)
+	}
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rc, err := restConfig(cfg)
@@ -131,8 +137,8 @@ func runWatch(parent context.Context, cfg *config) error {
 		Namespace: cfg.namespace, LabelSelector: cfg.selector, Resync: cfg.resync, DigestSalt: salt,
 		ShutdownGrace: cfg.grace, OperationTimeout: cfg.operationTimeout, StaleLockTimeout: cfg.staleLock, Registry: reg, Metadata: meta,
 		MinRefreshInterval: cfg.minRefresh, MaxUpsPerNamespace: cfg.maxUpsPerNS,
-		SecretNamespaces: cfg.secretNamespaces.Value(),
-		FindPlugin:       mgr.KubernetesPlugin,
+		SecretNamespaces: cfg.secretNamespaces.Value(), EnvDigestKey: envKey,
+		FindPlugin: mgr.KubernetesPlugin,
 	})
 	var metricsHandler http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	var metricsTLSConfig *tls.Config

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
 	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
@@ -84,6 +85,15 @@ func TestWatchConfigErrors(t *testing.T) {
 			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "watch", "--leader-elect", "--leader-election-lease-duration", "12s", "--leader-election-renew-deadline", "10s"},
 			want: "--leader-election-lease-duration (12s) - --leader-election-renew-deadline (10s) = 2s leaves no room to fence",
 		},
+		"no digest key": {
+			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "--cluster-name", "c", "--secrets-provider", "awskms://alias/x", "watch"},
+			want: "--env-digest-key-file",
+		},
+		"unreadable digest key file": {
+			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
+			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "--env-digest-key-file", filepath.Join(dir, "no-key"), "watch"},
+			want: "read --env-digest-key-file",
+		},
 		"unreadable kubeconfig": {
 			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
 			args: []string{"--kubeconfig", filepath.Join(dir, "missing-kubeconfig"), "watch"},
@@ -92,7 +102,7 @@ func TestWatchConfigErrors(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			for _, k := range []string{"PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE", "KUBECONFIG", "PULUMI_BACKEND_URL"} {
+			for _, k := range []string{"PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE", "KUBECONFIG", "PULUMI_BACKEND_URL", envsource.KeyFileEnv} {
 				t.Setenv(k, "")
 				os.Unsetenv(k)
 			}

@@ -256,11 +256,16 @@ func (s Source) Desired(ctx context.Context, connect func() (Kube, error)) (api.
 			return api.Desired{}, err
 		}
 	}
-	// The resolver the watcher and the commands use (envsource.Resolve).
+	// The resolver the watcher and the commands use (envsource.Resolve), with the key they use
+	// (the same passphrase, or the key file --env-digest-key-file names, in the environment).
+	key, err := envsource.LoadKey(os.Getenv(envsource.KeyFileEnv), os.LookupEnv)
+	if err != nil && len(obj.Spec.EnvFrom) > 0 {
+		return api.Desired{}, err
+	}
 	r, err := envsource.Resolve(ctx, obj, func() (kubeclient.Interface, error) {
 		k, err := cluster()
 		return k.Core, err
-	}, envsource.Options{SkipForbidden: true})
+	}, envsource.Options{SkipForbidden: true, Key: key})
 	return r.Desired, err
 }
 
