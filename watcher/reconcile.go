@@ -50,6 +50,7 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) (err erro
 		return err
 	}
 	u = o.u
+	refs := w.judgeReferences(ctx, o)
 	r, stackName, err := w.desired(ctx, o)
 	var invalid *api.InvalidSpecError
 	var change mustChange
@@ -67,6 +68,9 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) (err erro
 	p := w.plan(ctx, cr, d, stackName)
 	if !p.run {
 		return w.updateReadiness(ctx, o, d)
+	}
+	if reason, err := w.mayRollOut(ctx, o, refs); err != nil {
+		return w.fail(o, reason, err)
 	}
 	if err := ownership.Check(ctx, w.kube, d); err != nil {
 		// An up would take over objects somebody else made (the provider upserts): never.
@@ -96,6 +100,7 @@ func (w *Watcher) forget(key cache.ObjectName) {
 	w.requests.forget(key)
 	w.pluginWait.remove(key)
 	w.converted.Delete(key)
+	w.digests.Delete(key)
 	w.owned.forget(key)
 }
 

@@ -39,12 +39,17 @@ func admissionStatus(ctx context.Context, kube kubeclient.Interface) (line strin
 }
 
 // checkAdmission logs at start whether the admission policy is in force: a warning, which a
-// user sees in the operator's log, when it is absent or cannot be looked up.
-func checkAdmission(ctx context.Context, kube kubeclient.Interface) {
+// user sees in the operator's log, when it is absent or cannot be looked up; with required
+// (--require-admission-policy) it says that objects naming a Secret wait for it. The watcher
+// looks again while it runs, and reports each object concerned (condition ReferencesChecked).
+func checkAdmission(ctx context.Context, kube kubeclient.Interface, required bool) {
 	line, ok := admissionStatus(ctx, kube)
-	if ok {
+	switch {
+	case ok:
 		slog.Info("admission policy in force", "policy", line)
-		return
+	case required:
+		slog.Warn("admission policy not in force: no object whose spec.envFrom names a Secret rolls out until it is (--require-admission-policy)", "policy", line)
+	default:
+		slog.Warn("admission policy not in force: whoever may write a KindCustomHttp can hand its pods any Secret of its namespace", "policy", line)
 	}
-	slog.Warn("admission policy not in force: whoever may write a KindCustomHttp can hand its pods any Secret of its namespace", "policy", line)
 }

@@ -61,6 +61,8 @@ type config struct {
 	secretNamespaces cli.StringSlice
 	previousPhrase   string
 	operationTimeout time.Duration
+	// requireAdmission is --require-admission-policy: watcher.Options.RequireAdmissionPolicy.
+	requireAdmission bool
 	// fence is the leader's write permission with --leader-elect (runWatch), nil otherwise.
 	fence *fence.Fence
 }

@@ -69,6 +69,8 @@ func watchCommand(cfg *config) *cli.Command {
 				Usage: "on SIGTERM, how long running Pulumi operations may finish before they are cancelled"},
 			&cli.DurationFlag{Name: "operation-timeout", EnvVars: []string{"PULUMI_OPERATOR_OPERATION_TIMEOUT"}, Value: 3 * time.Minute, Destination: &cfg.operationTimeout,
 				Usage: "cancel an up or destroy that runs longer than `DURATION` (its object is retried with backoff), so that no object holds a worker"},
+			&cli.BoolFlag{Name: "require-admission-policy", EnvVars: []string{"PULUMI_OPERATOR_REQUIRE_ADMISSION_POLICY"}, Destination: &cfg.requireAdmission,
+				Usage: "roll out no object whose spec.envFrom names a Secret unless the admission policy (config/admission) is in force and checked its spec's writer: Ready False with reason AdmissionPolicyMissing, AdmittedWithoutPolicy or AdmissionPolicyUnknown instead. Default: such objects are only reported (condition ReferencesChecked, a Warning Event)"},
 			&cli.DurationFlag{Name: "stale-lock-timeout", EnvVars: []string{"PULUMI_OPERATOR_STALE_LOCK_TIMEOUT"}, Destination: &cfg.staleLock,
 				Usage: "opt in: a stack lock this process has seen for longer than `DURATION` (its own clock) is removed (pulumi cancel) even if its owner may live, unless a process of this operator holds it; 0 (the default) never removes a lock by age (locks of this operator's processes that have ended, and of earlier operator pods of this installation, are removed at once; others are waited out and reported)"},
 		},
@@ -118,7 +120,7 @@ func runWatch(parent context.Context, cfg *config) error {
 	} else {
 		slog.Info("Kubernetes provider plugin found", "path", p)
 	}
-	checkAdmission(ctx, kube)
+	checkAdmission(ctx, kube, cfg.requireAdmission)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerRESTClientMetrics(reg)
@@ -126,8 +128,9 @@ func runWatch(parent context.Context, cfg *config) error {
 	w := watcher.New(client, kube, watcher.ManagerStacks{Manager: mgr}, watcher.Options{
 		Namespace: cfg.namespace, LabelSelector: cfg.selector, Resync: cfg.resync, DigestSalt: salt,
 		ShutdownGrace: cfg.grace, OperationTimeout: cfg.operationTimeout, StaleLockTimeout: cfg.staleLock, Registry: reg, Metadata: meta,
-		SecretNamespaces: cfg.secretNamespaces.Value(),
-		FindPlugin:       mgr.KubernetesPlugin,
+		SecretNamespaces:       cfg.secretNamespaces.Value(),
+		FindPlugin:             mgr.KubernetesPlugin,
+		RequireAdmissionPolicy: cfg.requireAdmission,
 	})
 	var metricsHandler http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	var metricsTLSConfig *tls.Config
