@@ -376,3 +376,37 @@ func (w *Watcher) mayRollOut(ctx context.Context, o *object, v referenceVerdict)
 	}
 	return v.reason, fmt.Errorf("%w: --require-admission-policy holds the rollout of %s: %s", errReferencesUnchecked, strings.Join(v.secrets, ", "), v.message)
 }
+
+// errServiceTypeNotAllowed marks a spec.serviceType the operator may not create
+// (Options.AllowServiceTypes).
+var errServiceTypeNotAllowed = errors.New("service type not allowed")
+
+// externalServiceTypes are the service types that expose the pods outside the cluster, which
+// the operator creates only where Options.AllowServiceTypes allows them.
+var externalServiceTypes = []api.ServiceType{api.ServiceTypeNodePort, api.ServiceTypeLoadBalancer}
+
+// serviceTypeAllowed returns nil when cr's Service may be of the type its spec names: ClusterIP
+// and Headless always, NodePort and LoadBalancer only when Options.AllowServiceTypes holds them.
+// The operator creates the Service with its own rights, so a policy that keeps the requesting
+// user from creating such Services (a quota on services.loadbalancers, a policy engine's rule)
+// would not see it. The error wraps errServiceTypeNotAllowed and says what to do.
+func (w *Watcher) serviceTypeAllowed(cr *api.KindCustomHttp) error {
+	t := cr.Spec.ServiceType
+	if !slices.Contains(externalServiceTypes, t) || slices.Contains(w.opts.AllowServiceTypes, t) {
+		return nil
+	}
+	return fmt.Errorf("%w: spec.serviceType %s would expose the pods outside the cluster through a Service the operator creates with its own rights, past the policies that limit who may create one; this operator allows only ClusterIP and Headless%s. Use one of those, or ask the operator's administrator to allow %s (watch --allow-service-types, chart value allowServiceTypes)",
+		errServiceTypeNotAllowed, t, allowedList(w.opts.AllowServiceTypes), t)
+}
+
+// allowedList is ", and " the allowed external types, for serviceTypeAllowed's message ("" for none).
+func allowedList(types []api.ServiceType) string {
+	var s []string
+	for _, t := range types {
+		s = append(s, string(t))
+	}
+	if len(s) == 0 {
+		return ""
+	}
+	return ", and " + strings.Join(s, ", ")
+}

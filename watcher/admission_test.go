@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -396,5 +397,66 @@ func TestRequireAdmissionPolicy(t *testing.T) {
 	o = f.waitFor(t, "secret", "Ready after alice's change", readyAt(2))
 	if c := cond(o, api.ConditionReferencesChecked); c.Status != metav1.ConditionTrue {
 		t.Errorf("ReferencesChecked = %+v, want True", c)
+	}
+}
+
+// TestServiceTypeNeedsOptIn: a tenant who may write KindCustomHttps, and nothing else, asks for
+// a LoadBalancer or a NodePort Service, which the operator would create with its own rights.
+// By default both are Stalled (ServiceTypeNotAllowed, saying how to allow them) and no Service
+// is made; ClusterIP and Headless roll out. With Options.AllowServiceTypes LoadBalancer, a
+// LoadBalancer rolls out and a NodePort is still Stalled.
+func TestServiceTypeNeedsOptIn(t *testing.T) {
+	tests := map[string]struct {
+		allow   []api.ServiceType
+		stalled []string // objects (named after their serviceType) Stalled; the others Ready
+	}{
+		"default":              {stalled: []string{"loadbalancer", "nodeport"}},
+		"LoadBalancer allowed": {allow: []api.ServiceType{api.ServiceTypeLoadBalancer}, stalled: []string{"nodeport"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := startWith(t, Options{AllowServiceTypes: tc.allow})
+			carol := tenant(t, f, "carol", kchWriter)
+			types := map[string]api.ServiceType{"loadbalancer": api.ServiceTypeLoadBalancer, "nodeport": api.ServiceTypeNodePort,
+				"clusterip": api.ServiceTypeClusterIP, "headless": api.ServiceTypeHeadless}
+			for obj, st := range types {
+				if err := createAs(t, f, carol, obj, "  replicaCount: 1\n  port: 80\n  serviceType: "+string(st)+"\n"); err != nil {
+					t.Fatalf("carol's create of %s: %v", obj, err)
+				}
+			}
+			for obj, st := range types {
+				if !slices.Contains(tc.stalled, obj) {
+					f.waitFor(t, obj, "Ready", readyAt(1))
+					svc, err := f.cluster.Kube.CoreV1().Services(f.ns).Get(context.Background(), obj, metav1.GetOptions{})
+					want := corev1.ServiceType(st)
+					if st == api.ServiceTypeHeadless {
+						want = corev1.ServiceTypeClusterIP // with clusterIP None
+					}
+					if err != nil || svc.Spec.Type != want {
+						t.Errorf("Service %s: %v, type %v; want %s", obj, err, svc.Spec.Type, want)
+					}
+					continue
+				}
+				o := f.waitFor(t, obj, "Stalled", func(o *api.KindCustomHttp) bool {
+					return cond(o, api.ConditionStalled).Status == metav1.ConditionTrue
+				})
+				c := cond(o, api.ConditionStalled)
+				for _, w := range []string{"spec.serviceType " + string(st), "--allow-service-types", "allowServiceTypes"} {
+					if c.Reason != api.ReasonServiceTypeNotAllowed || !strings.Contains(c.Message, w) {
+						t.Errorf("Stalled = %+v, want reason %s saying %q", c, api.ReasonServiceTypeNotAllowed, w)
+					}
+				}
+				if r := cond(o, api.ConditionReady); r.Status != metav1.ConditionFalse || r.Reason != api.ReasonServiceTypeNotAllowed {
+					t.Errorf("Ready = %+v, want False %s", r, api.ReasonServiceTypeNotAllowed)
+				}
+				f.waitEvent(t, obj, api.ReasonServiceTypeNotAllowed)
+				if _, err := f.cluster.Kube.CoreV1().Services(f.ns).Get(context.Background(), obj, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					t.Errorf("Service %s of a stalled object: %v, want none", obj, err)
+				}
+			}
+			if n := f.stacks.ups.Load(); n != int32(len(types)-len(tc.stalled)) {
+				t.Errorf("%d ups, want %d (none for a stalled object)", n, len(types)-len(tc.stalled))
+			}
+		})
 	}
 }

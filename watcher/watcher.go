@@ -143,6 +143,11 @@ type Options struct {
 	// lists of a few cluster-scoped objects each time. An up that --require-admission-policy
 	// guards always looks afresh.
 	AdmissionPolicyPoll time.Duration
+	// AllowServiceTypes are the service types that expose the pods outside the cluster
+	// (NodePort, LoadBalancer) which spec.serviceType may name; an object asking for another is
+	// Stalled with reason ServiceTypeNotAllowed. Default none: the operator creates Services
+	// with its own rights, past the policies that limit which users may create such Services.
+	AllowServiceTypes []api.ServiceType
 	// Registry receives the watcher's Prometheus metrics; nil registers nowhere.
 	Registry prometheus.Registerer
 	// Logger receives structured logs; default slog.Default().

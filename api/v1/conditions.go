@@ -74,6 +74,12 @@ const (
 	// (something holds them: a finalizer of another controller, a pod that does not stop); the
 	// finalizer stays until they are gone. The message names them. Also a Warning Event.
 	ReasonDeleteBlocked = "DeleteBlocked"
+	// ReasonServiceTypeNotAllowed: spec.serviceType is NodePort or LoadBalancer, which the
+	// operator's administrator has not allowed (watch --allow-service-types): the operator would
+	// expose the pods outside the cluster with its own rights. Stalled until the spec or the
+	// operator's flags change.
+	ReasonServiceTypeNotAllowed = "ServiceTypeNotAllowed"
+
 	// ReasonAdmitted (ReferencesChecked True): the spec was written while the admission policy
 	// was in force, so its writer was checked for get on every reference.
 	ReasonAdmitted = "Admitted"

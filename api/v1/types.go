@@ -130,7 +130,10 @@ type KindCustomHttpSpec struct {
 	// +kubebuilder:validation:Maximum=65535
 	ContainerPort *int32 `json:"containerPort,omitempty"`
 	// serviceType says how the Service is exposed: ClusterIP (default), NodePort, LoadBalancer
-	// or Headless (clusterIP None, as the original operator made it).
+	// or Headless (clusterIP None, as the original operator made it). The operator creates the
+	// Service with its own rights, so NodePort and LoadBalancer, which expose the pods outside
+	// the cluster, are reconciled only where the operator's administrator allows them (watch
+	// --allow-service-types); elsewhere the object is Stalled with reason ServiceTypeNotAllowed.
 	ServiceType ServiceType `json:"serviceType,omitempty"`
 	// envFrom names ConfigMaps and Secrets of the object's namespace whose keys become the
 	// container's environment (as a Pod's envFrom), at most 16 (MaxEnvFrom). Their contents

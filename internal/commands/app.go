@@ -63,6 +63,9 @@ type config struct {
 	operationTimeout time.Duration
 	// requireAdmission is --require-admission-policy: watcher.Options.RequireAdmissionPolicy.
 	requireAdmission bool
+	// allowServiceTypes is --allow-service-types: watcher.Options.AllowServiceTypes, checked by
+	// serviceTypes.
+	allowServiceTypes cli.StringSlice
 	// fence is the leader's write permission with --leader-elect (runWatch), nil otherwise.
 	fence *fence.Fence
 }
