@@ -58,16 +58,20 @@ func (w *Watcher) reconcileFrom(ctx context.Context, key cache.ObjectName, fast 
 		return err
 	}
 	u = o.u
+	refs := w.judgeReferences(ctx, o)
 	r, stackName, err := w.desired(ctx, o)
 	var invalid *api.InvalidSpecError
 	var change mustChange
 	switch {
 	case errors.As(err, &invalid) || errors.As(err, &change):
-		return w.stall(o, err)
+		return w.stall(o, api.ReasonInvalidSpec, err)
 	case err != nil:
 		return w.fail(o, api.ReasonEnvSourceMissing, err)
 	}
 	cr, d := o.cr, r.Desired
+	if err := w.serviceTypeAllowed(cr); err != nil {
+		return w.stall(o, api.ReasonServiceTypeNotAllowed, err)
+	}
 	if cr.Spec.Suspend {
 		w.suspended(o, w.digest(d, stackName))
 		return nil
@@ -96,6 +100,9 @@ func (w *Watcher) reconcileFrom(ctx context.Context, key cache.ObjectName, fast 
 			w.queue.Add(k)
 		}
 	}()
+	if reason, err := w.mayRollOut(ctx, o, refs); err != nil {
+		return w.fail(o, reason, err)
+	}
 	if err := ownership.Check(ctx, w.kube, d); err != nil {
 		// An up would take over objects somebody else made (the provider upserts): never.
 		return w.fail(o, api.ReasonObjectConflict, err)
@@ -124,6 +131,7 @@ func (w *Watcher) forget(key cache.ObjectName) {
 	w.requests.forget(key)
 	w.pluginWait.remove(key)
 	w.converted.Delete(key)
+	w.digests.Delete(key)
 	w.owned.forget(key)
 	w.lastRefresh.Delete(key)
 }
@@ -185,16 +193,17 @@ func (w *Watcher) desired(ctx context.Context, o *object) (envsource.Resolved, s
 // cluster is the client envsource.Resolve reads envFrom sources with: the watcher's own.
 func (w *Watcher) cluster() (kubeclient.Interface, error) { return w.kube, nil }
 
-// stall reports an invalid spec once (status and a Warning Event) and does not retry: the
-// object's next change enqueues it again. The reconcile request, if any, is echoed.
-func (w *Watcher) stall(o *object, cause error) error {
+// stall reports a spec the operator will not reconcile (api.ReasonInvalidSpec, or
+// api.ReasonServiceTypeNotAllowed) once (status and a Warning Event with reason) and does not
+// retry: the object's next change enqueues it again. The reconcile request, if any, is echoed.
+func (w *Watcher) stall(o *object, reason string, cause error) error {
 	if c := currentCondition(o.u, api.ConditionStalled); c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != o.gen || c.Message != cause.Error() {
-		w.recorder.Event(o.u, corev1.EventTypeWarning, api.ReasonInvalidSpec, cause.Error())
+		w.recorder.Event(o.u, corev1.EventTypeWarning, reason, cause.Error())
 	}
 	w.metrics.setFailing(cache.MetaObjectToName(o.u), true)
 	o.echoRequest()
 	o.setStatus(func(st *api.KindCustomHttpStatus) {
-		markStalled(st, o.gen, api.ReasonInvalidSpec, cause.Error())
+		markStalled(st, o.gen, reason, cause.Error())
 	})
 	return nil
 }

@@ -91,6 +91,8 @@ func TestUnitStallVsFail(t *testing.T) {
 				"envFrom": []any{map[string]any{"configMapRef": map[string]any{"name": "absent"}}}}),
 			reason:  api.ReasonEnvSourceMissing,
 			journal: []string{finalizerAdded, "status Ready=False/EnvSourceMissing Reconciling=True/Retrying"},
+			// The fake cluster has no admission policy: a reference is reported unchecked first.
+			events: []string{"Warning " + api.ReasonAdmissionPolicyMissing, "Warning " + api.ReasonEnvSourceMissing},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

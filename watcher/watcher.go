@@ -141,6 +141,26 @@ type Options struct {
 	// PluginPoll is how often FindPlugin is called while objects wait for the plugin.
 	// Default 2 s: FindPlugin only looks at files.
 	PluginPoll time.Duration
+	// RequireAdmissionPolicy refuses the up of an object whose spec.envFrom names a Secret
+	// unless an admission policy (config/admission) is in force and checked the spec's writer:
+	// Ready False with reason AdmissionPolicyMissing, AdmittedWithoutPolicy or
+	// AdmissionPolicyUnknown, saying what to install or do (admission.go). Default false: such
+	// objects are only reported (condition ReferencesChecked, a Warning Event).
+	RequireAdmissionPolicy bool
+	// AdmissionPolicySelector selects the admission policy and its binding by label; default
+	// AdmissionPolicyLabel=AdmissionPolicyValue, the label they ship with. Tests select one of
+	// their own, so that runs sharing a cluster do not see each other's.
+	AdmissionPolicySelector string
+	// AdmissionPolicyPoll is how long one look at the admission policy serves reconciles before
+	// the next reconcile looks again; a change then queues every object. Default 30 s: two
+	// lists of a few cluster-scoped objects each time. An up that --require-admission-policy
+	// guards always looks afresh.
+	AdmissionPolicyPoll time.Duration
+	// AllowServiceTypes are the service types that expose the pods outside the cluster
+	// (NodePort, LoadBalancer) which spec.serviceType may name; an object asking for another is
+	// Stalled with reason ServiceTypeNotAllowed. Default none: the operator creates Services
+	// with its own rights, past the policies that limit which users may create such Services.
+	AllowServiceTypes []api.ServiceType
 	// Registry receives the watcher's Prometheus metrics; nil registers nowhere.
 	Registry prometheus.Registerer
 	// Logger receives structured logs; default slog.Default().
@@ -190,6 +210,10 @@ type Watcher struct {
 	// converted holds, per object, its last conversion to the typed form (conversion), so that
 	// a resync, which hands the same resourceVersion again, does not convert it again.
 	converted sync.Map
+	// policies looks up the admission policy (admission.go); digests holds, per object, the
+	// digest of its spec's last version (versionDigest).
+	policies *admissionPolicies
+	digests  sync.Map
 	// fenced holds the host names of the operator pods that led this installation before this
 	// process took the Lease (recordLeader); nil without leader election.
 	fenced atomic.Pointer[map[string]bool]
@@ -238,6 +262,9 @@ func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opt
 	if opts.DeleteBlockedAfter == 0 {
 		opts.DeleteBlockedAfter = 2 * time.Minute
 	}
+	if opts.AdmissionPolicyPoll == 0 {
+		opts.AdmissionPolicyPoll = 30 * time.Second
+	}
 	m := newMetrics(opts.Registry)
 	inf := dynamicinformer.NewFilteredDynamicInformer(client, api.GroupVersionResource, opts.Namespace,
 		opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, envFromIndex: envFromKeys},
@@ -262,6 +289,7 @@ func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opt
 		metrics:  m,
 		opts:     opts,
 		log:      opts.Logger,
+		policies: newAdmissionPolicies(kube, opts.AdmissionPolicySelector, opts.AdmissionPolicyPoll, opts.Registry),
 	}
 	// No resync for the owned objects' and the envFrom sources' informers (0, here and in
 	// worker.go): the KindCustomHttp informer's own resync already queues every object each

@@ -63,6 +63,11 @@ type config struct {
 	previousPhrase   string
 	envDigestKeyFile string // --env-digest-key-file: envsource.LoadKey's keyFile
 	operationTimeout time.Duration
+	// requireAdmission is --require-admission-policy: watcher.Options.RequireAdmissionPolicy.
+	requireAdmission bool
+	// allowServiceTypes is --allow-service-types: watcher.Options.AllowServiceTypes, checked by
+	// serviceTypes.
+	allowServiceTypes cli.StringSlice
 	// fence is the leader's write permission with --leader-elect (runWatch), nil otherwise.
 	fence *fence.Fence
 	// minRefresh and maxUpsPerNS are watch's --min-refresh-interval and --max-ups-per-namespace.
