@@ -96,11 +96,8 @@ func (m *Manager) migrateLegacy(ctx context.Context, stackName, legacy string) e
 	} else if !auto.IsSelectStack404Error(err) {
 		return fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
-	_, d, _, err := m.exportDeployment(ctx, legacy)
-	if auto.IsSelectStack404Error(err) {
-		return nil
-	}
-	if err != nil {
+	d, found, err := m.stateOf(ctx, legacy)
+	if err != nil || !found {
 		return err
 	}
 	ns, name, err := ownerOf(d)
@@ -127,11 +124,8 @@ func (m *Manager) migrateLegacy(ctx context.Context, stackName, legacy string) e
 // ErrStackOfAnother when it holds another object's objects and cannot be moved: its state names
 // an object whose legacy name is not stackName, names several, or the other's new stack exists.
 func (m *Manager) reclaim(ctx context.Context, stackName string) error {
-	_, d, _, err := m.exportDeployment(ctx, stackName)
-	if auto.IsSelectStack404Error(err) {
-		return nil
-	}
-	if err != nil {
+	d, found, err := m.stateOf(ctx, stackName)
+	if err != nil || !found {
 		return err
 	}
 	ns, name, err := ownerOf(d)
@@ -156,6 +150,18 @@ func (m *Manager) reclaim(ctx context.Context, stackName string) error {
 		return fmt.Errorf("select stack %s: %w", target, m.classifyStack(target, err))
 	}
 	return m.rename(ctx, stackName, target)
+}
+
+// stateOf is stackName's deployment (exportDeployment's), found false when the stack does not
+// exist. Errors are classified.
+func (m *Manager) stateOf(ctx context.Context, stackName string) (d map[string]any, found bool, err error) {
+	if _, err := m.open(ctx, stackName, false); auto.IsSelectStack404Error(err) {
+		return nil, false, nil
+	} else if err != nil {
+		return nil, false, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
+	}
+	d, _, err = m.exportOpened(ctx, stackName)
+	return d, err == nil, err
 }
 
 // rename renames the stack from to to (`pulumi stack rename`, which takes from's lock and

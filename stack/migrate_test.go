@@ -3,10 +3,12 @@ package stack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -388,5 +390,30 @@ func TestOwnerOf(t *testing.T) {
 				t.Fatalf("ownerOf = %q %q %v, want %q %q", ns, n, err, tc.ns, tc.name)
 			}
 		})
+	}
+}
+
+// TestMigrateBackendDown: the looks of settleName at a backend that cannot be reached fail with
+// ErrBackendUnavailable (which fails the operation: operate), and are taken again next time, for a shortened name (is its stack there, or a legacy
+// one?) and for a whole name of a legacy name's shape (whose objects does it hold?).
+func TestMigrateBackendDown(t *testing.T) {
+	addr := fmt.Sprintf("127.0.0.1:%d", unusedPort(t))
+	m := backendManager(t, stateBackend{url: "postgres://pulumi@" + addr + "/pulumi?sslmode=disable&connect_timeout=5"})
+	shortened, _ := m.StackName(strings.Repeat("s", 63), strings.Repeat("w", 63))
+	ns := strings.Repeat("s", 30)
+	shaped, _ := m.StackName(ns, strings.Repeat("a", MaxStackNameLength-len(m.cfg.ClusterName)-len(ns)-2-nameHashLength-1)+"-0123456789abcdef")
+	if legacyNameOf(shortened) == "" || !legacyShaped(shaped) || !wholeName(shaped) {
+		t.Fatalf("want a shortened name and a whole one of a legacy shape: %q, %q", shortened, shaped)
+	}
+	for _, name := range []string{shortened, shaped} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		err := m.settleName(ctx, name)
+		cancel()
+		if !errors.Is(err, ErrBackendUnavailable) || !strings.Contains(err.Error(), addr) {
+			t.Errorf("settleName of %s with the backend down: %v, want ErrBackendUnavailable naming %s", name, err, addr)
+		}
+		if m.named[name] {
+			t.Errorf("settleName of %s failed and recorded it as done: the next operation would not look again", name)
+		}
 	}
 }
