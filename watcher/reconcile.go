@@ -425,6 +425,8 @@ func failureReason(err error) string {
 		return api.ReasonPluginMissing
 	case errors.Is(err, stack.ErrBackendUnavailable):
 		return api.ReasonBackendUnavailable
+	case errors.Is(err, stack.ErrStackOfAnother):
+		return api.ReasonObjectConflict
 	}
 	return api.ReasonUpdateFailed
 }

@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -251,6 +252,11 @@ func TestUnitEveryOutcomeEchoesTheRequest(t *testing.T) {
 					f.t.Fatal(err)
 				}
 			},
+			ready: api.ReasonObjectConflict,
+		},
+		"stack of another object": {
+			spec:  valid(),
+			setup: func(f *unitFixture) { f.stacks.upErr = fmt.Errorf("up stack x: %w", stack.ErrStackOfAnother) },
 			ready: api.ReasonObjectConflict,
 		},
 		"suspended": {

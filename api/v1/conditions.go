@@ -60,8 +60,9 @@ const (
 	// does not roll them.
 	ReasonEnvSourceNotWatched = "EnvSourceNotWatched"
 	// ReasonObjectConflict: a Deployment, Service or ConfigMap of the object's names exists
-	// that the operator did not make for it; nothing runs until it is gone (retried with
-	// backoff). The message names it.
+	// that the operator did not make for it, or the stack of the object's name holds another
+	// KindCustomHttp's objects (stack.ErrStackOfAnother); nothing runs until it is gone
+	// (retried with backoff). The message names it.
 	ReasonObjectConflict = "ObjectConflict"
 	// ReasonSuspended: spec.suspend is true.
 	ReasonSuspended = "Suspended"
