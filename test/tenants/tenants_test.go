@@ -239,7 +239,7 @@ func ready(ctx context.Context, c *testenv.Cluster, ns, name string) bool {
 // (--max-ups-per-namespace 1 of 2 workers), through the engine host and as `pulumi up` CLI
 // processes (--engine-host none): the new object's up starts after at most one up of the busy
 // namespace and within its quiet-cluster time to Ready; its time to Ready under the load and on
-// a quiet cluster (median of 3) are logged with their ratio.
+// a quiet cluster (the middle of three creates) are logged with their ratio.
 func TestFairShare(t *testing.T) {
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
 	c := testenv.Connect(t)
