@@ -489,6 +489,17 @@ func TestChartTemplate(t *testing.T) {
 				}
 			}},
 		"schema: service type": {set: []string{"passphrase=x", "allowServiceTypes={External}"}, wantErr: "at '/allowServiceTypes/0': value must be one of 'NodePort', 'LoadBalancer'"},
+		"state budget by default": {set: []string{"passphrase=x"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			if args := deployment(t, objs).Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--state-budget=16Mi") {
+				t.Errorf("args %v lack --state-budget=16Mi, the flag's own default", args)
+			}
+		}},
+		"state budget set": {set: []string{"passphrase=x", "stateBudget=4Mi"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			if args := deployment(t, objs).Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--state-budget=4Mi") {
+				t.Errorf("args %v lack --state-budget=4Mi", args)
+			}
+		}},
+		"schema: state budget": {set: []string{"passphrase=x", "stateBudget=lots"}, wantErr: "at '/stateBudget'"},
 		"metrics Service": {set: []string{"passphrase=x"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
 			svc := convert[corev1.Service](t, mustFind(t, objs, "Service", operatorName+"-metrics"))
 			if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "metrics" || svc.Spec.Selector["app.kubernetes.io/name"] != "pulumi-operator" {

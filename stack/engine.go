@@ -132,7 +132,7 @@ func (m *Manager) engine(ctx context.Context, stackName, op string, program pulu
 		return engineOutcome{}, &cliError{op: op, code: code, stdout: stdout, stderr: stderr, err: err}
 	}
 	if op == "up" || op == "refresh" {
-		m.prune(ctx, stackName) // the history entry this run wrote
+		m.prune(ctx, stackName, opts) // the history entry this run wrote
 	}
 	return readEventLog(logFile)
 }

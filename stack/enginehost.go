@@ -182,7 +182,8 @@ func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, op
 	if err != nil {
 		return engineOutcome{}, &cliError{op: "up", code: 255, stderr: "error: " + err.Error(), err: err}
 	}
-	r, err := m.engineHost.do(ctx, protocol.Request{Op: protocol.OpUp, Stack: stackName, Dir: dir, Client: client, Refresh: opts.Refresh, Keep: m.cfg.KeepHistory},
+	keep, _ := m.keep(opts)
+	r, err := m.engineHost.do(ctx, protocol.Request{Op: protocol.OpUp, Stack: stackName, Dir: dir, Client: client, Refresh: opts.Refresh, Keep: keep},
 		phrase, m.engineHostEnv)
 	if errors.Is(err, errEngineHostStart) {
 		return engineOutcome{}, err // engine runs the CLI instead
@@ -197,19 +198,21 @@ func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, op
 	return engineOutcome{changes: r.Changes, outputs: r.Outputs}, nil
 }
 
-// prune asks the engine host, or without one the CLI (pruneByCLI), to keep only the
-// Config.KeepHistory newest updates of stackName's history and backups, after an operation that
-// ran as a CLI process: best effort (the operation has succeeded; the next prune catches up),
-// so failures are only logged. Nothing happens on Pulumi Cloud or with KeepHistory 0.
-func (m *Manager) prune(ctx context.Context, stackName string) {
-	if isCloud(m.cfg.BackendURL) || m.cfg.KeepHistory < 1 || !m.pruneDue(stackName) {
+// prune asks the engine host, or without one the CLI (pruneByCLI), to keep only the newest
+// updates of stackName's history and backups that opts allows (Manager.keep: its KeepHistory,
+// else Config.KeepHistory), after an operation that ran as a CLI process: best effort (the
+// operation has succeeded; the next prune catches up), so failures are only logged. Nothing
+// happens on Pulumi Cloud or with a depth of 0.
+func (m *Manager) prune(ctx context.Context, stackName string, opts RunOptions) {
+	keep, budgeted := m.keep(opts)
+	if isCloud(m.cfg.BackendURL) || keep < 1 || (!budgeted && !m.pruneDue(stackName)) {
 		return
 	}
 	if m.engineHost == nil {
-		m.pruneByCLI(ctx, stackName)
+		m.pruneByCLI(ctx, stackName, keep)
 		return
 	}
-	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpPrune, Stack: stackName, Keep: m.cfg.KeepHistory})
+	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpPrune, Stack: stackName, Keep: keep})
 	if err != nil {
 		slog.Warn("could not prune the stack's history", "stack", stackName, "error", err)
 		return

@@ -32,15 +32,15 @@ import (
 // (pkg/v3 backend/diy state.go backupStack; sdk go/common/env DIYBackendDisableCheckpointBackups).
 const backupsOff = "PULUMI_DIY_BACKEND_DISABLE_CHECKPOINT_BACKUPS"
 
-// pruneByCLI prunes stackName's history to Config.KeepHistory updates with the pinned CLI's
+// pruneByCLI prunes stackName's history to keep updates with the pinned CLI's
 // protocol.PruneCommand, for a Manager without an engine host: best effort, like prune. A CLI
 // that does not know the command (not the project's build) is reported once and not asked again.
-func (m *Manager) pruneByCLI(ctx context.Context, stackName string) {
+func (m *Manager) pruneByCLI(ctx context.Context, stackName string, keep int) {
 	if m.noPruneCommand.Load() {
 		return
 	}
 	stdout, stderr, _, err := m.cmd.Run(ctx, filepath.Join(m.cfg.WorkRoot, stackName), nil, nil, nil, m.runEnv(),
-		protocol.PruneCommand, m.cfg.Project, stackName, strconv.Itoa(m.cfg.KeepHistory))
+		protocol.PruneCommand, m.cfg.Project, stackName, strconv.Itoa(keep))
 	if err != nil {
 		if strings.Contains(stderr, `unknown command "`+protocol.PruneCommand+`"`) {
 			m.noPruneCommand.Store(true)

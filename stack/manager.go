@@ -275,6 +275,15 @@ func (m *Manager) Project() string { return m.cfg.Project }
 // (RedactURL), for logs: "file:///state", "postgres://user:xxxxx@host/db?table=stacks".
 func (m *Manager) Backend() string { return RedactURL(m.cfg.BackendURL) }
 
+// FileBackendDir is the directory of a file:// backend, absolute (prepareBackend made it so);
+// "" for any other backend.
+func (m *Manager) FileBackendDir() string {
+	if dir, ok := strings.CutPrefix(m.cfg.BackendURL, "file://"); ok {
+		return dir
+	}
+	return ""
+}
+
 // QualifiedName is how status and the commands name a stack: the fully qualified name that the
 // CLI's `--stack` (`pulumi -s`, `pulumi stack select`) accepts from any directory on this
 // backend. On a DIY backend (file, PostgreSQL, S3) it is "organization/<project>/<stack>" (the

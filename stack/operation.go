@@ -53,6 +53,21 @@ type RunOptions struct {
 	Progress io.Writer
 	// Color is the CLI's --color: "always", "never" (the default) or "auto".
 	Color string
+	// KeepHistory, when between 1 and Config.KeepHistory, is how many of its newest updates
+	// the stack keeps in its history after this up or refresh instead of Config.KeepHistory:
+	// the watcher's per-object state budget (infra.HistoryWithin), so that a stack with a large
+	// checkpoint keeps fewer copies of it. The prune then runs after every such operation, not
+	// every Config.KeepHistory-th. 0, or more than Config.KeepHistory: Config.KeepHistory.
+	KeepHistory int
+}
+
+// keep is the history depth of an operation with opts (RunOptions.KeepHistory), and whether it
+// is below Config.KeepHistory (a state budget's, pruned every time).
+func (m *Manager) keep(opts RunOptions) (n int, budgeted bool) {
+	if opts.KeepHistory > 0 && (m.cfg.KeepHistory < 1 || opts.KeepHistory < m.cfg.KeepHistory) {
+		return opts.KeepHistory, true
+	}
+	return m.cfg.KeepHistory, false
 }
 
 // streams is where an operation's progress goes: opts.Progress, else Config.Progress, else

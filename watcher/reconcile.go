@@ -80,6 +80,9 @@ func (w *Watcher) reconcileFrom(ctx context.Context, key cache.ObjectName, fast 
 	if !p.run {
 		return w.updateReadiness(ctx, o, d)
 	}
+	if err := w.withinStateBudget(d); err != nil {
+		return w.stall(o, api.ReasonStateBudgetExceeded, err)
+	}
 	if fast {
 		w.queue.Add(key) // pushed to the slow lane once this worker is done with key
 		return nil
@@ -102,6 +105,9 @@ func (w *Watcher) reconcileFrom(ctx context.Context, key cache.ObjectName, fast 
 	}()
 	if reason, err := w.mayRollOut(ctx, o, refs); err != nil {
 		return w.fail(o, reason, err)
+	}
+	if err := w.volumeHasRoom(d); err != nil {
+		return w.fail(o, api.ReasonStateVolumeFull, err)
 	}
 	if err := ownership.Check(ctx, w.kube, d); err != nil {
 		// An up would take over objects somebody else made (the provider upserts): never.
@@ -235,7 +241,9 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 		w.lastRefresh.Store(key, time.Now())
 	}
 	opCtx, cancel := context.WithTimeout(ctx, w.opts.OperationTimeout)
-	res, upErr := w.stacks.Up(opCtx, d, stack.RunOptions{Refresh: p.refresh})
+	// Under a state budget the stack keeps as many updates as fit (Options.StateBudget).
+	keep := infra.HistoryWithin(w.opts.StateBudget, infra.EstimateStateBytes(d))
+	res, upErr := w.stacks.Up(opCtx, d, stack.RunOptions{Refresh: p.refresh, KeepHistory: keep})
 	upErr = w.timedOut(ctx, opCtx, "up", stackName, upErr)
 	cancel()
 	w.reportRecovered(u, stackName, res)

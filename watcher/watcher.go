@@ -161,6 +161,20 @@ type Options struct {
 	// Stalled with reason ServiceTypeNotAllowed. Default none: the operator creates Services
 	// with its own rights, past the policies that limit which users may create such Services.
 	AllowServiceTypes []api.ServiceType
+	// StateBudget is the most bytes one object's stack may hold in a DIY backend: its
+	// checkpoint and the history entries it keeps (stack.Config.KeepHistory), each one more
+	// checkpoint. A stack whose checkpoint (infra.EstimateStateBytes) leaves room for fewer keeps
+	// that many (infra.HistoryWithin); an object whose checkpoint and one history entry exceed
+	// it is Stalled with reason StateBudgetExceeded and runs no up. 0: no budget, every stack
+	// keeps Config.KeepHistory updates. It bounds what one object can take of the state volume,
+	// so that a tenant's large objects cannot fill it for the others (README "Security").
+	StateBudget int64
+	// StateVolume is the directory of a file backend (stack.Manager.FileBackendDir): before
+	// each up the watcher checks that its file system has room for what the up writes, three
+	// checkpoints (infra.EstimateStateBytes), and otherwise fails the reconcile with reason
+	// StateVolumeFull instead of running an up whose checkpoint write could run out of space
+	// and leave the state truncated. Empty: no check (other backends).
+	StateVolume string
 	// Registry receives the watcher's Prometheus metrics; nil registers nowhere.
 	Registry prometheus.Registerer
 	// Logger receives structured logs; default slog.Default().

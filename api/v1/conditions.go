@@ -80,6 +80,19 @@ const (
 	// expose the pods outside the cluster with its own rights. Stalled until the spec or the
 	// operator's flags change.
 	ReasonServiceTypeNotAllowed = "ServiceTypeNotAllowed"
+	// ReasonStateBudgetExceeded: the stack's state would outgrow the per-object state budget
+	// (watch --state-budget): its checkpoint, as infra.EstimateStateBytes reckons it from the
+	// spec (mostly configMapData, which the state holds three times), times the four checkpoints a
+	// backend holds of a stack at once during an up (the state, its previous version, the last
+	// update's history entry and the one the up writes), would be more bytes than the budget
+	// allows. Nothing runs (the objects stay as
+	// they are) until the spec shrinks or the operator's flags change. Also a Warning Event.
+	ReasonStateBudgetExceeded = "StateBudgetExceeded"
+	// ReasonStateVolumeFull: the file system of a file backend has less room than an up of
+	// this object writes (its checkpoint, the backend's copy of the previous one and a history
+	// entry). The up does not start: a checkpoint write that runs out of space can leave the
+	// stack's state truncated. Retried with backoff until there is room. Also a Warning Event.
+	ReasonStateVolumeFull = "StateVolumeFull"
 
 	// ReasonAdmitted (ReferencesChecked True): the spec was written while the admission policy
 	// was in force, so its writer was checked for get on every reference.

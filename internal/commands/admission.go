@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
@@ -72,4 +73,25 @@ func serviceTypes(values []string) ([]api.ServiceType, error) {
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// DefaultStateBudget is --state-budget's default: 16 MiB per object. The largest stack a spec
+// can make (1 MiB of configMapData, which the state holds three times) is about 3.3 MB, so it
+// still keeps 1 history entry (beside its state, the backend's copy of the one before and the
+// entry an up writes before it prunes); a typical one (a few KiB of configMapData, about 50 KiB of state)
+// keeps --keep-history's 10. The chart's 1 GiB state volume holds 64 objects at the budget.
+const DefaultStateBudget = "16Mi"
+
+// parseStateBudget reads --state-budget, a Kubernetes quantity ("16Mi", "4000000", "0"), as
+// bytes. Errors name the flag: not a quantity, or negative.
+func parseStateBudget(v string) (int64, error) {
+	q, err := resource.ParseQuantity(strings.TrimSpace(v))
+	if err != nil {
+		return 0, fmt.Errorf("--state-budget: %q is not a quantity of bytes such as 16Mi or 0 (%v)", v, err)
+	}
+	n, ok := q.AsInt64()
+	if !ok || n < 0 {
+		return 0, fmt.Errorf("--state-budget: %q is not a whole number of bytes of 0 or more, such as 16Mi", v)
+	}
+	return n, nil
 }

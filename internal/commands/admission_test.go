@@ -91,3 +91,36 @@ func TestServiceTypes(t *testing.T) {
 		})
 	}
 }
+
+// TestParseStateBudget: --state-budget takes a Kubernetes quantity of whole bytes, 0 for none;
+// anything else is an error naming the flag and saying what a budget looks like.
+func TestParseStateBudget(t *testing.T) {
+	tests := map[string]struct {
+		value   string
+		want    int64
+		wantErr string
+	}{
+		"default":    {value: DefaultStateBudget, want: 16 << 20},
+		"decimal":    {value: "4M", want: 4_000_000},
+		"bytes":      {value: " 65536 ", want: 65536},
+		"none":       {value: "0", want: 0},
+		"word":       {value: "big", wantErr: `--state-budget: "big" is not a quantity of bytes such as 16Mi`},
+		"negative":   {value: "-1Mi", wantErr: `--state-budget: "-1Mi" is not a whole number of bytes of 0 or more`},
+		"fractional": {value: "0.5", wantErr: `--state-budget: "0.5" is not a whole number of bytes`},
+		"empty":      {value: "", wantErr: `--state-budget: "" is not a quantity`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := parseStateBudget(tc.value)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("parseStateBudget(%q) = %d, %v; want an error saying %q", tc.value, got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("parseStateBudget(%q) = %d, %v; want %d", tc.value, got, err, tc.want)
+			}
+		})
+	}
+}

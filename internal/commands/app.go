@@ -73,6 +73,9 @@ type config struct {
 	// minRefresh and maxUpsPerNS are watch's --min-refresh-interval and --max-ups-per-namespace.
 	minRefresh  time.Duration
 	maxUpsPerNS int
+	// stateBudget is --state-budget: watcher.Options.StateBudget as a quantity, checked by
+	// parseStateBudget.
+	stateBudget string
 }
 
 // App builds the pulumi-operator command line. Run it with os.Args; it never exits the

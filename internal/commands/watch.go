@@ -78,6 +78,8 @@ func watchCommand(cfg *config) *cli.Command {
 				Usage: "roll out no object whose spec.envFrom names a Secret unless the admission policy (config/admission) is in force and checked its spec's writer: Ready False with reason AdmissionPolicyMissing, AdmittedWithoutPolicy or AdmissionPolicyUnknown instead. Default: such objects are only reported (condition ReferencesChecked, a Warning Event)"},
 			&cli.StringSliceFlag{Name: "allow-service-types", EnvVars: []string{"PULUMI_OPERATOR_ALLOW_SERVICE_TYPES"}, Destination: &cfg.allowServiceTypes,
 				Usage: "spec.serviceType values that expose pods outside the cluster to allow: `TYPES` among NodePort and LoadBalancer (comma-separated). The operator creates those Services with its own rights, past the policies that limit who may create them; an object asking for one not allowed is Stalled (ServiceTypeNotAllowed). Default: none (ClusterIP and Headless are always allowed)"},
+			&cli.StringFlag{Name: "state-budget", EnvVars: []string{"PULUMI_OPERATOR_STATE_BUDGET"}, Value: DefaultStateBudget, Destination: &cfg.stateBudget,
+				Usage: "the most one object's stack may hold in a DIY backend (file, S3, PostgreSQL), its state and its history together, as a Kubernetes `QUANTITY` (16Mi): a stack with a large state keeps fewer than --keep-history updates, and an object whose state and one history entry would not fit is Stalled (StateBudgetExceeded) and runs no up; 0: no budget"},
 			&cli.DurationFlag{Name: "stale-lock-timeout", EnvVars: []string{"PULUMI_OPERATOR_STALE_LOCK_TIMEOUT"}, Destination: &cfg.staleLock,
 				Usage: "opt in: a stack lock this process has seen for longer than `DURATION` (its own clock) is removed (pulumi cancel) even if its owner may live, unless a process of this operator holds it; 0 (the default) never removes a lock by age (locks of this operator's processes that have ended, and of earlier operator pods of this installation, are removed at once; others are waited out and reported)"},
 		},
@@ -91,6 +93,10 @@ func watchCommand(cfg *config) *cli.Command {
 // the watcher's (watcher.ErrLeadershipLost).
 func runWatch(parent context.Context, cfg *config) error {
 	allowTypes, err := serviceTypes(cfg.allowServiceTypes.Value())
+	if err != nil {
+		return err
+	}
+	budget, err := parseStateBudget(cfg.stateBudget)
 	if err != nil {
 		return err
 	}
@@ -148,6 +154,7 @@ func runWatch(parent context.Context, cfg *config) error {
 		SecretNamespaces: cfg.secretNamespaces.Value(), EnvDigestKey: envKey,
 		FindPlugin:             mgr.KubernetesPlugin,
 		RequireAdmissionPolicy: cfg.requireAdmission, AllowServiceTypes: allowTypes,
+		StateBudget: budget, StateVolume: mgr.FileBackendDir(),
 	})
 	var metricsHandler http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	var metricsTLSConfig *tls.Config
