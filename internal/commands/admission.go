@@ -75,11 +75,12 @@ func serviceTypes(values []string) ([]api.ServiceType, error) {
 	return out, nil
 }
 
-// DefaultStateBudget is --state-budget's default: 16 MiB per object. The largest stack a spec
-// can make (1 MiB of configMapData, which the state holds three times) is about 3.3 MB, so it
-// still keeps 1 history entry (beside its state, the backend's copy of the one before and the
-// entry an up writes before it prunes); a typical one (a few KiB of configMapData, about 50 KiB of state)
-// keeps --keep-history's 10. The chart's 1 GiB state volume holds 64 objects at the budget.
+// DefaultStateBudget is --state-budget's default: 16 MiB per object. The largest state a spec
+// can make (the CRD's 1 MiB of configMapData, which the state holds three times, plus
+// infra.StateOverheadBytes) still fits with one history entry beside it, the backend's copy of
+// the previous state and the entry an up writes before it prunes (infra.HistoryWithin); a
+// state of a few KiB of configMapData keeps --keep-history's 10. The chart's 1 GiB state
+// volume holds 64 objects at the budget.
 const DefaultStateBudget = "16Mi"
 
 // parseStateBudget reads --state-budget, a Kubernetes quantity ("16Mi", "4000000", "0"), as
