@@ -7,7 +7,20 @@ BIN := $(CURDIR)/bin
 LOCAL := $(CURDIR)/.local
 # kubectl for `make deploy`: the pinned one `make tools` builds (bin/kubectl), or KUBECTL=...
 KUBECTL ?= $(if $(wildcard $(BIN)/kubectl),$(BIN)/kubectl,kubectl)
-PULUMI_VERSION := v3.255.0
+# The Go toolchain every target builds and tests with: go.mod's toolchain line, the one place it is
+# pinned (internal/pins checks that the other modules, the Dockerfile and README agree). Exported
+# as GOTOOLCHAIN, so a machine with another Go, or with GOTOOLCHAIN=local in its environment, gets
+# exactly this one: the go command downloads it once through the Go module proxy (README.md "Go").
+GO_TOOLCHAIN := $(shell awk '$$1 == "toolchain" {print $$2}' go.mod)
+export GOTOOLCHAIN := $(GO_TOOLCHAIN)
+# The pulumi CLI's version, which the CLI reports (and the Automation API checks): the pkg/v3 that
+# agent/go.mod requires, the one place it is pinned.
+PULUMI_VERSION := $(shell awk '$$1 == "github.com/pulumi/pulumi/pkg/v3" {print $$2}' agent/go.mod)
+# The Go language host (plugin language go) `make plugins` installs: only the plain CLI running
+# this project as a `runtime: go` program needs it. Pinned apart from the CLI: the Go module proxy
+# serves no later release of it (README.md "With the plain pulumi CLI"), and the newer CLI runs this
+# one (test/e2e/plaincli_test.go). hack/install-plugins.sh and .ci/run read it here.
+PULUMI_GO_LANGUAGE_VERSION := v3.255.0
 # Where `make run` keeps its state (workspaces and the default file backend) and its
 # generated development passphrase.
 RUN_STATE := $(LOCAL)/state
