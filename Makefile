@@ -39,14 +39,16 @@ all: build
 build: $(BIN)/pulumi
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/pulumi-operator .
 
-## tools: the pinned pulumi CLI and its plugins, the local cluster's binaries, controller-gen and MinIO
-## (S3 backend tests).
+## tools: the pinned pulumi CLI and its plugins, the local cluster's binaries, controller-gen, MinIO
+## (S3 backend tests) and the previous release's CLI and engine host (bin/pulumi-previous/: the
+## upgrade test, hack/build-pulumi-previous.sh).
 ## A plugin that cannot be installed stops only CI (CI=true); elsewhere its error is printed and the
 ## tests that need it SKIP, loudly.
 tools: $(BIN)/pulumi
 	PLUGINS_REQUIRED=$(if $(filter true,$(CI)),1,0) hack/install-plugins.sh $(BIN)
 	hack/build-tools.sh $(BIN)
 	hack/build-minio.sh $(BIN)
+	hack/build-pulumi-previous.sh $(BIN)
 
 ## plugins: the Kubernetes provider plugin (the version in go.mod) and the Go language host into the
 ## project's Pulumi home, bin/pulumi-home, where the operator finds them. From the files named by
