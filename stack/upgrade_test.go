@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,21 +18,6 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
-
-// fileBackend is a file:// backend in a directory of the test's own.
-func fileBackend(t *testing.T) stateBackend {
-	dir := t.TempDir()
-	return stateBackend{
-		url: "file://" + dir,
-		read: func(t *testing.T, key string) []byte {
-			b, err := os.ReadFile(filepath.Join(dir, key))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
-		},
-	}
-}
 
 // upgradeProgram is the operator's program for d, plus a secret output, so that the state holds
 // the Kubernetes provider's resources and a value encrypted with the stack's passphrase salt.
@@ -82,7 +66,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 		backend       func(t *testing.T) stateBackend
 		keepWorkspace bool
 	}{
-		"file":       {fileBackend, true},
+		"file":       {func(t *testing.T) stateBackend { b, _ := fileBackend(t); return b }, true},
 		"PostgreSQL": {postgresBackend, false},
 	}
 	for name, tc := range backends {
