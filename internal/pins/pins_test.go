@@ -31,8 +31,8 @@ import (
 type goMod struct {
 	Module struct{ Path string }
 	Go     string
-	// Toolchain is the toolchain line, nil without one.
-	Toolchain *struct{ Name string }
+	// Toolchain is the toolchain line's name (go1.26.11), "" without one.
+	Toolchain string
 	Require   []struct{ Path, Version string }
 }
 
@@ -64,12 +64,7 @@ func (m goMod) require(module string) string {
 }
 
 // toolchain returns m's toolchain line, "" without one.
-func (m goMod) toolchain() string {
-	if m.Toolchain == nil {
-		return ""
-	}
-	return m.Toolchain.Name
-}
+func (m goMod) toolchain() string { return m.Toolchain }
 
 // readFile returns the file at path (relative to the repository's top directory).
 func readFile(t *testing.T, path string) string {
