@@ -80,10 +80,12 @@ func kch(ns, name, image string, refs ...string) *unstructured.Unstructured {
 // TestAdmissionPolicy installs config/admission on the real API server and writes
 // KindCustomHttps as impersonated users: alice may write them and get Secret allowed, bob may
 // only write them. A reference its author may not get is refused with a message naming it and
-// the author; an update that keeps a reference is admitted whoever makes it; one that adds a
-// reference is asked again. `pulumi-operator version` reports the policy, and its absence once
-// the binding is gone; watcher.AdmissionPolicy, which `watch` runs at start, says
-// ErrNoAdmissionPolicy.
+// the author. An update is asked again for every reference the object keeps whenever it changes
+// anything of spec but replicaCount and suspend: bob may scale or suspend alice's object, or
+// relabel it, but not change its image, a prefix or its configMapData, which would roll pods of
+// his choosing with her Secret in their environment (the confused deputy through an update).
+// `pulumi-operator version` reports the policy, and its absence once the binding is gone;
+// watcher.AdmissionPolicy, which `watch` runs, says ErrNoAdmissionPolicy.
 func TestAdmissionPolicy(t *testing.T) {
 	c := testenv.Connect(t)
 	c.InstallCRD(t)
@@ -128,13 +130,33 @@ func TestAdmissionPolicy(t *testing.T) {
 		return (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), "pulumi-operator-kindcustomhttp-references"), nil
 	})
 
+	// big holds the most configMapData the CRD admits, in as many keys as it admits: the
+	// comparison of the old spec with the new one stays within the policy's CEL cost budget.
+	big := kch(ns, "big", "", "Secret/allowed")
+	data := map[string]any{}
+	for i := range api.MaxConfigMapDataKeys {
+		data[fmt.Sprintf("k%04d", i)] = strings.Repeat("x", api.MaxConfigMapDataBytes/api.MaxConfigMapDataKeys)
+	}
+	big.Object["spec"].(map[string]any)["configMapData"] = data
+	// Creates of alice's objects come first, so that the updates find them.
+	for _, o := range []*unstructured.Unstructured{kch(ns, "a1", "", "Secret/allowed"), big} {
+		if _, err := crs("alice").Create(ctx, o, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("alice's create of %s refused: %v", o.GetName(), err)
+		}
+	}
+	spec := func(f func(s map[string]any)) func(*unstructured.Unstructured) {
+		return func(o *unstructured.Unstructured) { f(o.Object["spec"].(map[string]any)) }
+	}
 	tests := map[string]struct {
-		user    string
-		obj     *unstructured.Unstructured
-		update  bool     // Update an existing object instead of Create
+		user string
+		obj  *unstructured.Unstructured // created, when update is nil
+		// update changes the stored object of that name (a1 or big) before it is written back
+		// as user; a dry run, so that no case changes what another finds.
+		name    string
+		update  func(*unstructured.Unstructured)
 		refused []string // nil: admitted; else words the refusal must say
 	}{
-		"alice names the Secret she may get": {user: "alice", obj: kch(ns, "a1", "", "Secret/allowed")},
+		"alice names the Secret she may get": {user: "alice", obj: kch(ns, "a0", "", "Secret/allowed")},
 		"alice names a Secret she may not get": {user: "alice", obj: kch(ns, "a2", "", "Secret/allowed", "Secret/private"),
 			refused: []string{"Secret private", "of namespace " + ns, "alice may not get", "remove it from spec.envFrom"}},
 		"bob names no Secret": {user: "bob", obj: kch(ns, "b1", "")},
@@ -142,45 +164,72 @@ func TestAdmissionPolicy(t *testing.T) {
 			refused: []string{"Secret allowed", "bob may not get"}},
 		"bob names a ConfigMap he may not get": {user: "bob", obj: kch(ns, "b3", "", "ConfigMap/settings"),
 			refused: []string{"ConfigMap settings", "bob may not get"}},
-		// a1 exists (alice's): bob changes its replicas and keeps its reference.
-		"bob updates alice's object, keeping its reference": {user: "bob", update: true,
-			obj: func() *unstructured.Unstructured {
-				o := kch(ns, "a1", "", "Secret/allowed")
-				o.Object["spec"].(map[string]any)["replicaCount"] = int64(3)
-				return o
-			}()},
-		"bob adds a reference to alice's object": {user: "bob", update: true, obj: kch(ns, "a1", "", "Secret/allowed", "Secret/private"),
-			refused: []string{"Secret private", "bob may not get"}},
+
+		// Scaling and pausing stay open (README "Security"), and so does metadata.
+		"bob scales alice's object":   {user: "bob", name: "a1", update: spec(func(s map[string]any) { s["replicaCount"] = int64(3) })},
+		"bob suspends alice's object": {user: "bob", name: "a1", update: spec(func(s map[string]any) { s["suspend"] = true })},
+		"bob labels alice's object": {user: "bob", name: "a1", update: func(o *unstructured.Unstructured) {
+			o.SetLabels(map[string]string{"team": "b"})
+		}},
+		"bob scales alice's object of 1 MiB": {user: "bob", name: "big", update: spec(func(s map[string]any) { s["replicaCount"] = int64(2) })},
+		"alice changes her object's image":   {user: "alice", name: "a1", update: spec(func(s map[string]any) { s["image"] = "registry.example/web:2" })},
+		"bob removes alice's reference":      {user: "bob", name: "a1", update: spec(func(s map[string]any) { delete(s, "envFrom") })},
+
+		// Any other change of spec hands her Secret to pods bob chose: refused.
+		"bob changes the image of alice's object": {user: "bob", name: "a1",
+			update:  spec(func(s map[string]any) { s["image"] = "docker.io/bob/dump-env:1" }),
+			refused: []string{"Secret allowed", "bob may not get", "anything of this spec but replicaCount and suspend"}},
+		"bob changes a prefix of alice's object": {user: "bob", name: "a1",
+			update: spec(func(s map[string]any) {
+				s["envFrom"] = []any{map[string]any{"prefix": "HTTP_SERVER_", "secretRef": map[string]any{"name": "allowed"}}}
+			}),
+			refused: []string{"Secret allowed", "bob may not get"}},
+		"bob changes the port of alice's object": {user: "bob", name: "a1",
+			update:  spec(func(s map[string]any) { s["port"] = int64(8443) }),
+			refused: []string{"Secret allowed", "bob may not get"}},
+		"bob changes configMapData of alice's object of 1 MiB": {user: "bob", name: "big",
+			update:  spec(func(s map[string]any) { s["configMapData"].(map[string]any)["k0000"] = "y" }),
+			refused: []string{"Secret allowed", "bob may not get"}},
+		"bob scales alice's object and changes its image": {user: "bob", name: "a1",
+			update: spec(func(s map[string]any) {
+				s["replicaCount"] = int64(4)
+				s["image"] = "docker.io/bob/dump-env:1"
+			}),
+			refused: []string{"Secret allowed", "bob may not get"}},
+		"bob adds a reference to alice's object": {user: "bob", name: "a1",
+			update: spec(func(s map[string]any) {
+				s["envFrom"] = append(s["envFrom"].([]any), map[string]any{"secretRef": map[string]any{"name": "private"}})
+			}),
+			refused: []string{"Secret", "bob may not get"}},
+		"alice adds a Secret she may not get to her object": {user: "alice", name: "a1",
+			update: spec(func(s map[string]any) {
+				s["envFrom"] = append(s["envFrom"].([]any), map[string]any{"secretRef": map[string]any{"name": "private"}})
+			}),
+			refused: []string{"Secret private", "alice may not get"}},
 	}
-	// Creates first, so that the updates find a1.
-	for _, phase := range []bool{false, true} {
-		for name, tc := range tests {
-			if tc.update != phase {
-				continue
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var err error
+			if tc.update != nil {
+				err = updateAs(ctx, crs(tc.user), c.Client.Resource(api.GroupVersionResource).Namespace(ns), tc.name, tc.update)
+			} else {
+				_, err = crs(tc.user).Create(ctx, tc.obj, metav1.CreateOptions{})
 			}
-			t.Run(name, func(t *testing.T) {
-				var err error
-				if tc.update {
-					err = updateAs(ctx, crs(tc.user), c.Client.Resource(api.GroupVersionResource).Namespace(ns), tc.obj)
-				} else {
-					_, err = crs(tc.user).Create(ctx, tc.obj, metav1.CreateOptions{})
+			if tc.refused == nil {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
 				}
-				if tc.refused == nil {
-					if err != nil {
-						t.Fatalf("refused: %v", err)
-					}
-					return
+				return
+			}
+			if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+				t.Fatalf("got %v, want a refusal by the policy", err)
+			}
+			for _, w := range tc.refused {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("refusal %q does not say %q", err, w)
 				}
-				if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
-					t.Fatalf("got %v, want a refusal by the policy", err)
-				}
-				for _, w := range tc.refused {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("refusal %q does not say %q", err, w)
-					}
-				}
-			})
-		}
+			}
+		})
 	}
 
 	// The operator sees the policy, and then its absence.
@@ -211,21 +260,24 @@ func TestAdmissionPolicy(t *testing.T) {
 	}
 }
 
-// updateAs writes obj's spec over the existing object as the client as (a Get with admin for
-// the resourceVersion, then an Update as the user).
-func updateAs(ctx context.Context, as, admin dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
-	cur, err := admin.Get(ctx, obj.GetName(), metav1.GetOptions{})
+// updateAs reads object name with admin (for its resourceVersion), changes it with change and
+// writes it back as the client as, in a dry run: the API server admits it (or not) as a real
+// update, and the stored object stays as it was.
+func updateAs(ctx context.Context, as, admin dynamic.ResourceInterface, name string, change func(*unstructured.Unstructured)) error {
+	cur, err := admin.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("get %s: %w", obj.GetName(), err)
+		return fmt.Errorf("get %s: %w", name, err)
 	}
-	cur.Object["spec"] = obj.Object["spec"]
-	_, err = as.Update(ctx, cur, metav1.UpdateOptions{})
+	change(cur)
+	_, err = as.Update(ctx, cur, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 	return err
 }
 
 // The chart's policy is config/admission's; with admission.allowedImages it also admits only
-// images from those prefixes, keeps an image an update does not change, and always admits the
-// default (no spec.image). Tried on the real API server with the chart's rendered policy.
+// images from those prefixes, always admits the default (no spec.image), and asks again on
+// every update but scaling: an object written with another image while the policy was not in
+// force may be scaled, but any other change of it is refused until its image is one of the
+// list. Tried on the real API server with the chart's rendered policy.
 func TestChartAdmissionPolicy(t *testing.T) {
 	kust := kustomize(t, "config/admission")
 	chart, err := helmTemplate(t, "--set", "passphrase="+testPassword)
@@ -263,8 +315,12 @@ func TestChartAdmissionPolicy(t *testing.T) {
 	if len(policy) != 2 {
 		t.Fatalf("the chart rendered %d admission objects, want a policy and a binding", len(policy))
 	}
-	installPolicy(t, c, policy)
 	crs := c.Client.Resource(api.GroupVersionResource).Namespace(ns)
+	// Written before the policy is in force (the default install has no list).
+	if _, err := crs.Create(ctx, kch(ns, "old", "docker.io/evil:1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	installPolicy(t, c, policy)
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	poll(t, "the policy never refused an image outside the list", func(ctx context.Context) (bool, error) {
 		_, err := crs.Create(ctx, kch(ns, "probe", "docker.io/evil:1"), dry)
@@ -281,8 +337,24 @@ func TestChartAdmissionPolicy(t *testing.T) {
 			t.Errorf("image %q refused: %v", image, err)
 		}
 	}
-	// A change that leaves spec.image alone passes.
-	if _, err := crs.Patch(ctx, "listed", types.MergePatchType, []byte(`{"spec":{"replicaCount":2}}`), metav1.PatchOptions{}); err != nil {
-		t.Errorf("a change that keeps the image was refused: %v", err)
+	// Scaling passes whatever the image; any other change is asked again, the kept image too.
+	for name, p := range map[string]struct {
+		object, patch string
+		refused       bool
+	}{
+		"scale a listed image":                     {"listed", `{"spec":{"replicaCount":2}}`, false},
+		"scale an unlisted image":                  {"old", `{"spec":{"replicaCount":2}}`, false},
+		"suspend an unlisted image":                {"old", `{"spec":{"suspend":true}}`, false},
+		"change a listed image's port":             {"listed", `{"spec":{"port":81}}`, false},
+		"change an unlisted image's port":          {"old", `{"spec":{"port":81}}`, true},
+		"change an unlisted image's configMapData": {"old", `{"spec":{"configMapData":{"a":"b"}}}`, true},
+	} {
+		_, err := crs.Patch(ctx, p.object, types.MergePatchType, []byte(p.patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case !p.refused && err != nil:
+			t.Errorf("%s: refused: %v", name, err)
+		case p.refused && (err == nil || !strings.Contains(err.Error(), "spec.image docker.io/evil:1 is not allowed")):
+			t.Errorf("%s: %v, want the image refused", name, err)
+		}
 	}
 }

@@ -2,6 +2,8 @@ package config_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
@@ -39,7 +42,7 @@ metrics:
 `
 
 // TestChartMetrics: secure metrics are the default (the flag, the reviews' RBAC, an HTTPS
-// ServiceMonitor with Prometheus' token); metrics.secure=false is plain HTTP without them; the
+// ServiceMonitor with Prometheus' token, verifying the certificate); metrics.secure=false is plain HTTP without them; the
 // optional NetworkPolicy admits only the given peers, only on the metrics port, and refuses to
 // render without peers or with a malformed one.
 func TestChartMetrics(t *testing.T) {
@@ -70,9 +73,10 @@ func TestChartMetrics(t *testing.T) {
 			mustFind(t, objs, "ClusterRoleBinding", operatorName+"-metrics-auth")
 			mustFind(t, objs, "ClusterRole", operatorName+"-metrics-reader")
 			ep := endpoint(t, objs)
-			skip, _, _ := unstructured.NestedBool(ep, "tlsConfig", "insecureSkipVerify")
-			if ep["scheme"] != "https" || ep["bearerTokenFile"] != "/var/run/secrets/kubernetes.io/serviceaccount/token" || !skip {
-				t.Errorf("ServiceMonitor endpoint %v, want https, Prometheus' token, the self-signed certificate accepted", ep)
+			_, skips, _ := unstructured.NestedFieldNoCopy(ep, "tlsConfig", "insecureSkipVerify")
+			ca, _, _ := unstructured.NestedString(ep, "tlsConfig", "ca", "secret", "name")
+			if ep["scheme"] != "https" || ep["bearerTokenFile"] != "/var/run/secrets/kubernetes.io/serviceaccount/token" || skips || ca == "" {
+				t.Errorf("ServiceMonitor endpoint %v, want https, Prometheus' token, the certificate verified by a CA", ep)
 			}
 			if o := find(objs, "NetworkPolicy", operatorName+"-metrics"); o != nil {
 				t.Errorf("a NetworkPolicy by default: %v", o.Object)
@@ -162,4 +166,125 @@ func TestChartMetricsNetworkPolicyValid(t *testing.T) {
 		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Fatalf("the API server refuses the chart's NetworkPolicy: %v\n%s", err, toYAML(np))
 	}
+}
+
+// TestChartServiceMonitorVerifiesTLS: the ServiceMonitor sends Prometheus' token only to a
+// server whose certificate its CA signed for the metrics Service's name. Its tlsConfig, as
+// Prometheus would use it (the CA from the Secret and key it names, its serverName, no
+// insecureSkipVerify), must accept a server on 127.0.0.1 presenting the certificate the
+// Deployment mounts for --metrics-cert-dir, and refuse an impostor's self-signed one for the
+// same name. With metrics.tls.secretName the chart makes no certificate and uses that Secret.
+func TestChartServiceMonitorVerifiesTLS(t *testing.T) {
+	certDir := "/etc/pulumi-operator/metrics-tls"
+	mounted := func(t *testing.T, objs []*unstructured.Unstructured) string {
+		t.Helper()
+		d := convert[appsv1.Deployment](t, mustFind(t, objs, "Deployment", operatorName))
+		c := d.Spec.Template.Spec.Containers[0]
+		if !slices.Contains(c.Args, "--metrics-cert-dir="+certDir) {
+			t.Errorf("args %v lack --metrics-cert-dir=%s", c.Args, certDir)
+		}
+		i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == certDir })
+		if i < 0 {
+			t.Fatalf("nothing mounted at %s: %v", certDir, c.VolumeMounts)
+		}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name == c.VolumeMounts[i].Name && v.Secret != nil {
+				return v.Secret.SecretName
+			}
+		}
+		t.Fatalf("the volume at %s is no Secret", certDir)
+		return ""
+	}
+	tlsConfig := func(t *testing.T, objs []*unstructured.Unstructured) map[string]any {
+		t.Helper()
+		eps, _, _ := unstructured.NestedSlice(mustFind(t, objs, "ServiceMonitor", operatorName).Object, "spec", "endpoints")
+		tc, _, _ := unstructured.NestedMap(eps[0].(map[string]any), "tlsConfig")
+		if _, skips := tc["insecureSkipVerify"]; skips {
+			t.Errorf("tlsConfig %v sets insecureSkipVerify", tc)
+		}
+		return tc
+	}
+
+	t.Run("the chart's certificate", func(t *testing.T) {
+		objs, err := helmTemplate(t, "--set", "passphrase=x", "--set", "metrics.serviceMonitor.enabled=true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		secretName := mounted(t, objs)
+		secret := convert[corev1.Secret](t, mustFind(t, objs, "Secret", secretName))
+		tc := tlsConfig(t, objs)
+		caSecret, _, _ := unstructured.NestedString(tc, "ca", "secret", "name")
+		caKey, _, _ := unstructured.NestedString(tc, "ca", "secret", "key")
+		serverName, _, _ := unstructured.NestedString(tc, "serverName")
+		if caSecret != secretName || serverName != operatorName+"-metrics."+operatorNS+".svc" {
+			t.Fatalf("tlsConfig %v: want the CA of Secret %s and the metrics Service's name", tc, secretName)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(secret.Data[caKey]) {
+			t.Fatalf("Secret %s key %q holds no certificate", secretName, caKey)
+		}
+		client := &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}
+
+		pair, err := tls.X509KeyPair(secret.Data["tls.crt"], secret.Data["tls.key"])
+		if err != nil {
+			t.Fatalf("Secret %s: %v", secretName, err)
+		}
+		if err := handshake(t, pair, client); err != nil {
+			t.Errorf("Prometheus' tlsConfig refuses the operator's certificate: %v", err)
+		}
+		crt, key, err := certutil.GenerateSelfSignedCertKey(serverName, nil, []string{serverName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		impostor, err := tls.X509KeyPair(crt, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := handshake(t, impostor, client); err == nil {
+			t.Error("Prometheus' tlsConfig accepts an impostor's self-signed certificate: its token would go to anyone")
+		}
+	})
+	t.Run("a Secret of one's own", func(t *testing.T) {
+		objs, err := helmTemplate(t, "--set", "passphrase=x", "--set", "metrics.serviceMonitor.enabled=true",
+			"--set", "metrics.tls.secretName=metrics-cert", "--set", "metrics.tls.caKey=ca.pem")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name := mounted(t, objs); name != "metrics-cert" {
+			t.Errorf("the Deployment mounts Secret %s, want metrics-cert", name)
+		}
+		tc := tlsConfig(t, objs)
+		if name, _, _ := unstructured.NestedString(tc, "ca", "secret", "name"); name != "metrics-cert" {
+			t.Errorf("tlsConfig %v: want the CA of Secret metrics-cert", tc)
+		}
+		if key, _, _ := unstructured.NestedString(tc, "ca", "secret", "key"); key != "ca.pem" {
+			t.Errorf("tlsConfig %v: want the CA under ca.pem", tc)
+		}
+		if o := find(objs, "Secret", operatorName+"-metrics-tls"); o != nil {
+			t.Error("the chart makes a certificate although metrics.tls.secretName is set")
+		}
+	})
+}
+
+// handshake serves pair on 127.0.0.1 and returns what a TLS handshake with client config
+// c makes of it.
+func handshake(t *testing.T, pair tls.Certificate, c *tls.Config) error {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		conn, err := ln.Accept()
+		if err == nil {
+			_ = conn.(*tls.Conn).Handshake()
+			conn.Close()
+		}
+	}()
+	conn, err := tls.Dial("tcp", ln.Addr().String(), c)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }

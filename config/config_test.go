@@ -470,6 +470,25 @@ func TestChartTemplate(t *testing.T) {
 					t.Errorf("annotations %v, nodeSelector %v, tolerations %v", d.Spec.Template.Annotations, spec.NodeSelector, spec.Tolerations)
 				}
 			}},
+		// A tenant's LoadBalancer or NodePort, and a rollout of Secrets no policy checked, only
+		// behind an explicit opt-in: by default neither flag is passed.
+		"tenant guards by default": {set: []string{"passphrase=x"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			for _, a := range deployment(t, objs).Spec.Template.Spec.Containers[0].Args {
+				if strings.HasPrefix(a, "--allow-service-types") || strings.HasPrefix(a, "--require-admission-policy") {
+					t.Errorf("arg %s rendered by default", a)
+				}
+			}
+		}},
+		"tenant guards set": {set: []string{"passphrase=x", "allowServiceTypes={LoadBalancer,NodePort}", "admission.required=true"},
+			check: func(t *testing.T, objs []*unstructured.Unstructured) {
+				args := deployment(t, objs).Spec.Template.Spec.Containers[0].Args
+				for _, want := range []string{"--allow-service-types=LoadBalancer,NodePort", "--require-admission-policy"} {
+					if !slices.Contains(args, want) {
+						t.Errorf("args %v lack %s", args, want)
+					}
+				}
+			}},
+		"schema: service type": {set: []string{"passphrase=x", "allowServiceTypes={External}"}, wantErr: "at '/allowServiceTypes/0': value must be one of 'NodePort', 'LoadBalancer'"},
 		"metrics Service": {set: []string{"passphrase=x"}, check: func(t *testing.T, objs []*unstructured.Unstructured) {
 			svc := convert[corev1.Service](t, mustFind(t, objs, "Service", operatorName+"-metrics"))
 			if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "metrics" || svc.Spec.Selector["app.kubernetes.io/name"] != "pulumi-operator" {
@@ -1829,7 +1848,8 @@ func TestManifestArgsParse(t *testing.T) {
 	if out, err := run(t, nil, "go", "build", "-o", bin, "."); err != nil {
 		t.Fatalf("build the operator: %v\n%s", err, out)
 	}
-	chart, err := helmTemplate(t, "--set", "passphrase=x", "--set", "metrics.secure=true", "--set", "watchNamespace=a", "--set", "labelSelector=shard=1")
+	chart, err := helmTemplate(t, "--set", "passphrase=x", "--set", "metrics.secure=true", "--set", "watchNamespace=a", "--set", "labelSelector=shard=1",
+		"--set", "allowServiceTypes={LoadBalancer,NodePort}", "--set", "admission.required=true")
 	if err != nil {
 		t.Fatal(err)
 	}

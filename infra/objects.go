@@ -84,6 +84,7 @@ func Build(d api.Desired) Objects {
 					Containers: []k8scorev1.Container{{
 						Name:  ContainerName,
 						Image: d.Image,
+						Args:  serverArgs(d),
 						SecurityContext: &k8scorev1.SecurityContext{
 							AllowPrivilegeEscalation: ptr.To(false),
 							ReadOnlyRootFilesystem:   ptr.To(true),

@@ -6,6 +6,9 @@
 package infra
 
 import (
+	"fmt"
+	"path"
+
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
@@ -14,7 +17,7 @@ import (
 // ProgramVersion names what this program declares. Bump it whenever a change here would
 // change a stack's resources for an unchanged spec: the watcher includes it in the digest of
 // what it applied, so a bump re-runs up on every stack once, and nothing else does.
-const ProgramVersion = "5"
+const ProgramVersion = "6"
 
 // Label keys and values on every object the program declares. Selector uses only name and
 // instance (the Deployment selector is immutable); instance is the CR's name, so two
@@ -167,6 +170,26 @@ func podAnnotations(d api.Desired) pulumi.StringMap {
 	return a
 }
 
+// PeerFileKey is the ConfigMap key the default image's server reads its peers from, one
+// "host,port" a line (the original operator's).
+const PeerFileKey = "hostports"
+
+// serverArgs are the container's arguments: for the default image, this project's server,
+// every setting that depends on the object (where to listen, the peer file, whose directory
+// is what GET /config/<key> serves), as flags; the server takes its settings from flags only,
+// so nothing spec.envFrom puts into the environment changes what it reads or serves. Nil
+// for any other image, which gets the arguments its own image declares (the original
+// measutosh/http-server knows no flags).
+func serverArgs(d api.Desired) []string {
+	if d.Image != api.DefaultImage {
+		return nil
+	}
+	return []string{
+		fmt.Sprintf("--listen=:%d", d.ContainerPort),
+		"--config=" + path.Join(api.ConfigMountPath, PeerFileKey),
+	}
+}
+
 // httpProbe probes path on the container's "http" port every periodSeconds.
 func httpProbe(path string, periodSeconds int) pulumi.Map {
 	return pulumi.Map{
@@ -286,6 +309,9 @@ func Declare(ctx *pulumi.Context, d api.Desired) (Declared, error) {
 			"mountPath": pulumi.String(api.ConfigMountPath),
 			"readOnly":  pulumi.Bool(true),
 		}},
+	}
+	if args := serverArgs(d); len(args) > 0 {
+		container["args"] = pulumi.ToStringArray(args)
 	}
 	if len(d.EnvFrom) > 0 {
 		envFrom := pulumi.Array{}

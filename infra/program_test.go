@@ -1,6 +1,7 @@
 package infra
 
 import (
+	"reflect"
 	"sync"
 	"testing"
 
@@ -80,14 +81,18 @@ func TestProgram(t *testing.T) {
 		serviceType   string
 		clusterIP     any
 		image         string
+		// args are the container's: the default image's server gets its settings as flags (it
+		// reads none from the environment, which envFrom fills); another image its own.
+		args any
 	}{
-		"sample defaults": {func(*api.Desired) {}, 2, 80, 8080, "ClusterIP", nil, api.DefaultImage},
+		"sample defaults": {func(*api.Desired) {}, 2, 80, 8080, "ClusterIP", nil, api.DefaultImage,
+			[]any{"--listen=:8080", "--config=/config/hostports"}},
 		"headless, own image and port": {func(d *api.Desired) {
 			d.ServiceType, d.Image, d.ContainerPort, d.Port = api.ServiceTypeHeadless, "example.com/srv:v2", 9000, 8443
-		}, 2, 8443, 9000, "ClusterIP", "None", "example.com/srv:v2"},
-		"zero replicas, NodePort": {func(d *api.Desired) {
-			d.ReplicaCount, d.ServiceType = 0, api.ServiceTypeNodePort
-		}, 0, 80, 8080, "NodePort", nil, api.DefaultImage},
+		}, 2, 8443, 9000, "ClusterIP", "None", "example.com/srv:v2", nil},
+		"zero replicas, NodePort, own port": {func(d *api.Desired) {
+			d.ReplicaCount, d.ServiceType, d.ContainerPort = 0, api.ServiceTypeNodePort, 9090
+		}, 0, 80, 9090, "NodePort", nil, api.DefaultImage, []any{"--listen=:9090", "--config=/config/hostports"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -137,6 +142,9 @@ func TestProgram(t *testing.T) {
 			c := get(t, dep, "spec", "template", "spec", "containers", 0)
 			if get(t, c, "image") != tc.image || get(t, c, "name") != ContainerName {
 				t.Errorf("container = %v", c)
+			}
+			if got := c.(map[string]any)["args"]; !reflect.DeepEqual(got, tc.args) {
+				t.Errorf("container args = %#v, want %#v", got, tc.args)
 			}
 			if get(t, c, "ports", 0, "containerPort") != tc.containerPort || get(t, c, "ports", 0, "name") != PortName {
 				t.Errorf("container port = %v, want %v named %s", get(t, c, "ports"), tc.containerPort, PortName)

@@ -84,6 +84,12 @@ func declareTyped(ctx *pulumi.Context, d api.Desired) (Declared, error) {
 		envFrom = append(envFrom, src)
 	}
 	liveness, readiness := probePaths(d)
+	// The default image's server gets its settings as flags, spelled out here independently
+	// of serverArgs.
+	var args pulumi.StringArrayInput
+	if d.Image == api.DefaultImage {
+		args = pulumi.StringArray{pulumi.String(fmt.Sprintf("--listen=:%d", d.ContainerPort)), pulumi.String("--config=/config/hostports")}
+	}
 	dep, err := appsv1.NewDeployment(ctx, resDeployment, &appsv1.DeploymentArgs{
 		Metadata: meta(d.Name),
 		Spec: &appsv1.DeploymentSpecArgs{
@@ -104,6 +110,7 @@ func declareTyped(ctx *pulumi.Context, d api.Desired) (Declared, error) {
 					Containers: corev1.ContainerArray{&corev1.ContainerArgs{
 						Name:  pulumi.String(ContainerName),
 						Image: pulumi.String(d.Image),
+						Args:  args,
 						// Pod Security "restricted": no root, no privilege escalation, no
 						// capabilities, RuntimeDefault seccomp; the server writes nothing.
 						SecurityContext: &corev1.SecurityContextArgs{

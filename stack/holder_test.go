@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -8,6 +9,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 )
 
 // processAlive reports whether pid runs on this host (signal 0 checks without signalling).
@@ -116,5 +120,27 @@ func TestHolderRecordOfFailedStart(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Join(root, holderDirName)); len(entries) != 0 {
 		t.Errorf("holder records left: %v", entries)
+	}
+}
+
+// Nothing reaches the engine host for a caller that has given up or once the fence no longer
+// permits: no process is started for it (a missing binary would say so otherwise), no request sent.
+func TestEngineHostRefusesAfterCancelOrFence(t *testing.T) {
+	h := &engineHost{path: filepath.Join(t.TempDir(), "no-engine-host"), project: "p", procs: &processSet{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := h.do(ctx, protocol.Request{Op: protocol.OpUp, Stack: "s"}, "x", os.Environ); !errors.Is(err, context.Canceled) {
+		t.Errorf("do with a cancelled context = %v, want context.Canceled before any start", err)
+	}
+	f := fence.New(time.Minute)
+	f.Renewed(f.Now())
+	f.Revoke()
+	h.procs.fence = f
+	if _, err := h.do(context.Background(), protocol.Request{Op: protocol.OpUp, Stack: "s"}, "x", os.Environ); !errors.Is(err, fence.ErrFenced) {
+		t.Errorf("do after the fence = %v, want fence.ErrFenced", err)
+	}
+	// And a process start is refused by the fence itself.
+	if _, err := h.procs.start(exec.Command("true"), ""); !errors.Is(err, fence.ErrFenced) {
+		t.Errorf("start after the fence = %v, want fence.ErrFenced", err)
 	}
 }

@@ -133,6 +133,8 @@ type Manager struct {
 	// settled holds the stacks known to hold no pending operation of a dead update (see
 	// settlePending).
 	settled map[string]bool
+	// named holds the stacks whose name settleName has made sure of (migrate.go).
+	named map[string]bool
 }
 
 // New checks cfg and the pulumi CLI (it runs `pulumi version` once) and returns a Manager.
@@ -226,7 +228,7 @@ func New(cfg Config) (*Manager, error) {
 	if tc, ok := cmd.(*trackedCommand); ok {
 		tc.drop = drop
 	}
-	return &Manager{cfg: cfg, cmd: cmd, env: env, procs: procs, engineHost: host, settled: map[string]bool{},
+	return &Manager{cfg: cfg, cmd: cmd, env: env, procs: procs, engineHost: host, settled: map[string]bool{}, named: map[string]bool{},
 		credentials: credentials, drop: drop}, nil
 }
 
@@ -370,7 +372,7 @@ var ErrCredentialsInURL = errors.New("backend URL holds a credential")
 // or nil.
 func credentialsInURL(u *url.URL) error {
 	_, hasPassword := u.User.Password()
-	if !hasPassword && !secretQuery.MatchString("?"+u.RawQuery) {
+	if !hasPassword && !hasSecretQuery(u.RawQuery) {
 		return nil
 	}
 	where := "in the backend's own environment variable"

@@ -120,6 +120,11 @@ func (m *Manager) ready(ctx context.Context, stackName string, create bool) (rec
 // found is ready's. A failed run marks the stack as possibly holding pending operations and
 // returns the classified error, "<op> stack <name>: ...".
 func (m *Manager) operate(ctx context.Context, stackName string, create bool, res *Result, run func() (engineOutcome, error)) (out engineOutcome, found bool, err error) {
+	// A stack named by the rule before Name's moves to its object's name first (migrate.go).
+	if err := m.settleName(ctx, stackName); err != nil {
+		res.End = time.Now()
+		return out, true, fmt.Errorf("%s stack %s: %w", res.Operation, stackName, err)
+	}
 	if res.Operation != "preview" {
 		// With a previous passphrase configured: the stack's secrets under the current one
 		// first (rotate.go), before anything reads its state; a no-op otherwise, and for a

@@ -13,6 +13,11 @@ import (
 // removed again, so a preview leaves the backend as it found it; it previews as all creates.
 func (m *Manager) Preview(ctx context.Context, stackName string, program pulumi.RunFunc, opts RunOptions) (Result, error) {
 	res := Result{Operation: "preview", Start: time.Now()}
+	// A stack named by the rule before Name's moves to its object's name first (migrate.go),
+	// so that the preview is of the stack the next up runs on.
+	if err := m.settleName(ctx, stackName); err != nil {
+		return res, fmt.Errorf("preview stack %s: %w", stackName, err)
+	}
 	if err := m.writeWorkspace(stackName); err != nil {
 		return res, err
 	}

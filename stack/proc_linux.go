@@ -59,22 +59,32 @@ func awaitExit(pid int) {
 	}
 }
 
-// killSessionPasses bounds killSession's rounds: each round kills what the one before found, and
-// only a process that forks while being killed leaves something for the next.
-const killSessionPasses = 10
+// killSessionWait bounds how long killSession waits for the processes it killed to be gone: a
+// SIGKILLed process runs on (state R or D) while the kernel tears it down, which on a loaded
+// machine takes more than a few looks at /proc.
+const killSessionWait = 5 * time.Second
 
 // killSession sends SIGKILL to every process of session sid (procfs: the session field of each
-// stat) except process sid itself, the session's leader, until a look finds none left that is
-// not a zombie, and returns how many it signalled. A pulumi process runs as the leader of a
-// session of its own (setProcAttr) and every process it starts stays in that session, also
-// those that put themselves in process groups of their own (the provider plugins) and those
-// whose parent has died: after the leader's exit, what the session still holds is what it left.
+// stat) except process sid itself, the session's leader, and looks again every few milliseconds
+// until a look finds none left that is not a zombie (or killSessionWait has passed), so that
+// when it returns they have ended; it returns how many processes it signalled. A pulumi process
+// runs as the leader of a session of its own (setProcAttr) and every process it starts stays in
+// that session, also those that put themselves in process groups of their own (the provider
+// plugins) and those whose parent has died: after the leader's exit, what the session still
+// holds is what it left.
 func killSession(sid int) int {
-	n := 0
-	for range killSessionPasses {
+	killed := map[int]bool{}
+	deadline := time.Now().Add(killSessionWait)
+	for pass := 0; ; pass++ {
+		if pass > 0 {
+			if time.Now().After(deadline) {
+				return len(killed)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 		procs, err := procfs.AllProcs()
 		if err != nil {
-			return n
+			return len(killed)
 		}
 		found := 0
 		for _, p := range procs {
@@ -84,12 +94,11 @@ func killSession(sid int) int {
 			}
 			if syscall.Kill(p.PID, syscall.SIGKILL) == nil {
 				found++
+				killed[p.PID] = true
 			}
 		}
 		if found == 0 {
-			return n
+			return len(killed)
 		}
-		n += found
 	}
-	return n
 }

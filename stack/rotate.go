@@ -158,18 +158,25 @@ func (m *Manager) exportDeployment(ctx context.Context, stackName string) (auto.
 	if err != nil {
 		return st, nil, 0, err
 	}
+	d, version, err := m.exportOpened(ctx, stackName)
+	return st, d, version, err
+}
+
+// exportOpened is exportDeployment's export, for a stack opened already (its workspace exists).
+func (m *Manager) exportOpened(ctx context.Context, stackName string) (map[string]any, int, error) {
 	dir := filepath.Join(m.cfg.WorkRoot, stackName)
 	phrases := []string{}
 	for _, get := range []func() (string, error){func() (string, error) { return m.passphrase(dir) }, m.previousPassphrase} {
 		p, err := get()
 		if err != nil {
-			return st, nil, 0, err
+			return nil, 0, err
 		}
 		if p != "" {
 			phrases = append(phrases, p)
 		}
 	}
 	var out string
+	var err error
 	for _, phrase := range phrases {
 		env := []string{"PULUMI_CONFIG_PASSPHRASE=" + phrase, "PULUMI_CONFIG_PASSPHRASE_FILE="}
 		for k, v := range m.cliEnv() {
@@ -184,24 +191,24 @@ func (m *Manager) exportDeployment(ctx context.Context, stackName string) (auto.
 		}
 		// The CLI's only word for a wrong passphrase (pkg/v3 secrets/passphrase).
 		if !strings.Contains(stderr, "incorrect passphrase") {
-			return st, nil, 0, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, fmt.Errorf("%w: %s", err, RedactText(stderr))))
+			return nil, 0, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, fmt.Errorf("%w: %s", err, RedactText(stderr))))
 		}
 		err = ErrIncorrectPassphrase
 	}
 	if err != nil {
-		return st, nil, 0, fmt.Errorf("export stack %s: %w: neither the passphrase nor the previous one (--previous-passphrase-file) opens it", stackName, err)
+		return nil, 0, fmt.Errorf("export stack %s: %w: neither the passphrase nor the previous one (--previous-passphrase-file) opens it", stackName, err)
 	}
 	var ud apitype.UntypedDeployment
 	if err := json.Unmarshal([]byte(out), &ud); err != nil {
-		return st, nil, 0, fmt.Errorf("read the export of stack %s: %w", stackName, err)
+		return nil, 0, fmt.Errorf("read the export of stack %s: %w", stackName, err)
 	}
 	var d map[string]any
 	dec := json.NewDecoder(bytes.NewReader(ud.Deployment))
 	dec.UseNumber()
 	if err := dec.Decode(&d); err != nil {
-		return st, nil, 0, fmt.Errorf("read the deployment of stack %s: %w", stackName, err)
+		return nil, 0, fmt.Errorf("read the deployment of stack %s: %w", stackName, err)
 	}
-	return st, d, ud.Version, nil
+	return d, ud.Version, nil
 }
 
 // PassphraseOf reports which passphrase opens stackName's secrets: PassphraseCurrent,

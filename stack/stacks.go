@@ -13,7 +13,7 @@ import (
 // StackInfo describes one stack of the project in the backend.
 type StackInfo struct {
 	// Name is the stack name; Cluster, Namespace and CRName (the name) of the KindCustomHttp
-	// it belongs to are parsed from it (empty for a hashed long name or a stack of another
+	// it belongs to are parsed from it (empty for a name Name shortened or a stack of another
 	// tool).
 	Name                       string
 	Cluster, Namespace, CRName string
@@ -54,7 +54,9 @@ func (m *Manager) ListStacks(ctx context.Context) ([]StackInfo, error) {
 			info.Resources = *s.ResourceCount
 		}
 		if parts := strings.Split(name, "."); len(parts) == 3 {
-			info.Cluster, info.Namespace, info.CRName = parts[0], parts[1], parts[2]
+			if again, err := Name(parts[0], parts[1], parts[2]); err == nil && again == name {
+				info.Cluster, info.Namespace, info.CRName = parts[0], parts[1], parts[2]
+			}
 		}
 		out = append(out, info)
 	}

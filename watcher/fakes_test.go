@@ -228,6 +228,9 @@ func newUnit(t testing.TB, opts Options) *unitFixture {
 	f.dyn.PrependReactor("update", api.Resource, f.apiserverUpdate)
 	f.dyn.PrependReactor("patch", api.Resource, f.apiserverPatch)
 	opts.Registry, opts.Logger = f.registry, testLogger()
+	if opts.EnvDigestKey == nil {
+		opts.EnvDigestKey = testEnvDigestKey
+	}
 	f.w = New(f.dyn, f.kube, f.stacks, opts)
 	f.w.recorder = f.recorder // synchronous, readable Events instead of the broadcaster's
 	t.Cleanup(func() {

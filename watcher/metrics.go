@@ -32,7 +32,7 @@ type metrics struct {
 	failing  int
 	locked   map[cache.ObjectName]bool                      // keys waiting for a lock nobody may remove
 	blocked  map[cache.ObjectName]bool                      // keys whose delete is blocked (waitTerminating)
-	statuses map[cache.ObjectName][3]metav1.ConditionStatus // key -> conditionTypes' statuses in the condition series
+	statuses map[cache.ObjectName][4]metav1.ConditionStatus // key -> conditionTypes' statuses in the condition series
 }
 
 // Bucket bounds in seconds: a reconcile that skips Pulumi takes milliseconds, an up a second
@@ -40,7 +40,7 @@ type metrics struct {
 var durationBuckets = []float64{0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{stacks: map[cache.ObjectName]bool{}, statuses: map[cache.ObjectName][3]metav1.ConditionStatus{},
+	m := &metrics{stacks: map[cache.ObjectName]bool{}, statuses: map[cache.ObjectName][4]metav1.ConditionStatus{},
 		locked: map[cache.ObjectName]bool{}, blocked: map[cache.ObjectName]bool{}}
 	m.reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pulumi_operator_reconciles_total", Help: "Reconciles by result: success, error or locked.",
@@ -67,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}, func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(len(m.blocked)) })
 	m.conditions = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "pulumi_operator_condition",
-		Help: "The conditions of each KindCustomHttp (Ready, Reconciling, Stalled): one series per condition, at its current status (True, False, Unknown), of value 1.",
+		Help: "The conditions of each KindCustomHttp (Ready, Reconciling, Stalled, ReferencesChecked): one series per condition, at its current status (True, False, Unknown), of value 1.",
 	}, []string{"namespace", "name", "type", "status"})
 	m.workqueue = newWorkqueueMetrics(reg)
 	if reg != nil {
@@ -147,8 +147,9 @@ func (m *metrics) setDeleteBlocked(key cache.ObjectName, blocked bool) {
 	}
 }
 
-// conditionTypes are the condition types pulumi_operator_condition has series for.
-var conditionTypes = []string{api.ConditionReady, api.ConditionReconciling, api.ConditionStalled}
+// conditionTypes are the condition types pulumi_operator_condition has series for (ReferencesChecked
+// only on objects whose spec.envFrom names something).
+var conditionTypes = []string{api.ConditionReady, api.ConditionReconciling, api.ConditionStalled, api.ConditionReferencesChecked}
 
 // setConditions makes key's pulumi_operator_condition series show conds: for each type, one
 // series, at its current status, of value 1 (absent for a type conds lacks). Flux's
@@ -157,7 +158,7 @@ var conditionTypes = []string{api.ConditionReady, api.ConditionReconciling, api.
 // `== 1` queries need only the current one. It does nothing when key's statuses are those it
 // last set, as on every idle resync.
 func (m *metrics) setConditions(key cache.ObjectName, conds []metav1.Condition) {
-	var now [3]metav1.ConditionStatus
+	var now [4]metav1.ConditionStatus
 	for i, typ := range conditionTypes {
 		if c := meta.FindStatusCondition(conds, typ); c != nil {
 			now[i] = c.Status

@@ -30,13 +30,23 @@ type leftObject struct {
 
 func (o leftObject) String() string { return o.kind + "/" + o.name }
 
-// leftBehind lists the Deployment, Service and ConfigMap of KindCustomHttp namespace/name that
-// exist and are not being deleted: the program's names, with its managed-by label (the caches
-// hold only those) and the object's instance label, so no other object is ever taken for one.
-func (o *ownedObjects) leftBehind(namespace, name string) []leftObject {
+// leftBehind lists the Deployment, Service and ConfigMap of the KindCustomHttp namespace/name
+// with UID uid that exist and are not being deleted: the program's names, with its managed-by
+// label (the caches hold only those), the object's instance label and an ownerReference to that
+// very KindCustomHttp (by UID: labels and names anybody can set, so an object that only looks
+// like one of its objects is never orphaned or deleted for it).
+func (o *ownedObjects) leftBehind(namespace, name string, uid types.UID) []leftObject {
 	var out []leftObject
 	mine := func(m metav1.Object) bool {
-		return m.GetDeletionTimestamp() == nil && m.GetLabels()[infra.LabelInstance] == name
+		if m.GetDeletionTimestamp() != nil || m.GetLabels()[infra.LabelInstance] != name {
+			return false
+		}
+		for _, r := range m.GetOwnerReferences() {
+			if r.Kind == infra.OwnerKind && r.UID == uid && uid != "" {
+				return true
+			}
+		}
+		return false
 	}
 	if d, err := o.deployments.Deployments(namespace).Get(name); err == nil && mine(d) {
 		out = append(out, leftObject{"Deployment", d.Name, d})
@@ -44,8 +54,8 @@ func (o *ownedObjects) leftBehind(namespace, name string) []leftObject {
 	if s, err := o.services.Services(namespace).Get(name); err == nil && mine(s) {
 		out = append(out, leftObject{"Service", s.Name, s})
 	}
-	if c, err := o.configMaps.ConfigMaps(namespace).Get(name + api.ConfigMapSuffix); err == nil && mine(c) {
-		out = append(out, leftObject{"ConfigMap", c.Name, c})
+	if c := o.configMap(namespace, name+api.ConfigMapSuffix); c != nil && mine(c) {
+		out = append(out, leftObject{"ConfigMap", c.GetName(), c})
 	}
 	return out
 }
@@ -63,8 +73,8 @@ func (o *ownedObjects) terminating(namespace, name string) []leftObject {
 	if s, err := o.services.Services(namespace).Get(name); err == nil && going(s) {
 		out = append(out, leftObject{"Service", s.Name, s})
 	}
-	if c, err := o.configMaps.ConfigMaps(namespace).Get(name + api.ConfigMapSuffix); err == nil && going(c) {
-		out = append(out, leftObject{"ConfigMap", c.Name, c})
+	if c := o.configMap(namespace, name+api.ConfigMapSuffix); c != nil && going(c) {
+		out = append(out, leftObject{"ConfigMap", c.GetName(), c})
 	}
 	return out
 }
@@ -78,7 +88,7 @@ func (o *ownedObjects) terminating(namespace, name string) []leftObject {
 // stack as usual). Errors are API errors of the orphan or delete, retried with backoff.
 func (w *Watcher) stackMissing(ctx context.Context, o *object, stackName string) (bool, error) {
 	u := o.u
-	left := w.owned.leftBehind(u.GetNamespace(), u.GetName())
+	left := w.owned.leftBehind(u.GetNamespace(), u.GetName(), u.GetUID())
 	if len(left) == 0 {
 		return true, nil
 	}

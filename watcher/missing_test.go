@@ -29,6 +29,9 @@ func TestUnitStackMissing(t *testing.T) {
 	for name, tc := range map[string]struct {
 		annotation string
 		noObjects  bool
+		// foreign: the objects carry the labels and names, but their owner is another UID (a
+		// tenant's look-alikes, or an earlier object of the same name).
+		foreign bool
 		// finished: the finalizer went; kept: the objects still exist; event: the Event reason.
 		finished, kept bool
 		event          string
@@ -39,6 +42,8 @@ func TestUnitStackMissing(t *testing.T) {
 		"orphan: objects stay, disowned":    {annotation: api.OnMissingStackOrphan, finished: true, kept: true, event: ReasonObjectsOrphaned},
 		"delete: objects go":                {annotation: api.OnMissingStackDelete, finished: true, event: ReasonObjectsDeleted},
 		"nothing left: the delete finishes": {noObjects: true, finished: true},
+		"delete, look-alikes owned by another UID: left alone, the delete finishes": {annotation: api.OnMissingStackDelete, foreign: true,
+			finished: true, kept: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newUnit(t, Options{})
@@ -48,8 +53,12 @@ func TestUnitStackMissing(t *testing.T) {
 			objs := []runtime.Object{dep, svc, cm}
 			for _, o := range objs {
 				m := o.(metav1.Object)
+				uid := u.GetUID()
+				if tc.foreign {
+					uid = "another-uid"
+				}
 				m.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: infra.OwnerAPIVersion, Kind: infra.OwnerKind,
-					Name: "web", UID: u.GetUID()}})
+					Name: "web", UID: uid}})
 			}
 			if tc.noObjects {
 				for _, o := range objs {

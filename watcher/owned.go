@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
@@ -36,8 +39,11 @@ type ownedObjects struct {
 	informers   []cache.SharedIndexInformer // the Deployments', Services' and ConfigMaps'
 	deployments appslisters.DeploymentLister
 	services    corelisters.ServiceLister
-	configMaps  corelisters.ConfigMapLister
-	hasSynced   []cache.InformerSynced
+	// configMaps is the ConfigMaps' cache: their metadata only (a metadata informer) when the
+	// watcher has a metadata client, else typed, each ConfigMap's data replaced by its digest
+	// (ownedcache.go). Read it with configMap.
+	configMaps cache.Indexer
+	hasSynced  []cache.InformerSynced
 	// inSync holds, per KindCustomHttp (cache.ObjectName), the last drift check that found the
 	// live objects as declared (syncedAt), so that a resync that finds the same digest and the
 	// same object versions does not compare again.
@@ -45,6 +51,17 @@ type ownedObjects struct {
 	// deployed holds, per KindCustomHttp (cache.ObjectName), the Deployment its last live read
 	// found (deployedAt): readiness trusts a cached copy only when it covers that.
 	deployed sync.Map
+}
+
+// configMap is the cached ConfigMap namespace/name (a *metav1.PartialObjectMetadata, or a
+// *corev1.ConfigMap without its data), nil when the cache has none.
+func (o *ownedObjects) configMap(namespace, name string) metav1.Object {
+	obj, exists, err := o.configMaps.GetByKey(namespace + "/" + name)
+	if err != nil || !exists {
+		return nil
+	}
+	m, _ := obj.(metav1.Object)
+	return m
 }
 
 // syncedAt is what a drift check compared and found in sync: the digest of everything that
@@ -55,11 +72,11 @@ type syncedAt struct{ digest, deployment, service, configMap string }
 
 // versions is the syncedAt of digest and the three live objects; ok is false when one is
 // missing or has no resourceVersion (nothing to remember then).
-func versions(digest string, dep *appsv1.Deployment, svc *corev1.Service, cm *corev1.ConfigMap) (at syncedAt, ok bool) {
+func versions(digest string, dep *appsv1.Deployment, svc *corev1.Service, cm metav1.Object) (at syncedAt, ok bool) {
 	if dep == nil || svc == nil || cm == nil {
 		return syncedAt{}, false
 	}
-	at = syncedAt{digest, dep.ResourceVersion, svc.ResourceVersion, cm.ResourceVersion}
+	at = syncedAt{digest, dep.ResourceVersion, svc.ResourceVersion, cm.GetResourceVersion()}
 	return at, at.deployment != "" && at.service != "" && at.configMap != ""
 }
 
@@ -69,15 +86,29 @@ func (o *ownedObjects) forget(key cache.ObjectName) {
 	o.deployed.Delete(key)
 }
 
-func newOwnedObjects(kube kubeclient.Interface, namespace string, resync time.Duration, enqueue func(cache.ObjectName)) *ownedObjects {
+// newOwnedObjects watches the owned objects of namespace ("" for all) through kube, and the
+// ConfigMaps' metadata only through meta when it is not nil: a ConfigMap's data (up to 1 MiB,
+// anybody's who can set a label) then never reaches the operator, and the drift check reads a
+// ConfigMap from the API server when its resourceVersion says it changed. live reports whether a
+// KindCustomHttp namespace/name exists (the watcher's informer cache, synced before these informers
+// start): only objects named as the program names those of a live KindCustomHttp are cached whole
+// (ownedTransform).
+func newOwnedObjects(kube kubeclient.Interface, meta metadata.Interface, namespace string, resync time.Duration, enqueue func(cache.ObjectName), live func(namespace, name string) bool) *ownedObjects {
 	selector := labels.SelectorFromSet(labels.Set{infra.LabelManagedBy: infra.ManagedBy}).String()
-	deployments := newInformer(kube, kube.AppsV1().Deployments(namespace), &appsv1.Deployment{}, selector, resync)
-	services := newInformer(kube, kube.CoreV1().Services(namespace), &corev1.Service{}, selector, resync)
-	configMaps := newInformer(kube, kube.CoreV1().ConfigMaps(namespace), &corev1.ConfigMap{}, selector, resync)
+	deployments := newInformer(kube, kube.AppsV1().Deployments(namespace), &appsv1.Deployment{}, selector, resync, ownedTransform(live))
+	services := newInformer(kube, kube.CoreV1().Services(namespace), &corev1.Service{}, selector, resync, ownedTransform(live))
+	var configMaps cache.SharedIndexInformer
+	if meta != nil {
+		configMaps = metadatainformer.NewFilteredMetadataInformer(meta, corev1.SchemeGroupVersion.WithResource("configmaps"), namespace, resync,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, func(lo *metav1.ListOptions) { lo.LabelSelector = selector }).Informer()
+		_ = configMaps.SetTransform(ownedTransform(live))
+	} else {
+		configMaps = newInformer(kube, kube.CoreV1().ConfigMaps(namespace), &corev1.ConfigMap{}, selector, resync, ownedTransform(live))
+	}
 	o := &ownedObjects{kube: kube, informers: []cache.SharedIndexInformer{deployments, services, configMaps},
 		deployments: appslisters.NewDeploymentLister(deployments.GetIndexer()),
 		services:    corelisters.NewServiceLister(services.GetIndexer()),
-		configMaps:  corelisters.NewConfigMapLister(configMaps.GetIndexer()),
+		configMaps:  configMaps.GetIndexer(),
 	}
 	toOwner := func(obj any) {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -107,13 +138,13 @@ type listWatcher[L runtime.Object] interface {
 }
 
 // newInformer is the informer of the objects of c (one resource in one namespace, or all with
-// "") that match selector, each stripped of managedFields (stripMetadata), as client-go's
+// "") that match selector, each passed through transform (ownedTransform), as client-go's
 // generated informers (informers/apps/v1.NewFilteredDeploymentInformer, ...) make it. Those
 // take the whole kubernetes.Interface, which kubeclient does not implement (its package
 // comment says why), so the ListWatch is written here, as theirs is; kube is passed on for
 // client-go's watch-list check (the fake clientset has no watch-list).
 func newInformer[L runtime.Object](kube kubeclient.Interface, c listWatcher[L], obj runtime.Object, selector string,
-	resync time.Duration,
+	resync time.Duration, transform cache.TransformFunc,
 ) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -127,7 +158,7 @@ func newInformer[L runtime.Object](kube kubeclient.Interface, c listWatcher[L], 
 	}
 	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, kube), obj, resync,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	_ = inf.SetTransform(stripMetadata(false)) // fails only once the informer runs
+	_ = inf.SetTransform(transform) // fails only once the informer runs
 	return inf
 }
 
@@ -155,7 +186,7 @@ func (o *ownedObjects) readiness(ctx context.Context, d api.Desired, live bool) 
 	var dep *appsv1.Deployment
 	if !live {
 		dep, _ = o.deployments.Deployments(d.Namespace).Get(d.Name)
-		if at, ok := o.deployed.Load(key); ok && !at.(deployedAt).covers(dep) {
+		if at, ok := o.deployed.Load(key); (ok && !at.(deployedAt).covers(dep)) || isStub(dep) {
 			live = true
 		}
 	}
@@ -212,12 +243,17 @@ func (o *ownedObjects) drift(ctx context.Context, digest string, d api.Desired) 
 	key := cache.ObjectName{Namespace: d.Namespace, Name: d.Name}
 	dep, _ := o.deployments.Deployments(d.Namespace).Get(d.Name)
 	svc, _ := o.services.Services(d.Namespace).Get(d.Name)
-	cm, _ := o.configMaps.ConfigMaps(d.Namespace).Get(d.ConfigMapName())
-	at, ok := versions(digest, dep, svc, cm)
+	cmMeta := o.configMap(d.Namespace, d.ConfigMapName())
+	at, ok := versions(digest, dep, svc, cmMeta)
 	if last, found := o.inSync.Load(key); ok && found && last.(syncedAt) == at {
 		return nil
 	}
-	if len(compare(d, dep, svc, cm)) == 0 {
+	// The cache holds a ConfigMap's metadata only (or its data as a digest), and look-alikes as
+	// stubs (ownedcache.go): a stub, or a ConfigMap whose data the cache does not have, is never
+	// compared there; the live read below decides.
+	cm, typed := cmMeta.(*corev1.ConfigMap)
+	if typed && !isStub(dep) && !isStub(svc) && !isStub(cm) &&
+		len(compare(d, dep, svc, comparableConfigMap(cm, infra.Build(d).ConfigMap.Data))) == 0 {
 		if ok {
 			o.inSync.Store(key, at)
 		}
@@ -240,7 +276,16 @@ func (o *ownedObjects) drift(ctx context.Context, digest string, d api.Desired) 
 	} else if !apierrors.IsNotFound(err) {
 		return nil
 	}
-	return compare(d, dep, svc, cm)
+	diffs := compare(d, dep, svc, cm)
+	if len(diffs) == 0 {
+		// In sync as read live: remembered by the live versions, which the cache shows once it
+		// has caught up, so that the next checks need no read (a cache that only holds a
+		// ConfigMap's metadata needs one per change of it).
+		if at, ok := versions(digest, dep, svc, cm); ok {
+			o.inSync.Store(key, at)
+		}
+	}
+	return diffs
 }
 
 // compare is drift's pure part; nil objects are missing ones. It compares each live object with
@@ -261,7 +306,9 @@ func compare(d api.Desired, dep *appsv1.Deployment, svc *corev1.Service, cm *cor
 			return
 		}
 		for i := 0; i < len(pairs); i += 3 {
-			if diff, ok := declaredDiff(pairs[i].(string), reflect.ValueOf(pairs[i+1]), reflect.ValueOf(pairs[i+2])); !ok {
+			path := pairs[i].(string)
+			opaque := strings.HasPrefix(what, "ConfigMap ") && path == "data"
+			if diff, ok := declaredDiff(path, reflect.ValueOf(pairs[i+1]), reflect.ValueOf(pairs[i+2]), opaque); !ok {
 				diffs = append(diffs, what+" "+diff)
 				return
 			}
@@ -312,18 +359,49 @@ func undeclaredKey(path string, want, live map[string]string) (string, bool) {
 // set, but a value behind a set pointer is (replicas 0, a false flag); a set slice must be no
 // longer than live's and match it element by element, a set map must have each of its keys in
 // live. When a field differs it returns where, as a JSON path under path, with both values
-// ("spec.replicas is 5, want 2"); the message and its path are built only then, as it runs for
+// ("spec.replicas is 5, want 2"), each clipped (quote); opaque says the values are not to be
+// quoted at all, only their sizes ("data[k] differs: 9 bytes, want 3 bytes"), which is how a
+// ConfigMap's data is reported. The message and its path are built only then, as it runs for
 // every object on each resync.
 //
 // Hand-written because apimachinery's equality.Semantic.DeepDerivative, which has these rules
 // otherwise, compares zero numbers too: a probe's timeoutSeconds, which Declare leaves unset
 // and the apiserver sets to 1, would be drift on every object.
-func declaredDiff(path string, want, live reflect.Value) (string, bool) {
+func declaredDiff(path string, want, live reflect.Value, opaque bool) (string, bool) {
 	m := derive(want, live, false)
 	if m == nil {
 		return "", true
 	}
-	return m.String(path), false
+	return m.String(path, opaque), false
+}
+
+// quoteLimit is how many bytes of a value a drift message quotes (quote). Drift messages go
+// into Events, whose message the apiserver keeps in etcd and shows to whoever may list Events
+// in the namespace, and into the operator's log; a value may be a whole ConfigMap file of up to
+// the object size limit. The bound keeps an image reference or a label whole in the common case.
+const quoteLimit = 64
+
+// quote is v as a drift message shows it: fmt's %v, cut to at most quoteLimit bytes (at a rune
+// boundary) with "… (N bytes)" after it when it is longer, N its whole length.
+func quote(v any) string {
+	s := fmt.Sprint(v)
+	if len(s) <= quoteLimit {
+		return s
+	}
+	cut := quoteLimit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
+}
+
+// size is the length in bytes of v as fmt's %v writes it: what an opaque drift message says
+// of a value instead of quoting it.
+func size(v any) int {
+	if s, ok := v.(string); ok {
+		return len(s)
+	}
+	return len(fmt.Sprint(v))
 }
 
 // mismatch is where derive found a declared field that differs: the path below the compared
@@ -336,22 +414,27 @@ type mismatch struct {
 
 func (m *mismatch) at(elem string) *mismatch { m.rev = append(m.rev, elem); return m }
 
-// String is the message for a mismatch under path.
-func (m *mismatch) String(path string) string {
+// String is the message for a mismatch under path, its values clipped (quote), or, opaque,
+// given only by their sizes in bytes.
+func (m *mismatch) String(path string, opaque bool) string {
 	var b strings.Builder
 	b.WriteString(path)
 	for i := len(m.rev) - 1; i >= 0; i-- {
 		b.WriteString(m.rev[i])
 	}
-	switch m.what {
-	case "missing":
+	switch {
+	case m.what == "missing":
 		return b.String() + " is missing"
-	case "unset":
-		return fmt.Sprintf("%s is unset, want %v", b.String(), m.want)
-	case "items":
+	case m.what == "items":
 		return fmt.Sprintf("%s has %v items, want %v", b.String(), m.live, m.want)
+	case m.what == "unset" && opaque:
+		return fmt.Sprintf("%s is unset, want %d bytes", b.String(), size(m.want))
+	case m.what == "unset":
+		return fmt.Sprintf("%s is unset, want %s", b.String(), quote(m.want))
+	case opaque:
+		return fmt.Sprintf("%s differs: %d bytes, want %d bytes", b.String(), size(m.live), size(m.want))
 	}
-	return fmt.Sprintf("%s is %v, want %v", b.String(), m.live, m.want)
+	return fmt.Sprintf("%s is %s, want %s", b.String(), quote(m.live), quote(m.want))
 }
 
 // derive is declaredDiff's walk; explicit marks a value reached through a set pointer, which

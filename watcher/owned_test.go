@@ -1,6 +1,8 @@
 package watcher
 
 import (
+	"bytes"
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -193,30 +195,41 @@ func TestDeclaredDiff(t *testing.T) {
 		I     Inner `json:"i"`
 	}
 	yes, no := true, false
+	long := strings.Repeat("é", 40) + "tail" // 84 bytes; a cut at 64 bytes falls on a rune boundary
 	for name, tc := range map[string]struct {
 		want, live outer
+		opaque     bool   // the values are not to be quoted (a ConfigMap's data)
 		diff       string // "" for no drift
 	}{
-		"all unset":                 {outer{}, outer{I: Inner{N: 1, S: "x", P: &yes, L: []string{"a"}, M: map[string]string{"k": "v"}}}, ""},
-		"equal":                     {outer{I: Inner{N: 2, S: "x", P: &no}}, outer{I: Inner{N: 2, S: "x", P: &no}}, ""},
-		"number":                    {outer{I: Inner{N: 2}}, outer{I: Inner{N: 5}}, "x.i.n is 5, want 2"},
-		"string":                    {outer{I: Inner{S: "a"}}, outer{I: Inner{S: "b"}}, "x.i.s is b, want a"},
-		"pointer unset":             {outer{I: Inner{P: &no}}, outer{}, "x.i.p is unset, want false"},
-		"pointer":                   {outer{I: Inner{P: &no}}, outer{I: Inner{P: &yes}}, "x.i.p is true, want false"},
-		"pointer to false, equal":   {outer{I: Inner{P: &no}}, outer{I: Inner{P: &no}}, ""},
-		"inline field":              {outer{Inner: Inner{N: 1}}, outer{Inner: Inner{N: 3}}, "x.n is 3, want 1"},
-		"list longer live":          {outer{I: Inner{L: []string{"a"}}}, outer{I: Inner{L: []string{"a", "b"}}}, ""},
-		"list shorter live":         {outer{I: Inner{L: []string{"a", "b"}}}, outer{I: Inner{L: []string{"a"}}}, "x.i.l has 1 items, want 2"},
-		"list item":                 {outer{I: Inner{L: []string{"a"}}}, outer{I: Inner{L: []string{"c"}}}, "x.i.l[0] is c, want a"},
-		"map extra key live":        {outer{I: Inner{M: map[string]string{"k": "v"}}}, outer{I: Inner{M: map[string]string{"k": "v", "o": "p"}}}, ""},
-		"map key missing":           {outer{I: Inner{M: map[string]string{"k": "v"}}}, outer{}, "x.i.m[k] is missing"},
-		"map empty value present":   {outer{I: Inner{M: map[string]string{"k": ""}}}, outer{I: Inner{M: map[string]string{"k": "x"}}}, ""},
-		"map value":                 {outer{I: Inner{M: map[string]string{"k": "v"}}}, outer{I: Inner{M: map[string]string{"k": "w"}}}, "x.i.m[k] is w, want v"},
-		"zero number not declared":  {outer{I: Inner{N: 0}}, outer{I: Inner{N: 7}}, ""},
-		"empty string not declared": {outer{I: Inner{S: ""}}, outer{I: Inner{S: "q"}}, ""},
+		"all unset":                 {outer{}, outer{I: Inner{N: 1, S: "x", P: &yes, L: []string{"a"}, M: map[string]string{"k": "v"}}}, false, ""},
+		"equal":                     {outer{I: Inner{N: 2, S: "x", P: &no}}, outer{I: Inner{N: 2, S: "x", P: &no}}, false, ""},
+		"number":                    {outer{I: Inner{N: 2}}, outer{I: Inner{N: 5}}, false, "x.i.n is 5, want 2"},
+		"string":                    {outer{I: Inner{S: "a"}}, outer{I: Inner{S: "b"}}, false, "x.i.s is b, want a"},
+		"pointer unset":             {outer{I: Inner{P: &no}}, outer{}, false, "x.i.p is unset, want false"},
+		"pointer":                   {outer{I: Inner{P: &no}}, outer{I: Inner{P: &yes}}, false, "x.i.p is true, want false"},
+		"pointer to false, equal":   {outer{I: Inner{P: &no}}, outer{I: Inner{P: &no}}, false, ""},
+		"inline field":              {outer{Inner: Inner{N: 1}}, outer{Inner: Inner{N: 3}}, false, "x.n is 3, want 1"},
+		"list longer live":          {outer{I: Inner{L: []string{"a"}}}, outer{I: Inner{L: []string{"a", "b"}}}, false, ""},
+		"list shorter live":         {outer{I: Inner{L: []string{"a", "b"}}}, outer{I: Inner{L: []string{"a"}}}, false, "x.i.l has 1 items, want 2"},
+		"list item":                 {outer{I: Inner{L: []string{"a"}}}, outer{I: Inner{L: []string{"c"}}}, false, "x.i.l[0] is c, want a"},
+		"map extra key live":        {outer{I: Inner{M: map[string]string{"k": "v"}}}, outer{I: Inner{M: map[string]string{"k": "v", "o": "p"}}}, false, ""},
+		"map key missing":           {outer{I: Inner{M: map[string]string{"k": "v"}}}, outer{}, false, "x.i.m[k] is missing"},
+		"map empty value present":   {outer{I: Inner{M: map[string]string{"k": ""}}}, outer{I: Inner{M: map[string]string{"k": "x"}}}, false, ""},
+		"map value":                 {outer{I: Inner{M: map[string]string{"k": "v"}}}, outer{I: Inner{M: map[string]string{"k": "w"}}}, false, "x.i.m[k] is w, want v"},
+		"zero number not declared":  {outer{I: Inner{N: 0}}, outer{I: Inner{N: 7}}, false, ""},
+		"empty string not declared": {outer{I: Inner{S: ""}}, outer{I: Inner{S: "q"}}, false, ""},
+		"long value clipped": {outer{I: Inner{S: "a"}}, outer{I: Inner{S: long}}, false,
+			"x.i.s is " + strings.Repeat("é", 32) + "… (84 bytes), want a"},
+		"long value clipped at a rune boundary": {outer{I: Inner{S: "a"}}, outer{I: Inner{S: "x" + long}}, false,
+			"x.i.s is x" + strings.Repeat("é", 31) + "… (85 bytes), want a"},
+		"value at the bound whole": {outer{I: Inner{S: "a"}}, outer{I: Inner{S: strings.Repeat("b", 64)}}, false,
+			"x.i.s is " + strings.Repeat("b", 64) + ", want a"},
+		"opaque value":       {outer{I: Inner{M: map[string]string{"k": "secret-ish"}}}, outer{I: Inner{M: map[string]string{"k": "v"}}}, true, "x.i.m[k] differs: 1 bytes, want 10 bytes"},
+		"opaque unset":       {outer{I: Inner{P: &no}}, outer{}, true, "x.i.p is unset, want 5 bytes"},
+		"opaque key missing": {outer{I: Inner{M: map[string]string{"k": "v"}}}, outer{}, true, "x.i.m[k] is missing"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			diff, ok := declaredDiff("x", reflect.ValueOf(tc.want), reflect.ValueOf(tc.live))
+			diff, ok := declaredDiff("x", reflect.ValueOf(tc.want), reflect.ValueOf(tc.live), tc.opaque)
 			if ok != (tc.diff == "") || diff != tc.diff {
 				t.Errorf("declaredDiff = %q, %v; want %q", diff, ok, tc.diff)
 			}
@@ -266,5 +279,48 @@ func TestDeployedAtCovers(t *testing.T) {
 				t.Errorf("covers = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestUnitDriftQuotesNoData: a tenant's 1 MiB configMapData value, changed by hand in the live
+// ConfigMap to another 1 MiB value, and a 1 MiB image set by hand on the Deployment, are
+// repaired with an Event and a log line that stay small: the ConfigMap's values are given by
+// their sizes only, the image clipped.
+func TestUnitDriftQuotesNoData(t *testing.T) {
+	const mib = 1 << 20
+	f := newUnit(t, Options{})
+	var logs bytes.Buffer
+	f.w.log = slog.New(slog.NewTextHandler(&logs, nil))
+	declared, byHand := strings.Repeat("d", mib), strings.Repeat("h", mib)
+	f.applied(kch("web", map[string]any{"replicaCount": int64(2), "port": int64(80), "configMapData": map[string]any{"big": declared}}))
+	dep, _, cm := owned(t, f.stored("web"))
+	cm.Data["big"] = byHand
+	dep.Spec.Template.Spec.Containers[0].Image = "registry.example/" + strings.Repeat("i", mib)
+	f.putOwned(dep, cm)
+	logs.Reset()
+	if err := f.reconcile("web"); err != nil {
+		t.Fatal(err)
+	}
+	var drift string
+	for len(f.recorder.Events) > 0 {
+		if e := <-f.recorder.Events; strings.Contains(e, ReasonDriftDetected) {
+			drift = e
+		}
+	}
+	if drift == "" {
+		t.Fatal("no DriftDetected Event")
+	}
+	for what, s := range map[string]string{"Event": drift, "log": logs.String()} {
+		if len(s) > 2048 {
+			t.Errorf("%s is %d bytes, want at most 2048: %.300q", what, len(s), s)
+		}
+		if strings.Contains(s, "hhhh") || strings.Contains(s, "dddd") {
+			t.Errorf("%s quotes the ConfigMap's data: %.300q", what, s)
+		}
+	}
+	for _, want := range []string{"data[big] differs: 1048576 bytes, want 1048576 bytes", "(1048593 bytes)"} {
+		if !strings.Contains(drift, want) {
+			t.Errorf("Event %.300q does not say %q", drift, want)
+		}
 	}
 }

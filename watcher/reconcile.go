@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,7 +32,13 @@ import (
 // outcome echoes the reconcile request's token (status.lastHandledReconcileAt), so that
 // `pulumi-operator reconcile --wait` learns it. A returned error means "retry with backoff";
 // nil means done until the next event.
-func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) (err error) {
+func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) error {
+	return w.reconcileFrom(ctx, key, false)
+}
+
+// reconcileFrom is reconcile of key taken from the queue's fast lane when fast is set: such a
+// reconcile runs no up (queue.go); one that finds an up to run queues key in the slow lane.
+func (w *Watcher) reconcileFrom(ctx context.Context, key cache.ObjectName, fast bool) (err error) {
 	obj, err := w.lister.ByNamespace(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		w.forget(key)
@@ -50,16 +58,20 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) (err erro
 		return err
 	}
 	u = o.u
+	refs := w.judgeReferences(ctx, o)
 	r, stackName, err := w.desired(ctx, o)
 	var invalid *api.InvalidSpecError
 	var change mustChange
 	switch {
 	case errors.As(err, &invalid) || errors.As(err, &change):
-		return w.stall(o, err)
+		return w.stall(o, api.ReasonInvalidSpec, err)
 	case err != nil:
 		return w.fail(o, api.ReasonEnvSourceMissing, err)
 	}
 	cr, d := o.cr, r.Desired
+	if err := w.serviceTypeAllowed(cr); err != nil {
+		return w.stall(o, api.ReasonServiceTypeNotAllowed, err)
+	}
 	if cr.Spec.Suspend {
 		w.suspended(o, w.digest(d, stackName))
 		return nil
@@ -67,6 +79,29 @@ func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) (err erro
 	p := w.plan(ctx, cr, d, stackName)
 	if !p.run {
 		return w.updateReadiness(ctx, o, d)
+	}
+	if fast {
+		w.queue.Add(key) // pushed to the slow lane once this worker is done with key
+		return nil
+	}
+	if wait := w.refreshWait(key, p); wait > 0 {
+		// Drift repair or a requested refresh, too soon after the last: looked at again then.
+		w.queue.AddAfter(key, wait)
+		return nil
+	}
+	if !w.nsUps.acquire(key, w.opts.MaxUpsPerNamespace) {
+		// The namespace has its share of workers: parked, before any API request, until one of
+		// its ups ends (then queued again), so that a namespace with a backlog costs the
+		// others neither workers nor the client's rate limit.
+		return nil
+	}
+	defer func() {
+		for _, k := range w.nsUps.release(key.Namespace) {
+			w.queue.Add(k)
+		}
+	}()
+	if reason, err := w.mayRollOut(ctx, o, refs); err != nil {
+		return w.fail(o, reason, err)
 	}
 	if err := ownership.Check(ctx, w.kube, d); err != nil {
 		// An up would take over objects somebody else made (the provider upserts): never.
@@ -96,7 +131,9 @@ func (w *Watcher) forget(key cache.ObjectName) {
 	w.requests.forget(key)
 	w.pluginWait.remove(key)
 	w.converted.Delete(key)
+	w.digests.Delete(key)
 	w.owned.forget(key)
+	w.lastRefresh.Delete(key)
 }
 
 // fail reports a retryable problem found before any Pulumi run (status and a Warning Event)
@@ -142,7 +179,7 @@ func (w *Watcher) desired(ctx context.Context, o *object) (envsource.Resolved, s
 	if o.convErr != nil {
 		return envsource.Resolved{}, "", mustChange{o.convErr}
 	}
-	r, err := envsource.Resolve(ctx, o.cr, w.cluster, envsource.Options{ReadSecret: w.readsSecrets})
+	r, err := envsource.Resolve(ctx, o.cr, w.cluster, envsource.Options{ReadSecret: w.readsSecrets, Key: w.opts.EnvDigestKey})
 	if err != nil {
 		return envsource.Resolved{}, "", err
 	}
@@ -156,16 +193,17 @@ func (w *Watcher) desired(ctx context.Context, o *object) (envsource.Resolved, s
 // cluster is the client envsource.Resolve reads envFrom sources with: the watcher's own.
 func (w *Watcher) cluster() (kubeclient.Interface, error) { return w.kube, nil }
 
-// stall reports an invalid spec once (status and a Warning Event) and does not retry: the
-// object's next change enqueues it again. The reconcile request, if any, is echoed.
-func (w *Watcher) stall(o *object, cause error) error {
+// stall reports a spec the operator will not reconcile (api.ReasonInvalidSpec, or
+// api.ReasonServiceTypeNotAllowed) once (status and a Warning Event with reason) and does not
+// retry: the object's next change enqueues it again. The reconcile request, if any, is echoed.
+func (w *Watcher) stall(o *object, reason string, cause error) error {
 	if c := currentCondition(o.u, api.ConditionStalled); c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != o.gen || c.Message != cause.Error() {
-		w.recorder.Event(o.u, corev1.EventTypeWarning, api.ReasonInvalidSpec, cause.Error())
+		w.recorder.Event(o.u, corev1.EventTypeWarning, reason, cause.Error())
 	}
 	w.metrics.setFailing(cache.MetaObjectToName(o.u), true)
 	o.echoRequest()
 	o.setStatus(func(st *api.KindCustomHttpStatus) {
-		markStalled(st, o.gen, api.ReasonInvalidSpec, cause.Error())
+		markStalled(st, o.gen, reason, cause.Error())
 	})
 	return nil
 }
@@ -193,6 +231,9 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 	}
 	key := cache.MetaObjectToName(u)
 	w.applied.Delete(key)
+	if p.refresh {
+		w.lastRefresh.Store(key, time.Now())
+	}
 	opCtx, cancel := context.WithTimeout(ctx, w.opts.OperationTimeout)
 	res, upErr := w.stacks.Up(opCtx, d, stack.RunOptions{Refresh: p.refresh})
 	upErr = w.timedOut(ctx, opCtx, "up", stackName, upErr)
@@ -247,6 +288,60 @@ func (w *Watcher) updateReadiness(ctx context.Context, o *object, d api.Desired)
 	o.echoRequest()
 	o.setStatus(func(st *api.KindCustomHttpStatus) { setReadiness(st, o.gen, h) })
 	return rolloutResult(h)
+}
+
+// refreshWait is how long key's up p must wait: the rest of MinRefreshInterval since its last up
+// with a refresh, when p only refreshes (drift repair, a reconcile request); 0 otherwise.
+func (w *Watcher) refreshWait(key cache.ObjectName, p plan) time.Duration {
+	if !p.refresh || p.why == ReasonCreated || p.why == ReasonUpdated || w.opts.MinRefreshInterval < 0 {
+		return 0
+	}
+	last, ok := w.lastRefresh.Load(key)
+	if !ok {
+		return 0
+	}
+	return w.opts.MinRefreshInterval - time.Since(last.(time.Time))
+}
+
+// namespaceSlots counts the ups running per namespace and parks the objects that wait for one.
+// A parked object is queued again when an up of its namespace ends, not polled: polling would
+// spend a worker and API requests on every waiting object of a busy namespace, every period.
+type namespaceSlots struct {
+	mu      sync.Mutex
+	n       map[string]int
+	waiting map[string][]cache.ObjectName // per namespace, in the order parked, no duplicates
+}
+
+// acquire takes one of max slots of key's namespace (max 0: no limit) and reports whether it
+// could; when it could not, key is parked until the next release of that namespace.
+func (s *namespaceSlots) acquire(key cache.ObjectName, max int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == nil {
+		s.n, s.waiting = map[string]int{}, map[string][]cache.ObjectName{}
+	}
+	ns := key.Namespace
+	if max > 0 && s.n[ns] >= max {
+		if !slices.Contains(s.waiting[ns], key) {
+			s.waiting[ns] = append(s.waiting[ns], key)
+		}
+		return false
+	}
+	s.n[ns]++
+	return true
+}
+
+// release gives back a slot of namespace ns and returns the objects parked for one, no longer
+// parked: the caller queues them again (each takes a slot or parks anew).
+func (s *namespaceSlots) release(ns string) []cache.ObjectName {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[ns]--; s.n[ns] <= 0 {
+		delete(s.n, ns)
+	}
+	parked := s.waiting[ns]
+	delete(s.waiting, ns)
+	return parked
 }
 
 // errRolloutInProgress is the result of a reconcile that left the stack up to date and the
@@ -330,6 +425,8 @@ func failureReason(err error) string {
 		return api.ReasonPluginMissing
 	case errors.Is(err, stack.ErrBackendUnavailable):
 		return api.ReasonBackendUnavailable
+	case errors.Is(err, stack.ErrStackOfAnother):
+		return api.ReasonObjectConflict
 	}
 	return api.ReasonUpdateFailed
 }

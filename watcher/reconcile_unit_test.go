@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -14,6 +15,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
+	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
@@ -88,6 +92,8 @@ func TestUnitStallVsFail(t *testing.T) {
 				"envFrom": []any{map[string]any{"configMapRef": map[string]any{"name": "absent"}}}}),
 			reason:  api.ReasonEnvSourceMissing,
 			journal: []string{finalizerAdded, "status Ready=False/EnvSourceMissing Reconciling=True/Retrying"},
+			// The fake cluster has no admission policy: a reference is reported unchecked first.
+			events: []string{"Warning " + api.ReasonAdmissionPolicyMissing, "Warning " + api.ReasonEnvSourceMissing},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -248,6 +254,11 @@ func TestUnitEveryOutcomeEchoesTheRequest(t *testing.T) {
 			},
 			ready: api.ReasonObjectConflict,
 		},
+		"stack of another object": {
+			spec:  valid(),
+			setup: func(f *unitFixture) { f.stacks.upErr = fmt.Errorf("up stack x: %w", stack.ErrStackOfAnother) },
+			ready: api.ReasonObjectConflict,
+		},
 		"suspended": {
 			spec: map[string]any{"replicaCount": int64(1), "port": int64(80), "suspend": true},
 			noUp: true,
@@ -291,5 +302,67 @@ func TestUnitEveryOutcomeEchoesTheRequest(t *testing.T) {
 				t.Errorf("%d ups for a request already handled, want none", len(f.stacks.ups))
 			}
 		})
+	}
+}
+
+// TestUnitEnvDigestKeyRollsOnce: an object whose envFrom source keeps its data gets one up when
+// the digest key changes (the operator's upgrade from the unkeyed digest, or a new key), whose
+// pod template then carries the new digest, and no up at the reconciles after it: its pods
+// roll once.
+func TestUnitEnvDigestKeyRollsOnce(t *testing.T) {
+	ctx := context.Background()
+	f := newUnit(t, Options{EnvDigestKey: []byte("the key before")})
+	if _, err := f.kube.CoreV1().ConfigMaps(unitNS).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: unitNS, Name: "env"}, Data: map[string]string{"MODE": "one"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u := kch("web", map[string]any{"replicaCount": int64(2), "port": int64(80),
+		"envFrom": []any{map[string]any{"configMapRef": map[string]any{"name": "env"}}}})
+	// live puts the owned objects an up under key makes: the pod template carries its digest.
+	live := func(key []byte) string {
+		cr, err := api.FromUnstructured(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := envsource.Resolve(ctx, cr, func() (kubeclient.Interface, error) { return f.kube, nil }, envsource.Options{Key: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dep, svc, cm := owned(t, u)
+		if dep.Spec.Template.Annotations == nil {
+			dep.Spec.Template.Annotations = map[string]string{}
+		}
+		dep.Spec.Template.Annotations[infra.EnvDigestAnnotation] = r.Desired.EnvDigest
+		f.putOwned(dep, svc, cm)
+		return r.Desired.EnvDigest
+	}
+	before := live(f.w.opts.EnvDigestKey)
+	f.create(u)
+	if err := f.reconcile("web"); err != nil {
+		t.Fatal(err)
+	}
+	f.deliver("web")
+	f.stacks.ups = nil
+	f.journal.take()
+	f.events()
+
+	f.w.opts.EnvDigestKey = []byte("the key after")
+	if err := f.reconcile("web"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.journal.take(); !slices.Contains(got, "up refresh=false") {
+		t.Fatalf("first reconcile under the new key: %q, want an up", got)
+	}
+	if after := live(f.w.opts.EnvDigestKey); after == before || after == "" {
+		t.Fatalf("digest under the new key %q, before %q", after, before)
+	}
+	f.deliver("web")
+	for i := range 3 {
+		if err := f.reconcile("web"); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.journal.take(); len(got) > 0 {
+			t.Fatalf("reconcile %d after the up under the new key: %q, want nothing (no second roll)", i+1, got)
+		}
 	}
 }

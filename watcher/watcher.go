@@ -100,9 +100,19 @@ type Options struct {
 	OperationTimeout time.Duration
 	// StaleLockTimeout, when set, is how old a stack lock must be before the watcher removes it
 	// although its owner may live. Zero (the default) never removes a lock by age: see
-	// stalelock.go for the locks that are removed (a dead process of this host, an earlier
+	// stalelock.go for the locks that are removed (a dead process of this operator, an earlier
 	// leader of this installation) and why every other one is waited out.
 	StaleLockTimeout time.Duration
+	// MinRefreshInterval is the least time between two ups of one object that only repair drift
+	// or answer a reconcile request (both with a refresh): a tenant who scales their Deployments
+	// in a loop, an HPA fighting the spec, or a script annotating objects gets at most one such
+	// up per object per interval; a spec change is never held back. Zero takes the default,
+	// 10 s; negative turns the limit off.
+	MinRefreshInterval time.Duration
+	// MaxUpsPerNamespace caps the ups running at once for the objects of one namespace (0: no
+	// cap), so that with it below the worker count one namespace's work always leaves a worker
+	// to the others. An object over the cap is parked until an up of its namespace ends.
+	MaxUpsPerNamespace int
 	// Metadata, when set, watches the names and versions of ConfigMaps and Secrets so that a
 	// change of a spec.envFrom source rolls the pods within seconds; without it such a change
 	// is noticed at the next resync.
@@ -113,6 +123,9 @@ type Options struct {
 	// roll them (envsource.Options.ReadSecret; Event EnvSourceNotWatched). Empty (the default):
 	// no Secret is read, so the operator needs no permission on Secrets (README "Security").
 	SecretNamespaces []string
+	// EnvDigestKey is the key of the digest of spec.envFrom sources (envsource.LoadKey); an
+	// object with envFrom sources fails (envsource.ErrNoKey) without one.
+	EnvDigestKey []byte
 	// FindPlugin, when set, reports where the Kubernetes provider plugin is
 	// (stack.Manager.KubernetesPlugin; an error when it is absent). Objects whose up failed
 	// with stack.ErrPluginMissing are then retried within PluginPoll of the plugin appearing,
@@ -128,6 +141,26 @@ type Options struct {
 	// PluginPoll is how often FindPlugin is called while objects wait for the plugin.
 	// Default 2 s: FindPlugin only looks at files.
 	PluginPoll time.Duration
+	// RequireAdmissionPolicy refuses the up of an object whose spec.envFrom names a Secret
+	// unless an admission policy (config/admission) is in force and checked the spec's writer:
+	// Ready False with reason AdmissionPolicyMissing, AdmittedWithoutPolicy or
+	// AdmissionPolicyUnknown, saying what to install or do (admission.go). Default false: such
+	// objects are only reported (condition ReferencesChecked, a Warning Event).
+	RequireAdmissionPolicy bool
+	// AdmissionPolicySelector selects the admission policy and its binding by label; default
+	// AdmissionPolicyLabel=AdmissionPolicyValue, the label they ship with. Tests select one of
+	// their own, so that runs sharing a cluster do not see each other's.
+	AdmissionPolicySelector string
+	// AdmissionPolicyPoll is how long one look at the admission policy serves reconciles before
+	// the next reconcile looks again; a change then queues every object. Default 30 s: two
+	// lists of a few cluster-scoped objects each time. An up that --require-admission-policy
+	// guards always looks afresh.
+	AdmissionPolicyPoll time.Duration
+	// AllowServiceTypes are the service types that expose the pods outside the cluster
+	// (NodePort, LoadBalancer) which spec.serviceType may name; an object asking for another is
+	// Stalled with reason ServiceTypeNotAllowed. Default none: the operator creates Services
+	// with its own rights, past the policies that limit which users may create such Services.
+	AllowServiceTypes []api.ServiceType
 	// Registry receives the watcher's Prometheus metrics; nil registers nowhere.
 	Registry prometheus.Registerer
 	// Logger receives structured logs; default slog.Default().
@@ -144,8 +177,9 @@ type Watcher struct {
 	kube     kubeclient.Interface
 	envSync  []cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	// lanes is the queue's storage: keys whose owned objects changed are processed first.
-	lanes *ownedFirst
+	// lanes is the queue's storage: fair across namespaces, keys whose owned objects changed
+	// first unless they need an up.
+	lanes *fairLanes
 	// retry is the queue's rate limiter, kept to compute the shorter backoff of a backend
 	// outage; Forget on the queue resets it.
 	retry    workqueue.TypedRateLimiter[cache.ObjectName]
@@ -176,6 +210,10 @@ type Watcher struct {
 	// converted holds, per object, its last conversion to the typed form (conversion), so that
 	// a resync, which hands the same resourceVersion again, does not convert it again.
 	converted sync.Map
+	// policies looks up the admission policy (admission.go); digests holds, per object, the
+	// digest of its spec's last version (versionDigest).
+	policies *admissionPolicies
+	digests  sync.Map
 	// fenced holds the host names of the operator pods that led this installation before this
 	// process took the Lease (recordLeader); nil without leader election.
 	fenced atomic.Pointer[map[string]bool]
@@ -190,6 +228,11 @@ type Watcher struct {
 	// --stale-lock-timeout counts a lock's age from there, never from the time its taker's clock
 	// wrote into it.
 	lockSeen sync.Map
+	// lastRefresh holds, per object, when its last up with a refresh (drift repair, reconcile
+	// request) started (MinRefreshInterval).
+	lastRefresh sync.Map
+	// nsUps counts the ups running per namespace (MaxUpsPerNamespace).
+	nsUps namespaceSlots
 	// lockSafeAt is when (fence clock, ns) the processes of the replica that led before this one
 	// are gone at the latest: the Lease rule (stalelock.go) removes none of their locks before.
 	lockSafeAt atomic.Int64
@@ -210,11 +253,17 @@ func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opt
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.MinRefreshInterval == 0 {
+		opts.MinRefreshInterval = 10 * time.Second
+	}
 	if opts.PluginPoll == 0 {
 		opts.PluginPoll = 2 * time.Second
 	}
 	if opts.DeleteBlockedAfter == 0 {
 		opts.DeleteBlockedAfter = 2 * time.Minute
+	}
+	if opts.AdmissionPolicyPoll == 0 {
+		opts.AdmissionPolicyPoll = 30 * time.Second
 	}
 	m := newMetrics(opts.Registry)
 	inf := dynamicinformer.NewFilteredDynamicInformer(client, api.GroupVersionResource, opts.Namespace,
@@ -223,7 +272,7 @@ func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opt
 	// The cache holds no managedFields and no last-applied copy of any object (stripMetadata).
 	_ = inf.Informer().SetTransform(stripMetadata(false))
 	retry := retryLimiter()
-	lanes := newOwnedFirst()
+	lanes := newFairLanes()
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	w := &Watcher{
@@ -240,6 +289,7 @@ func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opt
 		metrics:  m,
 		opts:     opts,
 		log:      opts.Logger,
+		policies: newAdmissionPolicies(kube, opts.AdmissionPolicySelector, opts.AdmissionPolicyPoll, opts.Registry),
 	}
 	// No resync for the owned objects' and the envFrom sources' informers (0, here and in
 	// worker.go): the KindCustomHttp informer's own resync already queues every object each
@@ -247,9 +297,12 @@ func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opt
 	// A resync of each of them would queue every object again: four reconciles per object per
 	// period instead of one (docs/benchmarks.md, the idle figure). Their real changes still
 	// queue the owner at once.
-	w.owned = newOwnedObjects(kube, opts.Namespace, 0, func(key cache.ObjectName) {
+	w.owned = newOwnedObjects(kube, opts.Metadata, opts.Namespace, 0, func(key cache.ObjectName) {
 		w.lanes.markOwned(key)
 		w.queue.Add(key)
+	}, func(namespace, name string) bool {
+		_, exists, err := w.informer.GetStore().GetByKey(namespace + "/" + name)
+		return err == nil && exists
 	})
 	_, _ = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: w.enqueue,

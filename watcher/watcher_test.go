@@ -104,11 +104,17 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
+// testEnvDigestKey is the digest key of the tests' watchers (Options.EnvDigestKey).
+var testEnvDigestKey = []byte("watcher tests' env digest key")
+
 // run starts a Watcher with opts and returns its stop function, which waits for Run.
 func (f *fixture) run(t *testing.T, opts Options) func() {
 	t.Helper()
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
+	}
+	if opts.EnvDigestKey == nil {
+		opts.EnvDigestKey = testEnvDigestKey
 	}
 	var stacks Stacks = f.stacks
 	if f.watched != nil {

@@ -65,12 +65,18 @@ func (w *Watcher) run(ctx context.Context, lost <-chan struct{}, workers int) er
 		}
 	}()
 	go w.informer.RunWithContext(work)
+	w.log.Info("waiting for informer caches to sync", "resource", api.GroupVersionResource.String(), "namespace", w.opts.Namespace)
+	// The KindCustomHttp cache first: the owned objects' caches keep whole only the objects of
+	// the KindCustomHttps it holds (ownedcache.go).
+	if !cache.WaitForCacheSync(work.Done(), w.informer.HasSynced) {
+		w.queue.ShutDown()
+		return errors.New("wait for informer caches to sync: cancelled before they synced")
+	}
 	w.owned.start(work)
 	if w.opts.Metadata != nil {
 		w.envSync = w.watchEnvSources(work, w.opts.Metadata, 0) // no resync: see New
 	}
-	w.log.Info("waiting for informer caches to sync", "resource", api.GroupVersionResource.String(), "namespace", w.opts.Namespace)
-	if !cache.WaitForCacheSync(work.Done(), append(append(w.owned.synced(), w.envSync...), w.informer.HasSynced)...) {
+	if !cache.WaitForCacheSync(work.Done(), append(w.owned.synced(), w.envSync...)...) {
 		w.queue.ShutDown()
 		return errors.New("wait for informer caches to sync: cancelled before they synced")
 	}
@@ -155,8 +161,10 @@ func (w *Watcher) processNext(work, ctx context.Context) bool {
 		return false
 	}
 	start := time.Now()
-	err := w.reconcile(ctx, key)
+	fast := w.lanes.tookFast(key)
+	err := w.reconcileFrom(ctx, key, fast)
 	w.metrics.observeReconcile(err, time.Since(start))
+	w.log.Debug("reconciled", "object", key.String(), "fastLane", fast, "seconds", time.Since(start).Seconds(), "err", err)
 	if err == nil {
 		w.queue.Forget(key)
 		return true

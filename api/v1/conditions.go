@@ -14,6 +14,13 @@ const (
 	ConditionStalled     = "Stalled"
 )
 
+// ConditionReferencesChecked says whether whoever wrote the spec was checked by the admission
+// policy (config/admission) for get on every Secret and ConfigMap spec.envFrom names: True with
+// reason ReasonAdmitted, False with ReasonAdmittedWithoutPolicy or ReasonAdmissionPolicyMissing,
+// Unknown when the operator cannot see the policies. Set only on objects whose spec.envFrom
+// names something; status.admission records the spec it judged.
+const ConditionReferencesChecked = "ReferencesChecked"
+
 // Condition reasons (CamelCase, as metav1.Condition requires).
 const (
 	// ReasonSucceeded: the last up of the current generation succeeded.
@@ -53,8 +60,9 @@ const (
 	// does not roll them.
 	ReasonEnvSourceNotWatched = "EnvSourceNotWatched"
 	// ReasonObjectConflict: a Deployment, Service or ConfigMap of the object's names exists
-	// that the operator did not make for it; nothing runs until it is gone (retried with
-	// backoff). The message names it.
+	// that the operator did not make for it, or the stack of the object's name holds another
+	// KindCustomHttp's objects (stack.ErrStackOfAnother); nothing runs until it is gone
+	// (retried with backoff). The message names it.
 	ReasonObjectConflict = "ObjectConflict"
 	// ReasonSuspended: spec.suspend is true.
 	ReasonSuspended = "Suspended"
@@ -67,4 +75,28 @@ const (
 	// (something holds them: a finalizer of another controller, a pod that does not stop); the
 	// finalizer stays until they are gone. The message names them. Also a Warning Event.
 	ReasonDeleteBlocked = "DeleteBlocked"
+	// ReasonServiceTypeNotAllowed: spec.serviceType is NodePort or LoadBalancer, which the
+	// operator's administrator has not allowed (watch --allow-service-types): the operator would
+	// expose the pods outside the cluster with its own rights. Stalled until the spec or the
+	// operator's flags change.
+	ReasonServiceTypeNotAllowed = "ServiceTypeNotAllowed"
+
+	// ReasonAdmitted (ReferencesChecked True): the spec was written while the admission policy
+	// was in force, so its writer was checked for get on every reference.
+	ReasonAdmitted = "Admitted"
+	// ReasonAdmittedWithoutPolicy (ReferencesChecked False, and Ready False under watch
+	// --require-admission-policy when a Secret is named): the spec was written before the
+	// admission policy now in force was, so nobody was checked for its references. Any change of
+	// the spec but replicaCount and suspend, which the policy then asks, or re-creating the
+	// object mends it. Also a Warning Event.
+	ReasonAdmittedWithoutPolicy = "AdmittedWithoutPolicy"
+	// ReasonAdmissionPolicyMissing (ReferencesChecked False, and Ready False under watch
+	// --require-admission-policy when a Secret is named): no admission policy is installed and
+	// bound, so whoever writes the object is checked for nothing it references. Also a Warning
+	// Event.
+	ReasonAdmissionPolicyMissing = "AdmissionPolicyMissing"
+	// ReasonAdmissionPolicyUnknown (ReferencesChecked Unknown, and Ready False under watch
+	// --require-admission-policy when a Secret is named): the operator could not list the
+	// admission policies (a namespaced install may not).
+	ReasonAdmissionPolicyUnknown = "AdmissionPolicyUnknown"
 )

@@ -130,7 +130,10 @@ type KindCustomHttpSpec struct {
 	// +kubebuilder:validation:Maximum=65535
 	ContainerPort *int32 `json:"containerPort,omitempty"`
 	// serviceType says how the Service is exposed: ClusterIP (default), NodePort, LoadBalancer
-	// or Headless (clusterIP None, as the original operator made it).
+	// or Headless (clusterIP None, as the original operator made it). The operator creates the
+	// Service with its own rights, so NodePort and LoadBalancer, which expose the pods outside
+	// the cluster, are reconciled only where the operator's administrator allows them (watch
+	// --allow-service-types); elsewhere the object is Stalled with reason ServiceTypeNotAllowed.
 	ServiceType ServiceType `json:"serviceType,omitempty"`
 	// envFrom names ConfigMaps and Secrets of the object's namespace whose keys become the
 	// container's environment (as a Pod's envFrom), at most 16 (MaxEnvFrom). Their contents
@@ -219,6 +222,27 @@ type KindCustomHttpStatus struct {
 	// lastHandledReconcileAt is the value of the groupsp.measutosh.dev/reconcile-requested-at
 	// annotation (ReconcileRequestAnnotation) last acted on.
 	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
+	// admission records the spec whose spec.envFrom references condition ReferencesChecked
+	// judges, and the admission policy in force then; absent while spec.envFrom is empty.
+	Admission *AdmissionStatus `json:"admission,omitempty"`
+}
+
+// AdmissionStatus records what the operator last judged about who was checked for the
+// references of the spec (condition ReferencesChecked): the admission policy asks the writer of
+// any change of spec but replicaCount and suspend for get on every Secret and ConfigMap
+// spec.envFrom names, and a spec written while no policy was in force was asked nothing.
+// +kubebuilder:object:generate=true
+type AdmissionStatus struct {
+	// specDigest identifies the spec judged, without replicaCount and suspend (which anyone who
+	// may write the object may change unasked): the SHA-256 of its JSON, in hex.
+	SpecDigest string `json:"specDigest,omitempty"`
+	// checked is whether that spec's writer was checked by the policy below.
+	Checked bool `json:"checked,omitempty"`
+	// policy is the admission policy that was in force at the judgement; empty when none was.
+	Policy string `json:"policy,omitempty"`
+	// policySince is when that policy came into force, as the operator counts it: the later
+	// creation of the policy and its binding, plus the time an API server may take to load them.
+	PolicySince *metav1.Time `json:"policySince,omitempty"`
 }
 
 // UpdateStatus describes one Pulumi operation. The operator always writes kind, result,

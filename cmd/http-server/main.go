@@ -1,7 +1,13 @@
 // Command http-server is the peering http server of the pods the operator creates: it answers
 // /ping with "pong from <hostname>" and pings the peers listed in its peer file. See
-// internal/httpserver for the behaviour; this file only turns flags and environment into
-// Options.
+// internal/httpserver for the behaviour; this file only turns flags into Options.
+//
+// Its settings are flags only, never environment variables: the operator passes them as the
+// container's arguments, and the container's environment is the object's spec.envFrom, which
+// whoever writes the object fills from ConfigMaps and Secrets. Were HTTP_SERVER_CONFIG read from
+// there, a ConfigMap could point the peer file at /proc/self/environ and have GET
+// /config/environ serve the pod's environment, Secrets included, to anyone who reaches the
+// Service.
 package main
 
 import (
@@ -10,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -43,23 +50,33 @@ func newApp() *cli.App {
 		Usage:           "answer /ping and ping the peers listed in a file",
 		HideHelpCommand: true,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "listen", EnvVars: []string{"HTTP_SERVER_LISTEN"}, Value: httpserver.DefaultListen, Destination: &opts.Listen,
+			&cli.StringFlag{Name: "listen", Value: httpserver.DefaultListen, Destination: &opts.Listen,
 				Usage: "`ADDR` (host:port) to serve /ping, /healthz, /readyz and /metrics on"},
-			&cli.StringFlag{Name: "config", EnvVars: []string{"HTTP_SERVER_CONFIG"}, Value: httpserver.DefaultConfigPath, Destination: &opts.ConfigPath,
+			&cli.StringFlag{Name: "config", Value: httpserver.DefaultConfigPath, Destination: &opts.ConfigPath,
 				Usage: "peer `FILE`: one host,port a line; blank lines and lines starting with # are skipped"},
-			&cli.DurationFlag{Name: "interval", EnvVars: []string{"HTTP_SERVER_INTERVAL"}, Value: httpserver.DefaultInterval, Destination: &opts.Interval,
+			&cli.DurationFlag{Name: "interval", Value: httpserver.DefaultInterval, Destination: &opts.Interval,
 				Usage: "`PERIOD` between ping rounds; a changed peer file also starts one at once"},
-			&cli.DurationFlag{Name: "timeout", EnvVars: []string{"HTTP_SERVER_TIMEOUT"}, Value: httpserver.DefaultTimeout, Destination: &opts.Timeout,
+			&cli.DurationFlag{Name: "timeout", Value: httpserver.DefaultTimeout, Destination: &opts.Timeout,
 				Usage: "`DURATION` allowed for each ping"},
-			&cli.DurationFlag{Name: "watch-interval", EnvVars: []string{"HTTP_SERVER_WATCH_INTERVAL"}, Value: httpserver.DefaultWatchInterval, Destination: &opts.WatchInterval,
+			&cli.DurationFlag{Name: "watch-interval", Value: httpserver.DefaultWatchInterval, Destination: &opts.WatchInterval,
 				Usage: "how often the peer file is read to notice changes (`PERIOD`)"},
-			&cli.DurationFlag{Name: "shutdown-timeout", EnvVars: []string{"HTTP_SERVER_SHUTDOWN_TIMEOUT"}, Value: httpserver.DefaultShutdownTimeout, Destination: &opts.ShutdownTimeout,
+			&cli.DurationFlag{Name: "shutdown-timeout", Value: httpserver.DefaultShutdownTimeout, Destination: &opts.ShutdownTimeout,
 				Usage: "`DURATION` to wait for open requests on SIGINT/SIGTERM"},
-			&cli.DurationFlag{Name: "drain-delay", EnvVars: []string{"HTTP_SERVER_DRAIN_DELAY"}, Value: DefaultDrainDelay, Destination: &opts.DrainDelay,
+			&cli.DurationFlag{Name: "drain-delay", Value: DefaultDrainDelay, Destination: &opts.DrainDelay,
 				Usage: "`DURATION` to keep serving on SIGINT/SIGTERM, /readyz answering 503, before closing the port, while the pod leaves its Service's endpoints; 0: none"},
-			&cli.StringFlag{Name: "hostname", EnvVars: []string{"HTTP_SERVER_HOSTNAME"}, Destination: &opts.Hostname,
+			&cli.DurationFlag{Name: "read-timeout", Value: httpserver.DefaultReadTimeout, Destination: &opts.ReadTimeout,
+				Usage: "`DURATION` allowed for reading one request"},
+			&cli.DurationFlag{Name: "write-timeout", Value: httpserver.DefaultWriteTimeout, Destination: &opts.WriteTimeout,
+				Usage: "`DURATION` allowed for writing one answer"},
+			&cli.DurationFlag{Name: "idle-timeout", Value: httpserver.DefaultIdleTimeout, Destination: &opts.IdleTimeout,
+				Usage: "`DURATION` a kept-alive connection may wait for its next request"},
+			&cli.IntFlag{Name: "max-header-bytes", Value: httpserver.DefaultMaxHeaderBytes, Destination: &opts.MaxHeaderBytes,
+				Usage: "largest request header, in `BYTES`; a larger one gets 431"},
+			&cli.IntFlag{Name: "max-connections", Value: httpserver.DefaultMaxConnections, Destination: &opts.MaxConnections,
+				Usage: "connections served at once (`N`); more wait to be accepted"},
+			&cli.StringFlag{Name: "hostname", Destination: &opts.Hostname,
 				Usage: "`NAME` in the /ping answer; default: the machine's hostname (the pod name)"},
-			&cli.StringFlag{Name: "log-format", EnvVars: []string{"HTTP_SERVER_LOG_FORMAT"}, Value: "text", Destination: &logFormat,
+			&cli.StringFlag{Name: "log-format", Value: "text", Destination: &logFormat,
 				Usage: "log `FORMAT`: text or json"},
 		},
 		Action: func(c *cli.Context) error {
@@ -72,6 +89,7 @@ func newApp() *cli.App {
 			}{
 				{"--interval", opts.Interval}, {"--timeout", opts.Timeout},
 				{"--watch-interval", opts.WatchInterval}, {"--shutdown-timeout", opts.ShutdownTimeout},
+				{"--read-timeout", opts.ReadTimeout}, {"--write-timeout", opts.WriteTimeout}, {"--idle-timeout", opts.IdleTimeout},
 			} {
 				if d.v <= 0 {
 					return fmt.Errorf("%s %v: must be positive", d.flag, d.v)
@@ -80,9 +98,20 @@ func newApp() *cli.App {
 			if opts.DrainDelay < 0 {
 				return fmt.Errorf("--drain-delay %v: must not be negative", opts.DrainDelay)
 			}
+			for _, n := range []struct {
+				flag string
+				v    int
+			}{{"--max-header-bytes", opts.MaxHeaderBytes}, {"--max-connections", opts.MaxConnections}} {
+				if n.v <= 0 {
+					return fmt.Errorf("%s %d: must be positive", n.flag, n.v)
+				}
+			}
 			logger, err := newLogger(logFormat)
 			if err != nil {
 				return err
+			}
+			if ignored := settingsInEnv(os.Environ()); len(ignored) > 0 {
+				logger.Warn("ignoring environment variables named like settings: the settings are flags only", "variables", ignored)
 			}
 			opts.Logger = logger
 			opts.Registry = prometheus.NewRegistry()
@@ -91,6 +120,18 @@ func newApp() *cli.App {
 			return run(c.Context, opts)
 		},
 	}
+}
+
+// settingsInEnv returns the names of the variables of env ("NAME=value" each) that earlier
+// versions read as settings (HTTP_SERVER_*), in env's order; their values are not looked at.
+func settingsInEnv(env []string) []string {
+	var names []string
+	for _, kv := range env {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "HTTP_SERVER_") {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 func newLogger(format string) (*slog.Logger, error) {

@@ -21,34 +21,34 @@ func runApp(ctx context.Context, args ...string) error {
 func TestFlagErrors(t *testing.T) {
 	tests := map[string]struct {
 		args []string
-		env  map[string]string
 		want string
 	}{
 		"not a duration":        {args: []string{"--interval=abc"}, want: "interval"},
 		"negative interval":     {args: []string{"--interval=-1s"}, want: "--interval -1s: must be positive"},
 		"zero timeout":          {args: []string{"--timeout=0s"}, want: "--timeout 0s: must be positive"},
-		"zero watch from env":   {env: map[string]string{"HTTP_SERVER_WATCH_INTERVAL": "0s"}, want: "--watch-interval 0s: must be positive"},
+		"zero watch interval":   {args: []string{"--watch-interval=0s"}, want: "--watch-interval 0s: must be positive"},
+		"zero read timeout":     {args: []string{"--read-timeout=0s"}, want: "--read-timeout 0s: must be positive"},
+		"zero max connections":  {args: []string{"--max-connections=0"}, want: "--max-connections 0: must be positive"},
+		"negative header bytes": {args: []string{"--max-header-bytes=-1"}, want: "--max-header-bytes -1: must be positive"},
+		"peer file in /proc":    {args: []string{"--config=/proc/self/environ"}, want: "a peer file under /proc is refused"},
 		"unknown log format":    {args: []string{"--log-format=xml"}, want: `--log-format "xml"`},
 		"negative drain delay":  {args: []string{"--drain-delay=-1s"}, want: "--drain-delay -1s: must not be negative"},
 		"unexpected argument":   {args: []string{"extra"}, want: "unexpected arguments"},
 		"unknown flag":          {args: []string{"--nope"}, want: "nope"},
-		"listen address in env": {env: map[string]string{"HTTP_SERVER_LISTEN": "127.0.0.1:notaport"}, want: "listen on 127.0.0.1:notaport"},
+		"bad listen address":    {args: []string{"--listen=127.0.0.1:notaport"}, want: "listen on 127.0.0.1:notaport"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
 			err := runApp(context.Background(), tc.args...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("run %v (env %v): %v, want an error containing %q", tc.args, tc.env, err, tc.want)
+				t.Errorf("run %v: %v, want an error containing %q", tc.args, err, tc.want)
 			}
 		})
 	}
 }
 
-// TestServesUntilCanceled runs the command with settings from flags and environment, checks the
-// real /ping answer, then ends it the way a signal would (context cancel) and expects nil.
+// TestServesUntilCanceled runs the command with settings from flags, checks the real /ping
+// answer, then ends it the way a signal would (context cancel) and expects nil.
 func TestServesUntilCanceled(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -60,13 +60,11 @@ func TestServesUntilCanceled(t *testing.T) {
 	if err := os.WriteFile(config, []byte(addr+"\n"), 0o644); err != nil { // invalid line: no comma
 		t.Fatal(err)
 	}
-	t.Setenv("HTTP_SERVER_HOSTNAME", "pod-from-env")
-	t.Setenv("HTTP_SERVER_CONFIG", config)
-
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- runApp(ctx, "--listen", addr, "--interval", "1h", "--log-format", "json", "--drain-delay", "1s")
+		done <- runApp(ctx, "--listen", addr, "--config", config, "--hostname", "pod-from-flag", "--interval", "1h",
+			"--log-format", "json", "--drain-delay", "1s")
 	}()
 
 	var body string
@@ -85,8 +83,8 @@ func TestServesUntilCanceled(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if body != "pong from pod-from-env" {
-		t.Errorf("/ping body %q, want \"pong from pod-from-env\"", body)
+	if body != "pong from pod-from-flag" {
+		t.Errorf("/ping body %q, want \"pong from pod-from-flag\"", body)
 	}
 	cancel()
 	select {

@@ -28,12 +28,15 @@ func TestScaleGolden(t *testing.T) {
 	}
 }
 
-// TestSectionsKept: `make bench` rewrites the doc and keeps the scale and soak sections; `make
-// bench-scale` replaces its own section and leaves the rest of the doc as it was.
+// TestSectionsKept: `make bench` rewrites the doc and keeps the scale, soak, partition and
+// tenants sections; `make bench-scale` replaces its own section and leaves the rest of the doc
+// as it was.
 func TestSectionsKept(t *testing.T) {
-	old := "# Benchmarks\nold figures\n\n" + scaleBegin + "\nscale v1\n" + scaleEnd + "\n\n" + soakBegin + "\nsoak\n" + soakEnd + "\n"
+	kept := "\n" + scaleBegin + "\nscale v1\n" + scaleEnd + "\n\n" + soakBegin + "\nsoak\n" + soakEnd + "\n\n" +
+		partitionBegin + "\npartition\n" + partitionEnd + "\n\n" + tenantsBegin + "\ntenants\n" + tenantsEnd + "\n"
+	old := "# Benchmarks\nold figures\n" + kept
 	got := keepSections(old, "# Benchmarks\nnew figures\n")
-	want := "# Benchmarks\nnew figures\n\n" + scaleBegin + "\nscale v1\n" + scaleEnd + "\n\n" + soakBegin + "\nsoak\n" + soakEnd + "\n"
+	want := "# Benchmarks\nnew figures\n" + kept
 	if got != want {
 		t.Errorf("keepSections:\ngot  %q\nwant %q", got, want)
 	}

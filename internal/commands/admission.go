@@ -3,11 +3,15 @@ package commands
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
@@ -39,12 +43,33 @@ func admissionStatus(ctx context.Context, kube kubeclient.Interface) (line strin
 }
 
 // checkAdmission logs at start whether the admission policy is in force: a warning, which a
-// user sees in the operator's log, when it is absent or cannot be looked up.
-func checkAdmission(ctx context.Context, kube kubeclient.Interface) {
+// user sees in the operator's log, when it is absent or cannot be looked up; with required
+// (--require-admission-policy) it says that objects naming a Secret wait for it. The watcher
+// looks again while it runs, and reports each object concerned (condition ReferencesChecked).
+func checkAdmission(ctx context.Context, kube kubeclient.Interface, required bool) {
 	line, ok := admissionStatus(ctx, kube)
-	if ok {
+	switch {
+	case ok:
 		slog.Info("admission policy in force", "policy", line)
-		return
+	case required:
+		slog.Warn("admission policy not in force: no object whose spec.envFrom names a Secret rolls out until it is (--require-admission-policy)", "policy", line)
+	default:
+		slog.Warn("admission policy not in force: whoever may write a KindCustomHttp can hand its pods any Secret of its namespace", "policy", line)
 	}
-	slog.Warn("admission policy not in force: whoever may write a KindCustomHttp can hand its pods any Secret of its namespace", "policy", line)
+}
+
+// serviceTypes checks the values of --allow-service-types: each a service type spec.serviceType
+// may name (ClusterIP and Headless are allowed anyway). An unknown one is an error naming the
+// flag.
+func serviceTypes(values []string) ([]api.ServiceType, error) {
+	known := []api.ServiceType{api.ServiceTypeNodePort, api.ServiceTypeLoadBalancer, api.ServiceTypeClusterIP, api.ServiceTypeHeadless}
+	var out []api.ServiceType
+	for _, v := range values {
+		t := api.ServiceType(strings.TrimSpace(v))
+		if !slices.Contains(known, t) {
+			return nil, fmt.Errorf("--allow-service-types: %q is not a service type spec.serviceType may name (NodePort, LoadBalancer; ClusterIP and Headless are always allowed)", v)
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }

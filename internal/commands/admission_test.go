@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
@@ -56,6 +58,35 @@ func TestAdmissionStatus(t *testing.T) {
 			}
 			if strings.Contains(strings.ToLower(line), "forbidden") {
 				t.Errorf("the line %q says forbidden, which log searches read as a failure", line)
+			}
+		})
+	}
+}
+
+// TestServiceTypes: --allow-service-types takes the service types spec.serviceType may name,
+// spaces around them trimmed; anything else is an error naming the flag and the value.
+func TestServiceTypes(t *testing.T) {
+	tests := map[string]struct {
+		values  []string
+		want    []api.ServiceType
+		wantErr string
+	}{
+		"none":      {},
+		"both":      {values: []string{"LoadBalancer", " NodePort"}, want: []api.ServiceType{api.ServiceTypeLoadBalancer, api.ServiceTypeNodePort}},
+		"unknown":   {values: []string{"NodePort", "External"}, wantErr: `--allow-service-types: "External" is not a service type`},
+		"lowercase": {values: []string{"loadbalancer"}, wantErr: `"loadbalancer"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := serviceTypes(tc.values)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("serviceTypes(%q) = %v, %v; want an error saying %q", tc.values, got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Errorf("serviceTypes(%q) = %v, %v; want %v", tc.values, got, err, tc.want)
 			}
 		})
 	}

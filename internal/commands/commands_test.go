@@ -22,6 +22,7 @@ import (
 	sigyaml "sigs.k8s.io/yaml"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
@@ -582,5 +583,38 @@ func TestPreviewStreamsOnATerminal(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "--- "+ns+"/streamed") {
 		t.Errorf("the streamed preview was printed again at the end:\n%s", out.String())
+	}
+}
+
+// TestCommandsEnvFromNeedsADigestKey: with neither a passphrase nor --env-digest-key-file, an
+// object with envFrom sources gets no digest (none an operator would compute) and the command
+// says which to set, before any Pulumi run; a key file that cannot be read is named.
+func TestCommandsEnvFromNeedsADigestKey(t *testing.T) {
+	l := newRunner(t)
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "")
+	os.Unsetenv("PULUMI_CONFIG_PASSPHRASE")
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE_FILE", "")
+	t.Setenv(envsource.KeyFileEnv, "")
+	manifest := filepath.Join(t.TempDir(), "env.yaml")
+	if err := os.WriteFile(manifest, []byte("apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\n"+
+		"metadata: {name: web, namespace: team-a}\nspec: {replicaCount: 1, port: 80, envFrom: [{configMapRef: {name: env}}]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"no key":              {[]string{"preview", "-f", manifest}, "--env-digest-key-file"},
+		"unreadable key file": {[]string{"--env-digest-key-file", filepath.Join(t.TempDir(), "absent"), "preview", "-f", manifest}, "read --env-digest-key-file"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, stderr, code := l.run(tc.args...)
+			if code != ExitFailed || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "env.yaml") {
+				t.Fatalf("exit %d, stderr %q; want %d naming the file and %q", code, stderr, ExitFailed, tc.want)
+			}
+			if s := l.stacks(); len(s) != 0 {
+				t.Fatalf("wrote stacks %v", s)
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -224,27 +225,66 @@ func (a *metricsAuth) review(ctx context.Context, token, path string) authDecisi
 }
 
 // metricsTLS is the TLS configuration of --metrics-secure: the key pair tls.crt and tls.key
-// in dir (e.g. a mounted Secret of cert-manager), else a self-signed one made at start, which
-// scrapers accept with insecureSkipVerify (the token is then still only sent over TLS).
-// Errors: a dir without a readable pair.
+// in dir (e.g. a mounted Secret of cert-manager, or the chart's own, which the ServiceMonitor
+// verifies by its CA), read again whenever either file changes (certPair), so a renewed
+// certificate is served without a restart; else a self-signed one made at start (a scraper
+// then has no CA to verify it by). Errors: a dir without a readable pair at start.
 func metricsTLS(dir string) (*tls.Config, error) {
-	var pair tls.Certificate
-	var err error
 	if dir != "" {
-		pair, err = tls.LoadX509KeyPair(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
-		if err != nil {
+		p := &certPair{dir: dir}
+		if _, err := p.get(nil); err != nil {
 			return nil, fmt.Errorf("--metrics-cert-dir %s: want tls.crt and tls.key: %w", dir, err)
 		}
-	} else {
-		host, _ := os.Hostname()
-		crt, key, gerr := cert.GenerateSelfSignedCertKey(host, nil, []string{"localhost"})
-		if gerr != nil {
-			return nil, fmt.Errorf("self-signed certificate for --metrics-secure: %w", gerr)
-		}
-		pair, err = tls.X509KeyPair(crt, key)
-		if err != nil {
-			return nil, err
-		}
+		return &tls.Config{GetCertificate: p.get, MinVersion: tls.VersionTLS12}, nil
+	}
+	host, _ := os.Hostname()
+	crt, key, err := cert.GenerateSelfSignedCertKey(host, nil, []string{"localhost"})
+	if err != nil {
+		return nil, fmt.Errorf("self-signed certificate for --metrics-secure: %w", err)
+	}
+	pair, err := tls.X509KeyPair(crt, key)
+	if err != nil {
+		return nil, err
 	}
 	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// certPair is the key pair tls.crt and tls.key of a directory, read again when either file's
+// modification time or size changes (the kubelet updates a mounted Secret by swapping a
+// symlink; cert-manager renews a certificate weeks before it expires). A pair that no longer
+// loads (a half-written update) keeps the last good one, logged.
+type certPair struct {
+	dir string
+
+	mu    sync.Mutex
+	stamp string // the files' modification times and sizes when pair was read
+	pair  *tls.Certificate
+}
+
+// get is tls.Config.GetCertificate: the current pair, read again if the files changed.
+// Errors: only when no pair was ever read.
+func (p *certPair) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	crt, key := filepath.Join(p.dir, "tls.crt"), filepath.Join(p.dir, "tls.key")
+	var stamp strings.Builder
+	for _, f := range []string{crt, key} {
+		if st, err := os.Stat(f); err == nil {
+			fmt.Fprintf(&stamp, "%d/%d;", st.ModTime().UnixNano(), st.Size())
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pair != nil && stamp.String() == p.stamp {
+		return p.pair, nil
+	}
+	pair, err := tls.LoadX509KeyPair(crt, key)
+	if err != nil {
+		if p.pair != nil {
+			slog.Warn("metrics certificate changed but does not load; serving the previous one", "dir", p.dir, "error", err)
+			p.stamp = stamp.String()
+			return p.pair, nil
+		}
+		return nil, err
+	}
+	p.pair, p.stamp = &pair, stamp.String()
+	return p.pair, nil
 }

@@ -326,8 +326,12 @@ func envDigests(ctx context.Context, cfg *config, docs []api.Document) error {
 		}
 		return kube, nil
 	}
+	key, keyErr := envsource.LoadKey(cfg.envDigestKeyFile, os.LookupEnv)
 	for i := range docs {
-		r, err := envsource.Resolve(ctx, docs[i].Object, cluster, envsource.Options{SkipForbidden: true})
+		if keyErr != nil && len(docs[i].Object.Spec.EnvFrom) > 0 {
+			return fmt.Errorf("%s: %w", docs[i].Where(), keyErr)
+		}
+		r, err := envsource.Resolve(ctx, docs[i].Object, cluster, envsource.Options{SkipForbidden: true, Key: key})
 		if err != nil {
 			return fmt.Errorf("%s: %w", docs[i].Where(), err)
 		}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
+	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
 	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
@@ -69,8 +70,16 @@ func watchCommand(cfg *config) *cli.Command {
 				Usage: "on SIGTERM, how long running Pulumi operations may finish before they are cancelled"},
 			&cli.DurationFlag{Name: "operation-timeout", EnvVars: []string{"PULUMI_OPERATOR_OPERATION_TIMEOUT"}, Value: 3 * time.Minute, Destination: &cfg.operationTimeout,
 				Usage: "cancel an up or destroy that runs longer than `DURATION` (its object is retried with backoff), so that no object holds a worker"},
+			&cli.DurationFlag{Name: "min-refresh-interval", EnvVars: []string{"PULUMI_OPERATOR_MIN_REFRESH_INTERVAL"}, Value: 10 * time.Second, Destination: &cfg.minRefresh,
+				Usage: "least `DURATION` between two ups of one object that only repair drift or answer a reconcile request (a spec change is never held back); negative: no limit"},
+			&cli.IntFlag{Name: "max-ups-per-namespace", EnvVars: []string{"PULUMI_OPERATOR_MAX_UPS_PER_NAMESPACE"}, Destination: &cfg.maxUpsPerNS,
+				Usage: "at most `N` ups at once for the objects of one namespace, so that one namespace's work leaves workers to the others (below --workers); 0: no cap"},
+			&cli.BoolFlag{Name: "require-admission-policy", EnvVars: []string{"PULUMI_OPERATOR_REQUIRE_ADMISSION_POLICY"}, Destination: &cfg.requireAdmission,
+				Usage: "roll out no object whose spec.envFrom names a Secret unless the admission policy (config/admission) is in force and checked its spec's writer: Ready False with reason AdmissionPolicyMissing, AdmittedWithoutPolicy or AdmissionPolicyUnknown instead. Default: such objects are only reported (condition ReferencesChecked, a Warning Event)"},
+			&cli.StringSliceFlag{Name: "allow-service-types", EnvVars: []string{"PULUMI_OPERATOR_ALLOW_SERVICE_TYPES"}, Destination: &cfg.allowServiceTypes,
+				Usage: "spec.serviceType values that expose pods outside the cluster to allow: `TYPES` among NodePort and LoadBalancer (comma-separated). The operator creates those Services with its own rights, past the policies that limit who may create them; an object asking for one not allowed is Stalled (ServiceTypeNotAllowed). Default: none (ClusterIP and Headless are always allowed)"},
 			&cli.DurationFlag{Name: "stale-lock-timeout", EnvVars: []string{"PULUMI_OPERATOR_STALE_LOCK_TIMEOUT"}, Destination: &cfg.staleLock,
-				Usage: "opt in: a stack lock older than `DURATION` is removed (pulumi cancel) even if its owner may live; 0 (the default) never removes a lock by age (locks of dead processes of this host and of earlier operator pods of this installation are removed at once; others are waited out and reported)"},
+				Usage: "opt in: a stack lock this process has seen for longer than `DURATION` (its own clock) is removed (pulumi cancel) even if its owner may live, unless a process of this operator holds it; 0 (the default) never removes a lock by age (locks of this operator's processes that have ended, and of earlier operator pods of this installation, are removed at once; others are waited out and reported)"},
 		},
 		Action: func(c *cli.Context) error { return runWatch(c.Context, cfg) },
 	}
@@ -81,6 +90,10 @@ func watchCommand(cfg *config) *cli.Command {
 // signal arrives. Its errors are configuration errors naming the flag, client errors, or
 // the watcher's (watcher.ErrLeadershipLost).
 func runWatch(parent context.Context, cfg *config) error {
+	allowTypes, err := serviceTypes(cfg.allowServiceTypes.Value())
+	if err != nil {
+		return err
+	}
 	var fenced *fence.Fence
 	if l := cfg.lease; cfg.leaderElect {
 		if err := fence.Validate(l.LeaseDuration, l.RenewDeadline, l.RetryPeriod); err != nil {
@@ -88,6 +101,11 @@ func runWatch(parent context.Context, cfg *config) error {
 		}
 		fenced = fence.New(l.RenewDeadline)
 		cfg.fence = fenced
+	}
+	// Never an unkeyed digest of Secret data on the pod templates (envsource.LoadKey).
+	envKey, err := envsource.LoadKey(cfg.envDigestKeyFile, os.LookupEnv)
+	if err != nil {
+		return cli.Exit(err.Error(), ExitInvalidInput)
 	}
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -118,7 +136,7 @@ func runWatch(parent context.Context, cfg *config) error {
 	} else {
 		slog.Info("Kubernetes provider plugin found", "path", p)
 	}
-	checkAdmission(ctx, kube)
+	checkAdmission(ctx, kube, cfg.requireAdmission)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerRESTClientMetrics(reg)
@@ -126,8 +144,10 @@ func runWatch(parent context.Context, cfg *config) error {
 	w := watcher.New(client, kube, watcher.ManagerStacks{Manager: mgr}, watcher.Options{
 		Namespace: cfg.namespace, LabelSelector: cfg.selector, Resync: cfg.resync, DigestSalt: salt,
 		ShutdownGrace: cfg.grace, OperationTimeout: cfg.operationTimeout, StaleLockTimeout: cfg.staleLock, Registry: reg, Metadata: meta,
-		SecretNamespaces: cfg.secretNamespaces.Value(),
-		FindPlugin:       mgr.KubernetesPlugin,
+		MinRefreshInterval: cfg.minRefresh, MaxUpsPerNamespace: cfg.maxUpsPerNS,
+		SecretNamespaces: cfg.secretNamespaces.Value(), EnvDigestKey: envKey,
+		FindPlugin:             mgr.KubernetesPlugin,
+		RequireAdmissionPolicy: cfg.requireAdmission, AllowServiceTypes: allowTypes,
 	})
 	var metricsHandler http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	var metricsTLSConfig *tls.Config

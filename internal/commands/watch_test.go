@@ -8,9 +8,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"k8s.io/client-go/rest"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
 	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
 // The watch command's configuration errors must say what to fix, before touching anything.
@@ -80,6 +85,15 @@ func TestWatchConfigErrors(t *testing.T) {
 			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "watch", "--leader-elect", "--leader-election-lease-duration", "12s", "--leader-election-renew-deadline", "10s"},
 			want: "--leader-election-lease-duration (12s) - --leader-election-renew-deadline (10s) = 2s leaves no room to fence",
 		},
+		"no digest key": {
+			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "--cluster-name", "c", "--secrets-provider", "awskms://alias/x", "watch"},
+			want: "--env-digest-key-file",
+		},
+		"unreadable digest key file": {
+			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
+			args: []string{"--kubeconfig", kc, "--state-dir", dir, "--pulumi", cli, "--env-digest-key-file", filepath.Join(dir, "no-key"), "watch"},
+			want: "read --env-digest-key-file",
+		},
 		"unreadable kubeconfig": {
 			env:  map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"},
 			args: []string{"--kubeconfig", filepath.Join(dir, "missing-kubeconfig"), "watch"},
@@ -88,7 +102,7 @@ func TestWatchConfigErrors(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			for _, k := range []string{"PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE", "KUBECONFIG", "PULUMI_BACKEND_URL"} {
+			for _, k := range []string{"PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE", "KUBECONFIG", "PULUMI_BACKEND_URL", envsource.KeyFileEnv} {
 				t.Setenv(k, "")
 				os.Unsetenv(k)
 			}
@@ -142,5 +156,26 @@ func TestHealthHandler(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The leader election's client has a connection of its own (a Dial of its own keeps client-go
+// from sharing the watcher's transport) and a timeout per request.
+func TestElectionConfig(t *testing.T) {
+	rc := &rest.Config{Host: "https://127.0.0.1:1"}
+	c := electionConfig(rc, watcher.LeaderElection{RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second})
+	if c.Timeout != 2500*time.Millisecond || c.Dial == nil || rc.Dial != nil || rc.Timeout != 0 {
+		t.Fatalf("election config: timeout %s, dial set %v (original changed: %v, %s)", c.Timeout, c.Dial != nil, rc.Dial != nil, rc.Timeout)
+	}
+	a, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rest.HTTPClientFor(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Transport == b.Transport {
+		t.Error("the election's client shares the watcher's transport")
 	}
 }

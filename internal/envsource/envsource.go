@@ -6,11 +6,13 @@
 // The watcher (on every reconcile) and the commands (up, preview, ... run outside the
 // cluster) both call Digest, so that they hand the program the same Desired and plan the same
 // changes. The data itself goes nowhere: neither the Pulumi state nor logs see it, only its
-// SHA-256.
+// HMAC under this installation's key (LoadKey), which the pod template shows to whoever may
+// view the Deployment: an unkeyed hash would let them test guesses of a Secret's data.
 package envsource
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -41,12 +43,15 @@ type Options struct {
 	// of failing: what the laptop commands do, so that a user who may not read a Secret gets the
 	// digest the operator gets without that permission.
 	SkipForbidden bool
+	// Key is the HMAC key of the digest (LoadKey). Digest refuses sources without one
+	// (ErrNoKey).
+	Key []byte
 }
 
 // Result is what Digest found.
 type Result struct {
-	// Digest is the SHA-256 (64 lowercase hex digits) of the kinds, names, prefixes, keys and
-	// data of the sources; "" when there are none.
+	// Digest is the HMAC-SHA256 under Options.Key (64 lowercase hex digits) of the kinds,
+	// names, prefixes, keys and data of the sources; "" when there are none.
 	Digest string
 	// Unread lists the Secrets whose data is not in Digest ("Secret <namespace>/<name>"), in
 	// spec order; nil when every source was read.
@@ -58,18 +63,27 @@ type Result struct {
 const unreadMarker = "\x00unread"
 
 // Digest reads the ConfigMaps and Secrets named in d.EnvFrom, in d.Namespace, and returns the
-// SHA-256 of their kinds, names, prefixes, keys and data, so that a change of any of them
-// changes the digest. A ConfigMap's Data and BinaryData count alike. It reads nothing when d
-// has no envFrom. Secrets are read as opts says; one not read counts by its name only.
+// HMAC-SHA256 under opts.Key of their kinds, names, prefixes, keys and data, so that a change
+// of any of them changes the digest. A ConfigMap's Data and BinaryData count alike. It reads
+// nothing when d has no envFrom. Secrets are read as opts says; one not read counts by its
+// name only.
 //
-// Errors wrap ErrMissing for an object that does not exist (the message says to create it or
-// remove it from spec.envFrom), and otherwise the API error (forbidden, unreachable).
+// The digest was once an unkeyed SHA-256: the first up of an object with envFrom sources after
+// the operator's upgrade changes its pod template and rolls its pods once; the key is the same
+// at each later reconcile, so nothing rolls again while the sources keep their data.
+//
+// Errors: ErrNoKey when d has envFrom sources and opts has no key; errors wrapping ErrMissing
+// for an object that does not exist (the message says to create it or remove it from
+// spec.envFrom), and otherwise the API error (forbidden, unreachable).
 func Digest(ctx context.Context, kube kubeclient.Interface, d api.Desired, opts Options) (Result, error) {
 	if len(d.EnvFrom) == 0 {
 		return Result{}, nil
 	}
+	if len(opts.Key) == 0 {
+		return Result{}, ErrNoKey
+	}
 	var res Result
-	h := sha256.New()
+	h := hmac.New(sha256.New, opts.Key)
 	write := func(s string) { fmt.Fprintf(h, "%d:%s", len(s), s) } // length-prefixed: no ambiguity
 	for _, ref := range d.EnvFrom {
 		write(ref.Kind)

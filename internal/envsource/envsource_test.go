@@ -2,9 +2,13 @@ package envsource
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -38,21 +42,126 @@ var (
 	secB = api.EnvRef{Kind: api.EnvKindSecret, Name: "creds", Prefix: "DB_"}
 )
 
-// The digest is the SHA-256 of the length-prefixed kind, name, prefix, then each key and value
-// in key order. Pinned: a different digest for unchanged sources would roll every pod that
-// uses envFrom on the operator's upgrade.
+// testKey is the digest key of these tests (Options.Key).
+var testKey = []byte("envsource tests' key")
+
+// stream is what the digest of sources cmA and secB, as TestDigestFormat's objects hold them,
+// is taken of: the length-prefixed kind, name, prefix, then each key and value in key order.
+const stream = "9:ConfigMap5:env-a0:1:A1:x4:MODE3:one" + "6:Secret5:creds3:DB_8:PASSWORD2:pw"
+
+// The digest is the HMAC-SHA256 under the key of stream. Pinned: a different digest for
+// unchanged sources would roll every pod that uses envFrom on the operator's upgrade. It is no
+// longer the stream's plain SHA-256, which whoever may view the Deployment could recompute for
+// a guess of the Secret's data.
 func TestDigestFormat(t *testing.T) {
 	kube := fake.NewClientset(
 		configMap("env-a", map[string]string{"MODE": "one", "A": "x"}, nil),
 		secret("creds", map[string][]byte{"PASSWORD": []byte("pw")}))
-	res, err := Digest(context.Background(), kube, desired(cmA, secB), Options{})
+	res, err := Digest(context.Background(), kube, desired(cmA, secB), Options{Key: testKey})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := res.Digest
-	sum := sha256.Sum256([]byte("9:ConfigMap5:env-a0:1:A1:x4:MODE3:one" + "6:Secret5:creds3:DB_8:PASSWORD2:pw"))
-	if want := hex.EncodeToString(sum[:]); got != want {
+	mac := hmac.New(sha256.New, testKey)
+	mac.Write([]byte(stream))
+	if want := hex.EncodeToString(mac.Sum(nil)); got != want {
 		t.Fatalf("Digest = %s, want %s", got, want)
+	}
+	if sum := sha256.Sum256([]byte(stream)); got == hex.EncodeToString(sum[:]) {
+		t.Fatalf("Digest = %s, the unkeyed SHA-256 of the data", got)
+	}
+}
+
+// TestDigestKeyed: two runs with keys loaded from the same passphrase give the same digest of
+// the same data (the operator's replicas, its restarts, the laptop commands); another
+// installation's key gives another; without a key nothing is read and the error is ErrNoKey.
+func TestDigestKeyed(t *testing.T) {
+	objects := []runtime.Object{configMap("env-a", map[string]string{"MODE": "one", "A": "x"}, nil),
+		secret("creds", map[string][]byte{"PASSWORD": []byte("pw")})}
+	digest := func(phrase string) string {
+		t.Helper()
+		key, err := LoadKey("", func(k string) (string, bool) { return phrase, k == "PULUMI_CONFIG_PASSPHRASE" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Digest(context.Background(), fake.NewClientset(objects...), desired(cmA, secB), Options{Key: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Digest
+	}
+	first, second, other := digest("installation one"), digest("installation one"), digest("installation two")
+	if first != second {
+		t.Errorf("same data, same key: digests %s and %s", first, second)
+	}
+	if first == other {
+		t.Errorf("another key gives the same digest %s", first)
+	}
+	if sum := sha256.Sum256([]byte(stream)); first == hex.EncodeToString(sum[:]) {
+		t.Errorf("digest %s is the unkeyed SHA-256 of the data", first)
+	}
+	kube := fake.NewClientset(objects...)
+	if res, err := Digest(context.Background(), kube, desired(cmA, secB), Options{}); !errors.Is(err, ErrNoKey) || res.Digest != "" {
+		t.Errorf("Digest without a key = %+v, %v; want ErrNoKey", res, err)
+	}
+	if a := kube.Actions(); len(a) != 0 {
+		t.Errorf("Digest without a key read %v", a)
+	}
+}
+
+// TestLoadKey: the key file wins over the passphrase; the passphrase counts as the CLI reads it
+// (the variable, even set empty, before the file); every key is 32 bytes and none is the secret
+// itself; nothing, an empty secret or an unreadable file is an error.
+func TestLoadKey(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	keyFile, phraseFile, empty := write("key", "key one\n"), write("phrase", " phrase one\n"), write("empty", " \n")
+	env := func(vars map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	}
+	derived := func(secret string) string {
+		mac := hmac.New(sha256.New, []byte(secret))
+		mac.Write([]byte(keyLabel))
+		return hex.EncodeToString(mac.Sum(nil))
+	}
+	for name, tc := range map[string]struct {
+		keyFile string
+		env     map[string]string
+		want    string // the secret the key is derived from; "" for an error
+		err     error  // errors.Is the error, when not nil
+	}{
+		"key file over passphrase":   {keyFile: keyFile, env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "phrase"}, want: "key one"},
+		"passphrase":                 {env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "phrase"}, want: "phrase"},
+		"passphrase file":            {env: map[string]string{"PULUMI_CONFIG_PASSPHRASE_FILE": phraseFile}, want: "phrase one"},
+		"variable before file":       {env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "phrase", "PULUMI_CONFIG_PASSPHRASE_FILE": phraseFile}, want: "phrase"},
+		"nothing":                    {env: map[string]string{}, err: ErrNoKey},
+		"empty passphrase":           {env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "", "PULUMI_CONFIG_PASSPHRASE_FILE": phraseFile}, err: ErrNoKey},
+		"empty key file":             {keyFile: empty, env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "phrase"}, err: ErrNoKey},
+		"empty passphrase file":      {env: map[string]string{"PULUMI_CONFIG_PASSPHRASE_FILE": empty}, err: ErrNoKey},
+		"key file unreadable":        {keyFile: filepath.Join(dir, "absent"), env: map[string]string{}, err: fs.ErrNotExist},
+		"passphrase file unreadable": {env: map[string]string{"PULUMI_CONFIG_PASSPHRASE_FILE": filepath.Join(dir, "absent")}, err: fs.ErrNotExist},
+	} {
+		t.Run(name, func(t *testing.T) {
+			key, err := LoadKey(tc.keyFile, env(tc.env))
+			if tc.want == "" {
+				if err == nil || !errors.Is(err, tc.err) {
+					t.Fatalf("LoadKey = %x, %v; want an error that is %v", key, err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := hex.EncodeToString(key); got != derived(tc.want) || len(key) != 32 {
+				t.Errorf("LoadKey = %s, want the key derived from %q", got, tc.want)
+			}
+		})
 	}
 }
 
@@ -77,14 +186,14 @@ func TestDigestChanges(t *testing.T) {
 		"prefix":          {objects: base, refs: []api.EnvRef{cmA, {Kind: api.EnvKindSecret, Name: "creds"}}},
 		"order of source": {objects: base, refs: []api.EnvRef{secB, cmA}},
 	}
-	wantRes, err := Digest(context.Background(), fake.NewClientset(base...), desired(cmA, secB), Options{})
+	wantRes, err := Digest(context.Background(), fake.NewClientset(base...), desired(cmA, secB), Options{Key: testKey})
 	want := wantRes.Digest
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			res, err := Digest(context.Background(), fake.NewClientset(tc.objects...), desired(tc.refs...), Options{})
+			res, err := Digest(context.Background(), fake.NewClientset(tc.objects...), desired(tc.refs...), Options{Key: testKey})
 			got := res.Digest
 			if err != nil {
 				t.Fatal(err)
@@ -102,7 +211,7 @@ func TestDigestChanges(t *testing.T) {
 // Without envFrom there is no digest and nothing is read.
 func TestDigestWithoutEnvFrom(t *testing.T) {
 	kube := fake.NewClientset()
-	res, err := Digest(context.Background(), kube, desired(), Options{})
+	res, err := Digest(context.Background(), kube, desired(), Options{Key: testKey})
 	if got := res.Digest; err != nil || got != "" {
 		t.Fatalf("Digest = %q, %v; want \"\", nil", got, err)
 	}
@@ -145,7 +254,7 @@ func TestDigestErrors(t *testing.T) {
 			for resource, r := range tc.react {
 				kube.PrependReactor("get", resource, r)
 			}
-			res, err := Digest(context.Background(), kube, desired(cmA, secB), Options{SkipForbidden: tc.skipForbidden})
+			res, err := Digest(context.Background(), kube, desired(cmA, secB), Options{Key: testKey, SkipForbidden: tc.skipForbidden})
 			if got := res.Digest; err == nil || got != "" {
 				t.Fatalf("Digest = %q, %v; want an error", got, err)
 			}
@@ -173,11 +282,11 @@ func TestDigestUnreadSecrets(t *testing.T) {
 			secret("creds", map[string][]byte{"PASSWORD": []byte(pw)})}
 	}
 	ctx := context.Background()
-	read, err := Digest(ctx, fake.NewClientset(objects("pw")...), desired(cmA, secB), Options{})
+	read, err := Digest(ctx, fake.NewClientset(objects("pw")...), desired(cmA, secB), Options{Key: testKey})
 	if err != nil || len(read.Unread) != 0 {
 		t.Fatalf("Digest reading every source = %+v, %v", read, err)
 	}
-	notHere := Options{ReadSecret: func(namespace string) bool { return namespace != ns }}
+	notHere := Options{Key: testKey, ReadSecret: func(namespace string) bool { return namespace != ns }}
 	var digests []string
 	for _, pw := range []string{"pw", "changed"} {
 		kube := fake.NewClientset(objects(pw)...)
@@ -206,7 +315,7 @@ func TestDigestUnreadSecrets(t *testing.T) {
 	kube.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "creds", errors.New("rbac"))
 	})
-	got, err := Digest(ctx, kube, desired(cmA, secB), Options{SkipForbidden: true})
+	got, err := Digest(ctx, kube, desired(cmA, secB), Options{Key: testKey, SkipForbidden: true})
 	if err != nil || got.Digest != digests[0] || len(got.Unread) != 1 {
 		t.Errorf("Digest with a forbidden Secret and SkipForbidden = %+v, %v; want digest %s, one unread", got, err, digests[0])
 	}

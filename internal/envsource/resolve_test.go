@@ -30,20 +30,20 @@ func TestResolve(t *testing.T) {
 	calls := 0
 	cluster := func() (kubeclient.Interface, error) { calls++; return kube, nil }
 
-	r, err := Resolve(context.Background(), object(), cluster, Options{})
+	r, err := Resolve(context.Background(), object(), cluster, Options{Key: testKey})
 	if err != nil || r.Desired.Name != "web" || r.Desired.ReplicaCount != 2 || r.Desired.EnvDigest != "" || calls != 0 {
 		t.Fatalf("no envFrom: %+v, %v, %d cluster calls; want the Desired, no digest, no cluster", r, err, calls)
 	}
-	if r, err := Resolve(context.Background(), object(), nil, Options{}); err != nil || r.Desired.Image != api.DefaultImage {
+	if r, err := Resolve(context.Background(), object(), nil, Options{Key: testKey}); err != nil || r.Desired.Image != api.DefaultImage {
 		t.Fatalf("no envFrom, no cluster: %+v, %v; want the defaulted Desired", r, err)
 	}
 
-	r, err = Resolve(context.Background(), object(cmRef), cluster, Options{})
+	r, err = Resolve(context.Background(), object(cmRef), cluster, Options{Key: testKey})
 	if err != nil || calls != 1 {
 		t.Fatalf("envFrom: %v, %d cluster calls; want one", err, calls)
 	}
 	d, _ := api.Resolve(object(cmRef))
-	want, err := Digest(context.Background(), kube, d, Options{})
+	want, err := Digest(context.Background(), kube, d, Options{Key: testKey})
 	if err != nil || r.Desired.EnvDigest == "" || r.Desired.EnvDigest != want.Digest {
 		t.Fatalf("envFrom digest %q, want Digest's %q (%v)", r.Desired.EnvDigest, want.Digest, err)
 	}
@@ -51,18 +51,18 @@ func TestResolve(t *testing.T) {
 	bad := object()
 	bad.Spec.ReplicaCount = nil
 	var inv *api.InvalidSpecError
-	if _, err := Resolve(context.Background(), bad, cluster, Options{}); !errors.As(err, &inv) || calls != 1 {
+	if _, err := Resolve(context.Background(), bad, cluster, Options{Key: testKey}); !errors.As(err, &inv) || calls != 1 {
 		t.Fatalf("invalid spec: %v, %d cluster calls; want an *api.InvalidSpecError and no cluster call", err, calls)
 	}
 	missing := object(api.EnvFromSource{ConfigMapRef: &api.LocalObject{Name: "absent"}})
-	if _, err := Resolve(context.Background(), missing, cluster, Options{}); !errors.Is(err, ErrMissing) || errors.As(err, &inv) {
+	if _, err := Resolve(context.Background(), missing, cluster, Options{Key: testKey}); !errors.Is(err, ErrMissing) || errors.As(err, &inv) {
 		t.Fatalf("missing source: %v; want ErrMissing, not an invalid spec", err)
 	}
-	if _, err := Resolve(context.Background(), object(cmRef), nil, Options{}); !errors.Is(err, ErrNoCluster) {
+	if _, err := Resolve(context.Background(), object(cmRef), nil, Options{Key: testKey}); !errors.Is(err, ErrNoCluster) {
 		t.Fatalf("envFrom without a cluster: %v; want ErrNoCluster", err)
 	}
 	down := errors.New("connection refused")
-	if _, err := Resolve(context.Background(), object(cmRef), func() (kubeclient.Interface, error) { return nil, down }, Options{}); !errors.Is(err, ErrNoCluster) || !errors.Is(err, down) {
+	if _, err := Resolve(context.Background(), object(cmRef), func() (kubeclient.Interface, error) { return nil, down }, Options{Key: testKey}); !errors.Is(err, ErrNoCluster) || !errors.Is(err, down) {
 		t.Fatalf("envFrom with a cluster that fails: %v; want ErrNoCluster wrapping its error", err)
 	}
 }

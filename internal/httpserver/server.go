@@ -27,6 +27,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 )
 
 // Defaults for the zero values of Options.
@@ -37,7 +38,31 @@ const (
 	DefaultTimeout         = 5 * time.Second
 	DefaultWatchInterval   = time.Second
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultReadTimeout bounds reading one request, headers and body. Every request the
+	// server answers is a GET without a body from a probe, Prometheus or a peer, sent in one
+	// write; a client that takes longer holds a connection for nothing.
+	DefaultReadTimeout = 10 * time.Second
+	// DefaultWriteTimeout bounds writing one answer: at most a ConfigMap's 1 MiB, or the
+	// metrics page, to a client on the pod network.
+	DefaultWriteTimeout = 30 * time.Second
+	// DefaultIdleTimeout is how long a kept-alive connection may wait for its next request.
+	DefaultIdleTimeout = time.Minute
+	// DefaultMaxHeaderBytes bounds a request's header lines: a probe's, Prometheus' (its bearer
+	// token included) and a peer's are well under 1 KiB; net/http's own default is 1 MiB.
+	DefaultMaxHeaderBytes = 16 << 10
+	// DefaultMaxConnections bounds the connections served at once; further ones wait in the
+	// kernel's accept queue until one ends. With DefaultMaxHeaderBytes it bounds what clients
+	// can make the server hold (a few tens of KiB each).
+	DefaultMaxConnections = 512
 )
+
+// readHeaderTimeout bounds reading a request's header lines, within Options.ReadTimeout.
+const readHeaderTimeout = 10 * time.Second
+
+// refusedConfigRoots are the trees a peer file may not be in: the kernel's views of processes
+// and devices. The server serves the peer file's directory (GET /config/<key>), and
+// /proc/self/environ is the process's environment, a Secret's values among them.
+var refusedConfigRoots = []string{"/proc", "/sys", "/dev"}
 
 // Options configure a Server. Zero values take the Default* constants; negative durations are
 // an error.
@@ -62,6 +87,14 @@ type Options struct {
 	// no request). Zero means no delay; the http-server command's --drain-delay defaults to
 	// 5 s, well inside the pod's default 30 s grace period.
 	DrainDelay time.Duration
+	// ReadTimeout, WriteTimeout and IdleTimeout are http.Server's: reading one request,
+	// writing one answer, waiting for a kept-alive connection's next request.
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's header lines (http.Server.MaxHeaderBytes); a larger
+	// header gets 431.
+	MaxHeaderBytes int
+	// MaxConnections bounds the connections served at once; others wait to be accepted.
+	MaxConnections int
 	// Hostname is named in the /ping answer; empty means os.Hostname().
 	Hostname string
 	// Logger receives the structured logs; nil means slog.Default().
@@ -93,9 +126,10 @@ type Server struct {
 }
 
 // New validates opts, registers the metrics and binds the listening socket, so that Addr is
-// known before Run. Its errors are an invalid option, a metric name already registered, a
-// failing os.Hostname, or the listen error (address in use, permission denied). A Server that
-// is never Run should be closed with Close.
+// known before Run. Its errors are an invalid option (a negative duration or limit, a peer file
+// under /proc, /sys or /dev), a metric name already registered, a failing os.Hostname, or the
+// listen error (address in use, permission denied). A Server that is never Run should be
+// closed with Close.
 func New(opts Options) (*Server, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
@@ -118,15 +152,18 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		opts:    opts,
 		log:     opts.Logger,
-		ln:      ln,
+		ln:      netutil.LimitListener(ln, opts.MaxConnections),
 		client:  newPingClient(),
 		metrics: m,
 		results: map[Peer]Result{},
 	}
 	s.http = &http.Server{
 		Handler:           s.routes(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       time.Minute,
+		ReadHeaderTimeout: min(readHeaderTimeout, opts.ReadTimeout),
+		ReadTimeout:       opts.ReadTimeout,
+		WriteTimeout:      opts.WriteTimeout,
+		IdleTimeout:       opts.IdleTimeout,
+		MaxHeaderBytes:    opts.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
 	}
 	return s, nil
@@ -142,6 +179,9 @@ func (o *Options) setDefaults() error {
 		{"timeout", &o.Timeout, DefaultTimeout},
 		{"watch interval", &o.WatchInterval, DefaultWatchInterval},
 		{"shutdown timeout", &o.ShutdownTimeout, DefaultShutdownTimeout},
+		{"read timeout", &o.ReadTimeout, DefaultReadTimeout},
+		{"write timeout", &o.WriteTimeout, DefaultWriteTimeout},
+		{"idle timeout", &o.IdleTimeout, DefaultIdleTimeout},
 	} {
 		if *d.v < 0 {
 			return fmt.Errorf("%s %s: must not be negative", d.name, *d.v)
@@ -153,11 +193,29 @@ func (o *Options) setDefaults() error {
 	if o.DrainDelay < 0 {
 		return fmt.Errorf("drain delay %s: must not be negative", o.DrainDelay)
 	}
+	for _, l := range []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"max header bytes", &o.MaxHeaderBytes, DefaultMaxHeaderBytes},
+		{"max connections", &o.MaxConnections, DefaultMaxConnections},
+	} {
+		if *l.v < 0 {
+			return fmt.Errorf("%s %d: must not be negative", l.name, *l.v)
+		}
+		if *l.v == 0 {
+			*l.v = l.def
+		}
+	}
 	if o.Listen == "" {
 		o.Listen = DefaultListen
 	}
 	if o.ConfigPath == "" {
 		o.ConfigPath = DefaultConfigPath
+	}
+	if err := checkConfigPath(o.ConfigPath); err != nil {
+		return err
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -231,18 +289,49 @@ func (s *Server) Run(ctx context.Context) error {
 // letters, digits, '-', '_' and '.'); the kubelet mounts each key as a file of that name.
 var configKey = regexp.MustCompile(`^[-._a-zA-Z0-9]+$`)
 
+// maxConfigValue is the largest file GET /config/<key> serves: a ConfigMap holds at most 1 MiB
+// in all, so a larger file is no ConfigMap key.
+const maxConfigValue = 1 << 20
+
+// checkConfigPath refuses a peer file (Options.ConfigPath) inside refusedConfigRoots, named
+// so or reached through symlinks, since its directory is what GET /config/<key> serves.
+func checkConfigPath(path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	paths := []string{abs}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		paths = append(paths, dir)
+	}
+	if file, err := filepath.EvalSymlinks(abs); err == nil {
+		paths = append(paths, file)
+	}
+	for _, p := range paths {
+		for _, root := range refusedConfigRoots {
+			if p == root || strings.HasPrefix(p, root+"/") {
+				return fmt.Errorf("config %s: a peer file under %s is refused: its directory is served as /config/<key>", path, root)
+			}
+		}
+	}
+	return nil
+}
+
 // serveConfigKey answers GET /config/<key> with the content of the file <key> in the
 // directory of Options.ConfigPath: the mounted ConfigMap's value for that key, as the pod sees
 // it now (a ConfigMap change reaches it when the kubelet updates the volume). 404 when there
 // is no such key; keys that are no ConfigMap key, and the volume's own "..data" entries, are
-// refused the same way, so nothing outside the ConfigMap's keys can be read.
+// refused the same way, and the file is opened within that directory (os.Root: the kubelet's
+// symlinks into "..data" are followed, one that leads out of the directory is not), must be a
+// regular file and at most maxConfigValue bytes, so nothing outside the ConfigMap's keys can
+// be read.
 func (s *Server) serveConfigKey(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	if !configKey.MatchString(key) || key == "." || strings.HasPrefix(key, "..") {
 		http.NotFound(w, r)
 		return
 	}
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(s.opts.ConfigPath), key))
+	b, err := readConfigKey(filepath.Dir(s.opts.ConfigPath), key)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			s.log.Warn("read config key", "key", key, "err", err)
@@ -252,6 +341,33 @@ func (s *Server) serveConfigKey(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write(b)
+}
+
+// errNotConfigValue is a file that cannot be a ConfigMap key's: not a regular file, or larger
+// than a ConfigMap.
+var errNotConfigValue = errors.New("not a ConfigMap value")
+
+// readConfigKey reads the file key of directory dir without leaving dir. Errors: fs.ErrNotExist
+// (no such key, or no such directory), os.Root's for a path that escapes dir, errNotConfigValue.
+func readConfigKey(dir, key string) ([]byte, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	f, err := root.Open(key)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() || st.Size() > maxConfigValue {
+		return nil, fmt.Errorf("%w: %s is %s, %d bytes", errNotConfigValue, key, st.Mode().Type(), st.Size())
+	}
+	return io.ReadAll(io.LimitReader(f, maxConfigValue))
 }
 
 // LastResults returns a copy of the latest ping result of each configured peer. Peers not yet

@@ -116,6 +116,10 @@ func TestNewErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer first.Close()
+	procLink := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink("/proc/self", procLink); err != nil {
+		t.Fatal(err)
+	}
 
 	tests := map[string]struct {
 		opts Options
@@ -126,6 +130,12 @@ func TestNewErrors(t *testing.T) {
 		"address in use":             {Options{Listen: busy.Addr().String()}, "listen on " + busy.Addr().String()},
 		"bad address":                {Options{Listen: "127.0.0.1:notaport"}, "listen on 127.0.0.1:notaport"},
 		"metrics already registered": {Options{Registry: reg}, "register metrics"},
+		"peer file in /proc":         {Options{ConfigPath: "/proc/self/x"}, "a peer file under /proc is refused"},
+		"peer file via a link":       {Options{ConfigPath: filepath.Join(procLink, "x")}, "a peer file under /proc is refused"},
+		"peer file is a link":        {Options{ConfigPath: procLink}, "a peer file under /proc is refused"},
+		"peer file in /sys":          {Options{ConfigPath: "/sys/kernel/x"}, "a peer file under /sys is refused"},
+		"negative read timeout":      {Options{ReadTimeout: -1}, "read timeout -1ns: must not be negative"},
+		"negative max connections":   {Options{MaxConnections: -1}, "max connections -1: must not be negative"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -233,6 +243,16 @@ func TestConfigKey(t *testing.T) {
 	if err := os.WriteFile(outside, []byte("TOP-SECRET-OUTSIDE"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Names that are ConfigMap keys but lead out of the directory, or to no file: the kubelet
+	// never makes them, the server must not follow them if anything else does.
+	for name, target := range map[string]string{"escape": outside, "up": "../secret", "environ": "/proc/self/environ"} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "subdir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	s, _ := startServer(t, Options{ConfigPath: filepath.Join(dir, "hostports")})
 	base := baseURL(s)
 	tests := map[string]struct {
@@ -249,6 +269,10 @@ func TestConfigKey(t *testing.T) {
 		"an escaped parent":     {http.MethodGet, "/config/..%2fsecret", http.StatusNotFound, ""},
 		"a nested path":         {http.MethodGet, "/config/..2026_11_23/index.html", http.StatusNotFound, ""},
 		"a key not a ConfigMap": {http.MethodGet, "/config/a%20b", http.StatusNotFound, ""},
+		"a symlink out":         {http.MethodGet, "/config/escape", http.StatusNotFound, ""},
+		"a relative link out":   {http.MethodGet, "/config/up", http.StatusNotFound, ""},
+		"a link into /proc":     {http.MethodGet, "/config/environ", http.StatusNotFound, ""},
+		"a directory":           {http.MethodGet, "/config/subdir", http.StatusNotFound, ""},
 		"POST":                  {http.MethodPost, "/config/index.html", http.StatusMethodNotAllowed, ""},
 	}
 	for name, tc := range tests {
@@ -257,7 +281,7 @@ func TestConfigKey(t *testing.T) {
 			if code != tc.code || (tc.code == http.StatusOK && body != tc.body) {
 				t.Errorf("%s %s = %d %q, want %d %q", tc.method, tc.path, code, body, tc.code, tc.body)
 			}
-			if strings.Contains(body, "TOP-SECRET") {
+			if strings.Contains(body, "TOP-SECRET") || strings.Contains(body, "PATH=") {
 				t.Errorf("%s %s leaked a file outside the ConfigMap: %q", tc.method, tc.path, body)
 			}
 		})

@@ -256,18 +256,23 @@ func (s Source) Desired(ctx context.Context, connect func() (Kube, error)) (api.
 			return api.Desired{}, err
 		}
 	}
-	// The resolver the watcher and the commands use (envsource.Resolve).
+	// The resolver the watcher and the commands use (envsource.Resolve), with the key they use
+	// (the same passphrase, or the key file --env-digest-key-file names, in the environment).
+	key, err := envsource.LoadKey(os.Getenv(envsource.KeyFileEnv), os.LookupEnv)
+	if err != nil && len(obj.Spec.EnvFrom) > 0 {
+		return api.Desired{}, err
+	}
 	r, err := envsource.Resolve(ctx, obj, func() (kubeclient.Interface, error) {
 		k, err := cluster()
 		return k.Core, err
-	}, envsource.Options{SkipForbidden: true})
+	}, envsource.Options{SkipForbidden: true, Key: key})
 	return r.Desired, err
 }
 
 // objectOf is the namespace and name a stack name encodes (stack.Name: <cluster>.<namespace>.
-// <name>); ok is false for any other name. A name stack.Name shortened (a long namespace and
-// name, cut and ended with a hash) still reads as one whose last part is the cut name; that
-// object is then not found in the cluster, and the error says to set a manifest.
+// <name>); ok is false for any other name, a name stack.Name shortened among them (a long
+// namespace and name, cut and ended with '_' and a hash, which no object's name holds): the
+// caller then asks for a manifest.
 func objectOf(stackName string) (ns, name string, ok bool) {
 	parts := strings.Split(stackName, ".")
 	if len(parts) != 3 {

@@ -14,6 +14,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
 )
 
 // TestStarted: only no arguments with all four engine variables is the engine's start.
@@ -156,5 +157,35 @@ func TestSourceManifestOwner(t *testing.T) {
 	}
 	if d.OwnerUID != "live-uid-1" {
 		t.Errorf("OwnerUID %q, want the live object's live-uid-1", d.OwnerUID)
+	}
+}
+
+// TestSourceEnvFromNeedsADigestKey: an object with envFrom sources, run by the plain pulumi CLI
+// with neither a passphrase nor a digest key file in the environment, is an error that says
+// which to set (ErrNoKey), or names the key file that cannot be read, not the cluster's error.
+func TestSourceEnvFromNeedsADigestKey(t *testing.T) {
+	root := t.TempDir()
+	manifest := strings.Replace(sample, "replicaCount: 2", "replicaCount: 2\n  envFrom: [{configMapRef: {name: env}}]", 1)
+	if err := os.WriteFile(filepath.Join(root, "web.yaml"), []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "")
+	os.Unsetenv("PULUMI_CONFIG_PASSPHRASE")
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE_FILE", "")
+	unreachable := func() (Kube, error) { return Kube{}, errors.New("no configuration") }
+	for name, tc := range map[string]struct {
+		keyFile string
+		want    string
+	}{
+		"no key":              {"", "--env-digest-key-file"},
+		"unreadable key file": {filepath.Join(root, "absent"), "read --env-digest-key-file"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(envsource.KeyFileEnv, tc.keyFile)
+			_, err := Source{Stack: "kind.shop.web", Manifest: "web.yaml", Root: root}.Desired(context.Background(), unreachable)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.keyFile == "" && !errors.Is(err, envsource.ErrNoKey)) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
 	}
 }

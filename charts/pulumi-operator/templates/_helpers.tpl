@@ -46,6 +46,25 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name (.Chart.Version | replace "+" "_") 
 {{- end -}}
 {{- end -}}
 
+{{/* The Secret holding the metrics server's certificate (tls.crt, tls.key and the CA's
+ca.crt): metrics.tls.secretName, else the chart's own when a ServiceMonitor scrapes over HTTPS
+(metrics.yaml makes it); empty otherwise, and the operator makes a self-signed one at start. */}}
+{{- define "pulumi-operator.metricsTLSSecret" -}}
+{{- if .Values.metrics.secure -}}
+{{- if .Values.metrics.tls.secretName -}}
+{{- .Values.metrics.tls.secretName -}}
+{{- else if .Values.metrics.serviceMonitor.enabled -}}
+{{- printf "%s-metrics-tls" (include "pulumi-operator.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The metrics Service's DNS name in the cluster: what the metrics certificate names and what
+the ServiceMonitor verifies it by. */}}
+{{- define "pulumi-operator.metricsHost" -}}
+{{- printf "%s-metrics.%s.svc" (include "pulumi-operator.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
 {{- define "pulumi-operator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}

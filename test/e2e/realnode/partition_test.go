@@ -99,6 +99,9 @@ func TestPartition(t *testing.T) {
 		t.Run(fault, func(t *testing.T) { partitionFault(t, n, pg, leases, opNS, sel, ns, names, fault) })
 	}
 
+	for _, name := range names { // a fault that failed early left changes under way
+		n.waitReady(t, ns, name, reconcile)
+	}
 	// The history, checked whatever the faults' own checks found.
 	writes := pg.writes(t)
 	tenures := leases.tenures()
@@ -115,7 +118,7 @@ func TestPartition(t *testing.T) {
 		t.Errorf("writes by %v: want both replicas to have written (each led once)", writersOf(writes))
 	}
 	within(t, time.Minute, "no lock left", func(context.Context) (bool, error) {
-		return len(pg.query(t, "SELECT key FROM pulumi_state WHERE key LIKE '.pulumi/locks/%'")) == 0, nil
+		return len(pg.query(t, "SELECT key FROM pulumi_state WHERE key LIKE '%.pulumi/locks/%'")) == 0, nil
 	})
 	previewNoChanges(t, n, pg, ns, names)
 }
@@ -124,7 +127,11 @@ func TestPartition(t *testing.T) {
 // lead and every object to be Ready again.
 func partitionFault(t *testing.T, n *node, pg *partitionPG, leases *leaseWatch, opNS, sel, ns string, names []string, fault string) {
 	ctx := context.Background()
-	leader := leases.holder()
+	var leader string
+	within(t, time.Minute, "a replica leading", func(context.Context) (bool, error) {
+		leader = leases.holder()
+		return leader != "", nil
+	})
 	uid := n.podUID(t, opNS, leader)
 	restarts := n.restarts(t, opNS, leader)
 	churn := startChurn(n, ns, names)
@@ -137,22 +144,29 @@ func partitionFault(t *testing.T, n *node, pg *partitionPG, leases *leaseWatch, 
 	}
 	defer stopChurn()
 	// An up of the leader holding a lock: the fault meets work under way.
+	polls := 0
 	within(t, time.Minute, "an up of the leader holding a stack's lock", func(context.Context) (bool, error) {
-		return len(pg.query(t, "SELECT key FROM pulumi_state WHERE key LIKE '.pulumi/locks/%'")) > 0 && len(pulumiProcs(uid)) > 0, nil
+		locks, procs := pg.query(t, "SELECT key FROM pulumi_state WHERE key LIKE '%.pulumi/locks/%'"), pulumiProcs(uid)
+		if polls++; polls%20 == 0 {
+			t.Logf("waiting for an up: %d locks, %d pulumi processes in pod %s (uid %s)", len(locks), len(procs), leader, uid)
+		}
+		return len(locks) > 0 && len(procs) > 0, nil
 	})
 	before := pulumiProcs(uid)
 	var heal func()
 	at := time.Now()
 	switch fault {
 	case "cut":
-		heal = cutAPIServer(t, n, uid)
+		heal = prepareCut(t, n, uid)()
 	case "cut during the SIGTERM grace":
+		// The cut follows the delete at once: the up under way then hangs on the API server, so
+		// the grace (25 s) would let it run past the earliest takeover, were it not fenced.
+		cut := prepareCut(t, n, uid)
 		if err := n.kube.CoreV1().Pods(opNS).Delete(ctx, leader, metav1.DeleteOptions{}); err != nil {
 			t.Fatalf("delete the leader's pod %s: %v", leader, err)
 		}
-		time.Sleep(time.Second) // its SIGTERM delivered: the grace runs
 		at = time.Now()
-		heal = cutAPIServer(t, n, uid)
+		heal = cut()
 	case "pause":
 		op := podOperator(uid)
 		if op == 0 {
@@ -242,10 +256,11 @@ func podOperator(uid string) int {
 	return 0
 }
 
-// cutAPIServer drops every packet between pod uid and the API server (the kubernetes Service's
-// address and the server's own), in the pod's network namespace, both ways, without a reset:
-// connections hang as on a partition. It returns the heal (idempotent).
-func cutAPIServer(t *testing.T, n *node, uid string) func() {
+// prepareCut returns the cut of pod uid from the API server: every packet between the pod and the
+// server (the kubernetes Service's address and the server's own) dropped in the pod's network
+// namespace, both ways, without a reset, so that connections hang as on a partition. The cut
+// returns the heal (idempotent). Both are prepared first, so that the cut itself is one nft call.
+func prepareCut(t *testing.T, n *node, uid string) (cut func() (heal func())) {
 	t.Helper()
 	init := podInit(uid)
 	if init == 0 {
@@ -261,19 +276,30 @@ func cutAPIServer(t *testing.T, n *node, uid string) func() {
   chain in { type filter hook input priority 0; policy accept; ip saddr %[1]s drop; ip saddr %[2]s tcp sport 6443 drop; }
 }
 `, ip, nodeIP)
-	cmd := exec.Command("nsenter", "-t", fmt.Sprint(init), "-n", "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(rules)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("cut the pod off the API server: %v\n%s", err, out)
+	// The namespace is entered by a path, which stays valid while the pod's sandbox lives.
+	netns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", init))
+	if err != nil {
+		t.Fatal(err)
 	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			// The pod may be gone (the SIGTERM case): its namespace went with it.
-			if p := podInit(uid); p != 0 {
-				_, _ = execOut("nsenter", "-t", fmt.Sprint(p), "-n", "nft", "delete", "table", "inet", "partition")
-			}
-		})
+	return func() func() {
+		cmd := exec.Command("nsenter", "-t", fmt.Sprint(init), "-n", "nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(rules)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("cut the pod off the API server: %v\n%s", err, out)
+		}
+		var once sync.Once
+		return func() {
+			once.Do(func() {
+				// Any process of the pod still in that namespace (its container may have restarted;
+				// the pod may be gone, its namespace with it).
+				for _, p := range hostProcs() {
+					if l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", p.pid)); err == nil && l == netns && p.inPod(uid) {
+						_, _ = execOut("nsenter", "-t", fmt.Sprint(p.pid), "-n", "nft", "delete", "table", "inet", "partition")
+						return
+					}
+				}
+			})
+		}
 	}
 }
 

@@ -1,0 +1,380 @@
+// Package tenants runs the operator binary (`watch`) on the local cluster beside a tenant who
+// tries to take it from the others: a flood of labelled look-alike objects (its memory), and a
+// namespace that keeps the workers busy (another namespace's new object must still be Ready
+// soon). The figures go to the test log; docs/benchmarks.md ("Tenants") has those of a run.
+package tenants
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/procfs"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/pulumi-operator/pulumi-operator/infra"
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+var crs = schema.GroupVersionResource{Group: "groupsp.measutosh.dev", Version: "v1", Resource: "kindcustomhttps"}
+
+// buildOperator builds the operator binary into a temporary directory.
+func buildOperator(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "pulumi-operator")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = testenv.RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// operator is one `watch` process.
+type operator struct {
+	cmd  *exec.Cmd
+	logs *testenv.SyncBuffer
+	done chan struct{}
+}
+
+// startOperator runs `watch` with args after the common ones, on state directory state, and waits
+// until its workers run (its caches synced). It is stopped (SIGTERM) when the test ends.
+func startOperator(t *testing.T, c *testenv.Cluster, bin, state string, args ...string) *operator {
+	t.Helper()
+	all := append([]string{"--log-level", "debug", "--kubeconfig", c.Kubeconfig, "--state-dir", state, "--cluster-name", "tenants",
+		"--pulumi", testenv.PulumiCLI(t), "watch", "--health-addr", "", "--metrics-addr", "",
+		// Every namespace, as a shared cluster's operator runs, but only this run's objects: the
+		// other test packages' objects on the same cluster are theirs to reconcile.
+		"--label-selector", runLabel + "=" + runID}, args...)
+	o := &operator{cmd: exec.Command(bin, all...), logs: &testenv.SyncBuffer{}, done: make(chan struct{})}
+	o.cmd.Env = append(os.Environ(), "PULUMI_CONFIG_PASSPHRASE=tenants")
+	o.cmd.Stdout, o.cmd.Stderr = o.logs, o.logs
+	if err := o.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = o.cmd.Wait(); close(o.done) }()
+	t.Cleanup(func() {
+		o.stop()
+		if t.Failed() {
+			t.Logf("operator log:\n%s", o.logs.String())
+		}
+	})
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return strings.Contains(o.logs.String(), "starting workers"), nil
+	})
+	if err != nil {
+		t.Fatalf("the operator's workers never started:\n%s", o.logs.String())
+	}
+	return o
+}
+
+// stop ends the process (SIGTERM, SIGKILL after 40 s) and waits for it.
+func (o *operator) stop() {
+	_ = o.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-o.done:
+	case <-time.After(40 * time.Second):
+		_ = o.cmd.Process.Kill()
+		<-o.done
+	}
+}
+
+// rss is the process's resident memory now, in bytes.
+func (o *operator) rss(t *testing.T) uint64 {
+	t.Helper()
+	p, err := procfs.NewProc(o.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.NewStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.VmRSS
+}
+
+// settledRSS is the largest of o's RSS samples over 3 s, after 5 s of quiet: the figure compared.
+func (o *operator) settledRSS(t *testing.T) uint64 {
+	t.Helper()
+	time.Sleep(5 * time.Second)
+	var most uint64
+	for range 6 {
+		most = max(most, o.rss(t))
+		time.Sleep(500 * time.Millisecond)
+	}
+	return most
+}
+
+const mib = 1 << 20
+
+// TestFloodOfLookAlikes: a tenant creates ConfigMaps of 1 MiB each carrying the operator's
+// managed-by label (anybody who may create ConfigMaps can): the operator's memory stays within
+// 10 % of what it was before, while it runs and after a restart that lists them all again. The
+// count is PULUMI_OPERATOR_FLOOD_CONFIGMAPS (default 150; docs/benchmarks.md has a run with 1200).
+func TestFloodOfLookAlikes(t *testing.T) {
+	n := 150
+	if v := os.Getenv("PULUMI_OPERATOR_FLOOD_CONFIGMAPS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("PULUMI_OPERATOR_FLOOD_CONFIGMAPS=%q: %v", v, err)
+		}
+	}
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	ns := c.Namespace(t)
+	bin := buildOperator(t)
+	state := t.TempDir()
+	op := startOperator(t, c, bin, state)
+	before := op.settledRSS(t)
+
+	data := strings.Repeat("x", mib-1024)
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := make(chan int)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("flood-%04d", i), Namespace: ns,
+					Labels: map[string]string{infra.LabelManagedBy: infra.ManagedBy, infra.LabelInstance: fmt.Sprintf("flood-%04d", i)}},
+					Data: map[string]string{"payload": data}}
+				if _, err := c.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("create a look-alike ConfigMap: %v", err)
+	}
+	t.Logf("created %d labelled ConfigMaps of 1 MiB in %s", n, time.Since(start).Round(time.Second))
+	during := op.settledRSS(t)
+	op.stop()
+	op = startOperator(t, c, bin, state)
+	restarted := op.settledRSS(t)
+	t.Logf("operator RSS: %.1f MiB before, %.1f MiB with %d look-alikes (%+.1f %%), %.1f MiB after a restart that listed them (%+.1f %%)",
+		float64(before)/mib, float64(during)/mib, n, 100*(float64(during)/float64(before)-1), float64(restarted)/mib, 100*(float64(restarted)/float64(before)-1))
+	for what, got := range map[string]uint64{"with the look-alikes": during, "after a restart": restarted} {
+		if float64(got) > 1.10*float64(before) {
+			t.Errorf("RSS %s %.1f MiB, over 110 %% of %.1f MiB before the flood", what, float64(got)/mib, float64(before)/mib)
+		}
+	}
+}
+
+// runLabel, with the value runID, marks the KindCustomHttps of this test run: the only ones its
+// operators reconcile (--label-selector).
+const runLabel = "test.pulumi-operator.dev/tenants-run"
+
+// runID tells this test run's objects from those of earlier or concurrent runs.
+var runID = strconv.FormatInt(time.Now().UnixNano(), 36)
+
+// kch is a KindCustomHttp namespace/name with one replica, of this test run (runLabel).
+func kch(ns, name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "groupsp.measutosh.dev/v1", "kind": "KindCustomHttp",
+		"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{runLabel: runID}},
+		"spec":     map[string]any{"replicaCount": int64(1), "port": int64(80), "configMapData": map[string]any{"hostports": "localhost,8080\n"}},
+	}}
+}
+
+// readyAfter creates kch ns/name and returns how long it took to be Ready at its generation.
+func readyAfter(t *testing.T, c *testenv.Cluster, ns, name string, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if _, err := c.Client.Resource(crs).Namespace(ns).Create(context.Background(), kch(ns, name), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s/%s created at %s (the create took %s)", ns, name, time.Now().UTC().Format("15:04:05.000"), time.Since(start).Round(time.Millisecond))
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		return ready(ctx, c, ns, name), nil
+	})
+	if err != nil {
+		t.Fatalf("%s/%s not Ready within %s", ns, name, timeout)
+	}
+	return time.Since(start)
+}
+
+// ready reports whether kch ns/name is Ready at its generation.
+func ready(ctx context.Context, c *testenv.Cluster, ns, name string) bool {
+	u, err := c.Client.Resource(crs).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, x := range conds {
+		if m, _ := x.(map[string]any); m["type"] == "Ready" {
+			return m["status"] == "True" && observed == u.GetGeneration()
+		}
+	}
+	return false
+}
+
+// TestFairShare: one namespace scales 20 Deployments of its objects in a loop (drift, repaired)
+// and annotates 200 objects with new reconcile requests (each a refresh up) while a new object
+// is created in another namespace, with the operator as a multi-tenant cluster runs it
+// (--max-ups-per-namespace 1 of 2 workers), through the engine host and as `pulumi up` CLI
+// processes (--engine-host none): the new object's up starts after at most one up of the busy
+// namespace and within its quiet-cluster time to Ready; its time to Ready under the load and on
+// a quiet cluster (the middle of three creates) are logged with their ratio.
+func TestFairShare(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	busy, quiet := c.Namespace(t), c.Namespace(t)
+	bin := buildOperator(t)
+	state := t.TempDir()
+	const objects, scaled = 200, 20
+	func() {
+		op := startOperator(t, c, bin, state, "--workers", "2")
+		defer op.stop()
+		for i := range objects {
+			if _, err := c.Client.Resource(crs).Namespace(busy).Create(context.Background(), kch(busy, fmt.Sprintf("o%03d", i)), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := wait.PollUntilContextTimeout(context.Background(), time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+			for i := range objects {
+				if !ready(ctx, c, busy, fmt.Sprintf("o%03d", i)) {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("the %d objects of the busy namespace never were all Ready", objects)
+		}
+	}()
+	for _, path := range []string{"engine host", "CLI"} {
+		t.Run(path, func(t *testing.T) {
+			args := []string{"--workers", "2", "--max-ups-per-namespace", "1"}
+			if path == "CLI" {
+				args = append(args, "--engine-host", stack.NoEngineHost)
+			}
+			op := startOperator(t, c, bin, state, args...)
+			defer op.stop()
+			prefix := strings.ReplaceAll(strings.ToLower(path), " ", "")
+			var quietTimes []time.Duration
+			for i := range 3 {
+				quietTimes = append(quietTimes, readyAfter(t, c, quiet, fmt.Sprintf("%s-quiet-%d", prefix, i), time.Minute))
+			}
+			slices.Sort(quietTimes)
+			quietTime := quietTimes[1]
+
+			stop := load(t, c, busy, objects, scaled)
+			time.Sleep(10 * time.Second) // the load has the workers and a queue
+			from := len(op.logs.String())
+			created := time.Now()
+			loaded := readyAfter(t, c, quiet, prefix+"-new", 2*time.Minute)
+			ups := stop()
+			// What the operator decides: how soon the new object's up starts, and how many of
+			// the busy namespace's ups start before it (the operator's log, in order).
+			log := op.logs.String()[from:]
+			newUp := strings.Index(log, `msg="running up" object=`+quiet+"/"+prefix+"-new ")
+			if newUp < 0 {
+				t.Fatalf("the operator's log has no up of %s/%s-new", quiet, prefix)
+			}
+			busyUps := strings.Count(log[:newUp], `msg="running up" object=`+busy+"/")
+			upAt, err := logTime(log[strings.LastIndex(log[:newUp], "\n")+1:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			startedAfter := upAt.Sub(created)
+			t.Logf("%s: a new object in another namespace: its up started %s after its create, after %d of the busy namespace's ups; Ready %s after its create with the busy namespace's load (%d scale patches, %d reconcile requests), %s on a quiet cluster (median of 3): %.2fx",
+				path, startedAfter.Round(10*time.Millisecond), busyUps, loaded.Round(10*time.Millisecond), ups.scales, ups.requests, quietTime.Round(10*time.Millisecond), float64(loaded)/float64(quietTime))
+			// Fair share: the new object waits for no more than the one busy up that may be
+			// running (--max-ups-per-namespace 1) and starts within its quiet-cluster time to
+			// Ready. The time to Ready itself is logged, not bounded: on a 2-core machine the
+			// busy namespace's ups, its Deployments' churn in kube-controller-manager and kwok,
+			// and the API server share the cores with the new object's up and rollout
+			// (docs/benchmarks.md "Tenants").
+			if busyUps > 1 {
+				t.Errorf("%d ups of the busy namespace started between the new object's create and its up, want at most 1", busyUps)
+			}
+			if startedAfter > quietTime {
+				t.Errorf("the new object's up started %s after its create under load, later than the %s it takes to Ready on a quiet cluster", startedAfter, quietTime)
+			}
+		})
+	}
+}
+
+// logTime is the time of the slog text line that line starts with ("time=<RFC 3339> ...").
+func logTime(line string) (time.Time, error) {
+	f := strings.Fields(line)
+	if len(f) == 0 || !strings.HasPrefix(f[0], "time=") {
+		return time.Time{}, fmt.Errorf("no time at the start of the log line %.120q", line)
+	}
+	return time.Parse(time.RFC3339Nano, strings.TrimPrefix(f[0], "time="))
+}
+
+// loadCounts is what load did.
+type loadCounts struct{ scales, requests int }
+
+// load scales the Deployments of the first scaled objects of namespace ns in a loop (every
+// 100 ms one of them, between 1 and 3 replicas: drift) and annotates all objects with new
+// reconcile requests (every 50 ms one of them), until the returned stop (at most 5 minutes).
+func load(t *testing.T, c *testenv.Cluster, ns string, objects, scaled int) (stop func() loadCounts) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var counts loadCounts
+	var mu sync.Mutex
+	deadline := time.Now().Add(5 * time.Minute)
+	loop := func(every time.Duration, step func(i int) error, count *int) {
+		defer wg.Done()
+		for i := 0; time.Now().Before(deadline); i++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(every):
+			}
+			if step(i) == nil {
+				mu.Lock()
+				*count++
+				mu.Unlock()
+			}
+		}
+	}
+	wg.Add(2)
+	go loop(100*time.Millisecond, func(i int) error {
+		patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, 1+i%3)
+		_, err := c.Kube.AppsV1().Deployments(ns).Patch(context.Background(), fmt.Sprintf("o%03d", i%scaled), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}, &counts.scales)
+	go loop(50*time.Millisecond, func(i int) error {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"load-%d"}}}`, "groupsp.measutosh.dev/reconcile-requested-at", i)
+		_, err := c.Client.Resource(crs).Namespace(ns).Patch(context.Background(), fmt.Sprintf("o%03d", i%objects), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}, &counts.requests)
+	var once sync.Once
+	stop = func() loadCounts {
+		once.Do(func() { close(done); wg.Wait() })
+		mu.Lock()
+		defer mu.Unlock()
+		return counts
+	}
+	t.Cleanup(func() { stop() }) // a failed test stops its load too, before the next one starts
+	return stop
+}
