@@ -238,6 +238,14 @@ bench: tools build image helm
 	hack/bench/run.sh $(BENCH_FLAGS)
 	hack/bench/realnode.sh
 
+.PHONY: bench-upgrade
+
+## bench-upgrade: `make bench`'s local-cluster figures for the previous release's binaries
+## (BASELINE_BIN, see hack/bench/upgrade.sh) and then for this tree's, one run after the other;
+## docs/benchmarks.md then sets each figure beside the previous release's ("Two runs").
+bench-upgrade: tools build image helm
+	hack/bench/upgrade.sh $(BENCH_FLAGS)
+
 .PHONY: bench-scale
 
 ## bench-scale: the cost curve and sharded operators, outside `make bench` and CI (about an hour
