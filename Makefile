@@ -164,7 +164,7 @@ docker-push:
 ## image: the operator and http-server images from Dockerfile (.local/images/pulumi-operator.tar and
 ## http-server.tar, docker archives): with buildah when there is no Docker engine, from local base
 ## images and the plugin file, downloading nothing; loaded into the real node when it runs. Fails
-## when the operator image is over IMAGE_MAX_MB, 350 MB (hack/image-build.sh).
+## when the operator image is over IMAGE_MAX_MB, 400 MB (hack/image-build.sh).
 image:
 	hack/image-build.sh
 
