@@ -1,6 +1,8 @@
 # The operator image: pulumi-operator, the pinned pulumi CLI (also the engine host) and the pinned
 # Kubernetes provider plugin, so nothing is downloaded at run time. Not built in this project's CI
-# (no Docker engine there); the versions below must match go.mod, agent/go.mod and the Makefile.
+# (no Docker engine there). GO_VERSION is go.mod's toolchain line without "go", and
+# KUBERNETES_PLUGIN_VERSION the pulumi-kubernetes SDK's version in go.mod (internal/pins checks
+# both); the CLI's version is read from agent/go.mod at build time.
 #
 # Build arguments (the defaults build the image users get, downloading what they need):
 #   BUILD_IMAGE, RUNTIME_IMAGE      base images, e.g. from a mirror or a local registry
@@ -12,7 +14,7 @@
 #                                   The plugin must run on RUNTIME_IMAGE: the official release is
 #                                   static, as distroless/static requires.
 # RUN --mount needs BuildKit (Docker 23+) or buildah/podman.
-ARG GO_VERSION=1.26
+ARG GO_VERSION=1.26.11
 ARG BUILD_IMAGE=golang:${GO_VERSION}
 ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
@@ -24,7 +26,6 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 FROM ${BUILD_IMAGE} AS build
 ARG TARGETOS=linux
 ARG TARGETARCH
-ARG PULUMI_VERSION=v3.255.0
 ARG KUBERNETES_PLUGIN_VERSION=v4.33.0
 ENV GOOS=${TARGETOS} GOARCH=${TARGETARCH}
 WORKDIR /src
@@ -36,10 +37,12 @@ COPY hack/cli-overlay.sh hack/
 # CGO_ENABLED=0: the flags of the host's builds (Makefile), so that a build sharing the host's Go
 # build cache (`make image` mounts it) compiles nothing the host already did. -s -w: no symbol
 # table and no DWARF in the image's binaries, which makes them much smaller; stack traces keep
-# their function names and lines.
+# their function names and lines. The version the CLI reports is the pkg/v3 agent/go.mod requires,
+# as in the Makefile's PULUMI_VERSION.
 RUN sh hack/cli-overlay.sh /tmp/cli-overlay.json && \
-    cd agent && CGO_ENABLED=0 go build -trimpath -overlay /tmp/cli-overlay.json \
-      -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=${PULUMI_VERSION}" \
+    cd agent && version="$(go list -m -f '{{.Version}}' github.com/pulumi/pulumi/pkg/v3)" && \
+    CGO_ENABLED=0 go build -trimpath -overlay /tmp/cli-overlay.json \
+      -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=${version}" \
       -o /out/bin/pulumi ./cmd/pulumi && \
     ln -s pulumi /out/bin/pulumi-operator-engine
 # The provider plugin, installed by the pinned CLI into the image's plugin directory: from the

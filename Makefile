@@ -7,7 +7,20 @@ BIN := $(CURDIR)/bin
 LOCAL := $(CURDIR)/.local
 # kubectl for `make deploy`: the pinned one `make tools` builds (bin/kubectl), or KUBECTL=...
 KUBECTL ?= $(if $(wildcard $(BIN)/kubectl),$(BIN)/kubectl,kubectl)
-PULUMI_VERSION := v3.255.0
+# The Go toolchain every target builds and tests with: go.mod's toolchain line, the one place it is
+# pinned (internal/pins checks that the other modules, the Dockerfile and README agree). Exported
+# as GOTOOLCHAIN, so a machine with another Go, or with GOTOOLCHAIN=local in its environment, gets
+# exactly this one: the go command downloads it once through the Go module proxy (README.md "Go").
+GO_TOOLCHAIN := $(shell awk '$$1 == "toolchain" {print $$2}' go.mod)
+export GOTOOLCHAIN := $(GO_TOOLCHAIN)
+# The pulumi CLI's version, which the CLI reports (and the Automation API checks): the pkg/v3 that
+# agent/go.mod requires, the one place it is pinned.
+PULUMI_VERSION := $(shell awk '$$1 == "github.com/pulumi/pulumi/pkg/v3" {print $$2}' agent/go.mod)
+# The Go language host (plugin language go) `make plugins` installs: only the plain CLI running
+# this project as a `runtime: go` program needs it. Pinned apart from the CLI: the Go module proxy
+# serves no later release of it (README.md "With the plain pulumi CLI"), and the newer CLI runs this
+# one (test/e2e/plaincli_test.go). hack/install-plugins.sh and .ci/run read it here.
+PULUMI_GO_LANGUAGE_VERSION := v3.255.0
 # Where `make run` keeps its state (workspaces and the default file backend) and its
 # generated development passphrase.
 RUN_STATE := $(LOCAL)/state
@@ -15,7 +28,7 @@ RUN_KUBECONFIG := $(LOCAL)/cluster/kubeconfig
 PASSPHRASE_FILE := $(LOCAL)/passphrase
 WORKERS ?= 2
 
-.PHONY: all build tools plugins cluster cluster-down install uninstall run test e2e vet fmt clean
+.PHONY: all build tools plugins cluster cluster-down install uninstall run test e2e vulncheck vet fmt clean
 
 all: build
 
@@ -26,14 +39,16 @@ all: build
 build: $(BIN)/pulumi
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/pulumi-operator .
 
-## tools: the pinned pulumi CLI and its plugins, the local cluster's binaries, controller-gen and MinIO
-## (S3 backend tests).
+## tools: the pinned pulumi CLI and its plugins, the local cluster's binaries, controller-gen, MinIO
+## (S3 backend tests) and the previous release's CLI and engine host (bin/pulumi-previous/: the
+## upgrade test, hack/build-pulumi-previous.sh).
 ## A plugin that cannot be installed stops only CI (CI=true); elsewhere its error is printed and the
 ## tests that need it SKIP, loudly.
 tools: $(BIN)/pulumi
 	PLUGINS_REQUIRED=$(if $(filter true,$(CI)),1,0) hack/install-plugins.sh $(BIN)
 	hack/build-tools.sh $(BIN)
 	hack/build-minio.sh $(BIN)
+	hack/build-pulumi-previous.sh $(BIN)
 
 ## plugins: the Kubernetes provider plugin (the version in go.mod) and the Go language host into the
 ## project's Pulumi home, bin/pulumi-home, where the operator finds them. From the files named by
@@ -92,6 +107,13 @@ test: tools build
 e2e: tools build
 	hack/test.sh ./test/e2e/...
 
+## vulncheck: govulncheck (hack/tools/govulncheck) on every module of the repository and on
+## bin/pulumi-operator and bin/pulumi, offline against the pinned Go vulnerability database
+## (hack/tools/vulndb, built into .local/vulndb/<version> once); fails on a called vulnerability
+## that hack/vulncheck-accepted.txt does not accept with its reason (hack/vulncheck.sh)
+vulncheck: build
+	hack/vulncheck.sh $(BIN)
+
 vet:
 	go vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -142,7 +164,7 @@ docker-push:
 ## image: the operator and http-server images from Dockerfile (.local/images/pulumi-operator.tar and
 ## http-server.tar, docker archives): with buildah when there is no Docker engine, from local base
 ## images and the plugin file, downloading nothing; loaded into the real node when it runs. Fails
-## when the operator image is over IMAGE_MAX_MB, 350 MB (hack/image-build.sh).
+## when the operator image is over IMAGE_MAX_MB, 400 MB (hack/image-build.sh).
 image:
 	hack/image-build.sh
 
@@ -215,6 +237,14 @@ test: controller-gen
 bench: tools build image helm
 	hack/bench/run.sh $(BENCH_FLAGS)
 	hack/bench/realnode.sh
+
+.PHONY: bench-upgrade
+
+## bench-upgrade: `make bench`'s local-cluster figures for the previous release's binaries
+## (BASELINE_BIN, see hack/bench/upgrade.sh) and then for this tree's, one run after the other;
+## docs/benchmarks.md then sets each figure beside the previous release's ("Two runs").
+bench-upgrade: tools build image helm
+	hack/bench/upgrade.sh $(BENCH_FLAGS)
 
 .PHONY: bench-scale
 

@@ -3,8 +3,8 @@
 # (plugins under DEST/pulumi-home/plugins/), with the pinned CLI DEST/pulumi:
 #   resource kubernetes  at the version of github.com/pulumi/pulumi-kubernetes/sdk/v4 in go.mod
 #                        (required: every up, preview, refresh and destroy needs it)
-#   language go          at the pinned CLI's version (optional: only the plain `pulumi` CLI running
-#                        this project as a `runtime: go` program needs it)
+#   language go          at the Makefile's PULUMI_GO_LANGUAGE_VERSION (optional: only the plain
+#                        `pulumi` CLI running this project as a `runtime: go` program needs it)
 #
 # The operator and its commands use DEST/pulumi-home when they run the pulumi CLI DEST/pulumi and
 # PULUMI_HOME is not set (stack.DefaultPulumiHome), so `make run`, `make test` and bin/pulumi-operator
@@ -41,7 +41,8 @@ export PULUMI_SKIP_UPDATE_CHECK=true PULUMI_DIY_BACKEND_NO_LEGACY_WARNING=true
 [[ -x "${PULUMI}" ]] || { log::info "no pulumi CLI at ${PULUMI}: run \`make tools\`"; exit 1; }
 
 K8S_VERSION="$(cd "${REPO_ROOT}" && go list -m -f '{{.Version}}' github.com/pulumi/pulumi-kubernetes/sdk/v4)"
-GO_LANG_VERSION="$("${PULUMI}" version)"
+GO_LANG_VERSION="$(awk '$1 == "PULUMI_GO_LANGUAGE_VERSION" && $2 == ":=" {print $3}' "${REPO_ROOT}/Makefile")"
+[[ "${GO_LANG_VERSION}" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || { log::info "cannot read PULUMI_GO_LANGUAGE_VERSION from the Makefile (${GO_LANG_VERSION})"; exit 1; }
 [[ "${K8S_VERSION}" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || { log::info "cannot read the Kubernetes SDK version from go.mod (${K8S_VERSION})"; exit 1; }
 
 # install KIND NAME VERSION FILE_VAR BINARY REQUIRED

@@ -28,7 +28,7 @@ import (
 // PinnedCLIVersion is the pulumi CLI version the project builds (agent/go.mod) and tests
 // against. A different CLI works if it is at least the Automation API's minimum; New logs
 // nothing about it, callers may compare Manager.CLIVersion.
-const PinnedCLIVersion = "3.255.0"
+const PinnedCLIVersion = "3.274.1"
 
 // ChildGOGC is the Go garbage collector target (GOGC, percent of the live heap allocated
 // between two collections) that the pulumi CLI runs with, and so the provider plugins it

@@ -56,7 +56,7 @@ import (
 	"github.com/pulumi/pulumi/pkg/v3/backend"
 	"github.com/pulumi/pulumi/pkg/v3/backend/display"
 	"github.com/pulumi/pulumi/pkg/v3/backend/diy"
-	secrets "github.com/pulumi/pulumi/pkg/v3/backend/secrets"
+	cmdBackend "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi/backend"
 	cmdPulumi "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi/cmd"
 	cmdConfig "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi/config"
 	"github.com/pulumi/pulumi/pkg/v3/cmd/pulumi/metadata"
@@ -378,8 +378,10 @@ func (h *host) up(ctx context.Context, req protocol.Request, sc scope, stdout, s
 		Opts:               opts,
 		StackConfiguration: cfg,
 		SecretsManager:     sm,
-		SecretsProvider:    secrets.DefaultProvider,
-		Scopes:             sc,
+		// The provider the CLI's own `pulumi up` passes (pkg/v3 cmd/pulumi/operations), so
+		// that a checkpoint decrypts the same way in both.
+		SecretsProvider: cmdBackend.SecretsProvider(cmdBackend.DefaultLoginManager),
+		Scopes:          sc,
 	}, events)
 	close(events) // UpdateStack has delivered every event when it returns (diy apply waits for them)
 	<-done

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"os"
@@ -27,6 +28,7 @@ type bench struct {
 	// lastUpWall is the wall time of rawUp's last whole stack.Manager.Up, for the log.
 	lastUpWall          float64
 	operatorBin, pulumi string
+	operatorCommit      string // --operator-commit, "" to read it from the binary or git
 	clusterDir          string
 	kube                *kube
 	host                host // /proc
@@ -319,7 +321,48 @@ func (b *bench) versions() Versions {
 	if out, err := cmd.Output(); err == nil {
 		v.Operator = strings.TrimSpace(string(out))
 	}
+	// The operator binary says itself which Go built it and from which commit (Go's build
+	// information), which is what counts when it is not the tree's own build (make
+	// bench-upgrade runs the previous release's binaries).
+	if goVersion, commit := binaryVersions(b.operatorBin); goVersion != "" {
+		v.Go = goVersion
+		if commit != "" {
+			v.Operator = commit
+		}
+	}
+	if b.operatorCommit != "" {
+		v.Operator = b.operatorCommit
+	}
 	return v
+}
+
+// binaryVersions reads a Go binary's build information: the Go release that built it
+// ("go1.26.11") and its commit as git describe --always --dirty gives it (7 hex digits, and
+// "-dirty" when the tree had changes). Both "" when the file has no build information; commit
+// "" when it was built without version control stamps.
+func binaryVersions(path string) (goVersion, commit string) {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return "", ""
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "-dirty"
+			}
+		}
+	}
+	if len(rev) > 7 {
+		rev = rev[:7]
+	}
+	if rev != "" {
+		commit = rev + dirty
+	}
+	return bi.GoVersion, commit
 }
 
 func listOpts(selector string) metav1.ListOptions { return metav1.ListOptions{LabelSelector: selector} }

@@ -84,6 +84,7 @@ func run() int {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster to measure on (its own: the bench fills it with objects)")
 	clusterDir := fs.String("cluster-dir", "", "the cluster's CLUSTER_DIR, to count its processes' CPU (optional)")
 	operatorBin := fs.String("operator", "bin/pulumi-operator", "the operator binary")
+	operatorCommit := fs.String("operator-commit", "", "the commit --operator was built from, for the doc (default: its build information, else git describe of --repo)")
 	pulumi := fs.String("pulumi", "bin/pulumi", "the pinned pulumi CLI")
 	out := fs.String("out", ".local/bench", "directory for results.json, logs and state")
 	docs := fs.String("docs", "docs/benchmarks.md", "Markdown file to regenerate; empty for none")
@@ -212,6 +213,7 @@ func run() int {
 		}
 	}
 	b.repo, b.out, b.operatorBin, b.pulumi = *repo, *out, *operatorBin, *pulumi
+	b.operatorCommit = *operatorCommit
 	if len(b.opts.hostWorkers) > 0 {
 		p := filepath.Join(filepath.Dir(b.pulumi), stack.EngineHost)
 		if _, err := os.Stat(p); err != nil {

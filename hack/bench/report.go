@@ -241,9 +241,12 @@ func (w IdleWindow) rssNote() string {
 
 // PreviousRun is what the report keeps of an earlier run: where and when, and its figures.
 type PreviousRun struct {
-	Commit  string    `json:"commit"`
-	Date    time.Time `json:"date"`
-	Figures []Figure  `json:"figures"`
+	Commit string    `json:"commit"`
+	Date   time.Time `json:"date"`
+	// Go and PulumiCLI: the earlier run's Go release and pulumi CLI version, as Versions has them.
+	Go        string   `json:"go,omitempty"`
+	PulumiCLI string   `json:"pulumiCLI,omitempty"`
+	Figures   []Figure `json:"figures"`
 }
 
 // readResults reads a results.json and judges its figures again (figures), as the doc shows
@@ -271,7 +274,7 @@ func (r *Results) loadPrevious(path string) error {
 	if err := json.Unmarshal(raw, &prev); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	r.Previous = &PreviousRun{Commit: prev.Versions.Operator, Date: prev.Date, Figures: prev.Figures}
+	r.Previous = &PreviousRun{Commit: prev.Versions.Operator, Date: prev.Date, Go: prev.Versions.Go, PulumiCLI: prev.Versions.PulumiCLI, Figures: prev.Figures}
 	return nil
 }
 
@@ -643,7 +646,10 @@ type twoRuns struct {
 	// the same code when only this doc differed; the mark stays in Commit, so a reader can tell.
 	SameCommit   bool
 	Commit, Date string
-	Rows         []twoRunsRow
+	// Versions: the earlier run's Go release and pulumi CLI when either differs from this run's
+	// ("go1.26.8, pulumi CLI v3.255.0"), else "".
+	Versions string
+	Rows     []twoRunsRow
 }
 
 // twoRunsRow is a figure both runs have, formatted, and how far apart they are (percent of
@@ -764,6 +770,9 @@ func (r *Results) compare(pr *PreviousRun) *twoRuns {
 		SameCommit: strings.TrimSuffix(pr.Commit, "-dirty") == strings.TrimSuffix(r.Versions.Operator, "-dirty"),
 		Commit:     pr.Commit,
 		Date:       pr.Date.UTC().Format("2006-01-02 15:04 MST"),
+	}
+	if (pr.Go != "" && pr.Go != r.Versions.Go) || (pr.PulumiCLI != "" && pr.PulumiCLI != r.Versions.PulumiCLI) {
+		t.Versions = pr.Go + ", pulumi CLI " + pr.PulumiCLI
 	}
 	before := map[string]Figure{}
 	for _, f := range pr.Figures {

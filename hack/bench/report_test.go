@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -76,18 +77,18 @@ func render(t *testing.T, r *Results) string {
 // how far apart they are; a figure the earlier run lacks is left out, and the whole section
 // when it has none of them.
 func TestTwoRuns(t *testing.T) {
-	earlier := &Results{Date: time.Date(2026, 11, 23, 17, 0, 0, 0, time.UTC), Versions: Versions{Operator: "abc1234"},
+	earlier := &Results{Date: time.Date(2026, 11, 23, 17, 0, 0, 0, time.UTC), Versions: Versions{Operator: "abc1234", Go: "go1.26.8", PulumiCLI: "v3.255.0"},
 		Figures: []Figure{{ID: "change", Name: "5. change", Value: 2.0, Unit: "s"}}}
 	path := filepath.Join(t.TempDir(), "results.json")
 	if err := writeJSON(path, earlier); err != nil {
 		t.Fatal(err)
 	}
-	r := &Results{Figures: []Figure{{ID: "change", Name: "5. change", Value: 2.2, Unit: "s"}, {ID: "drift_repair", Name: "4. drift", Value: 1, Unit: "s"}}}
+	r := &Results{Versions: Versions{Go: "go1.26.11", PulumiCLI: "v3.274.1"}, Figures: []Figure{{ID: "change", Name: "5. change", Value: 2.2, Unit: "s"}, {ID: "drift_repair", Name: "4. drift", Value: 1, Unit: "s"}}}
 	if err := r.loadPrevious(path); err != nil {
 		t.Fatal(err)
 	}
 	md := render(t, r)
-	if !strings.Contains(md, "commit abc1234") || !strings.Contains(md, "The commits differ") || !strings.Contains(md, "| 5. change | 2.20 s | 2.00 s | +10% |") {
+	if !strings.Contains(md, "commit abc1234, built with go1.26.8, pulumi CLI v3.255.0,") || !strings.Contains(md, "The commits differ") || !strings.Contains(md, "| 5. change | 2.20 s | 2.00 s | +10% |") {
 		t.Fatalf("the doc lacks the two runs' table:\n%s", md[strings.Index(md, "Two runs"):])
 	}
 	if strings.Contains(md[strings.Index(md, "Two runs"):], "4. drift |") {
@@ -225,5 +226,24 @@ func TestPlots(t *testing.T) {
 	}
 	if refs := plotsFor(&Results{}); len(refs) != 0 {
 		t.Errorf("plots of empty results: %v, want none", refs)
+	}
+}
+
+// TestBinaryVersions: the Go release is read from a binary's own build information (the test
+// binary here), and a file that is no Go binary gives none.
+func TestBinaryVersions(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if goVersion, _ := binaryVersions(self); goVersion != runtime.Version() {
+		t.Fatalf("binaryVersions(test binary) = %q, want %q", goVersion, runtime.Version())
+	}
+	notGo := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(notGo, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if goVersion, commit := binaryVersions(notGo); goVersion != "" || commit != "" {
+		t.Fatalf("binaryVersions(shell script) = %q, %q, want nothing", goVersion, commit)
 	}
 }

@@ -49,12 +49,20 @@ if ! hack/cluster-up.sh; then
 	hack/cluster-up.sh
 fi
 
+# BENCH_PREVIOUS: the results.json to compare with (make bench-upgrade: the previous release's
+# run); by default this directory's last run.
 previous=()
-if [[ -f "${OUT}/results.json" ]]; then
+if [[ -n "${BENCH_PREVIOUS:-}" ]]; then
+	previous=(--previous "${BENCH_PREVIOUS}")
+elif [[ -f "${OUT}/results.json" ]]; then
 	cp "${OUT}/results.json" "${OUT}/previous-results.json"
 	previous=(--previous "${OUT}/previous-results.json")
 fi
+# BENCH_BIN: the directory of the binaries to measure (pulumi-operator, pulumi and the engine
+# host beside it, pulumi-home/ with the plugins); make bench-upgrade points it at the previous
+# release's. BENCH_DOCS: the doc to write ("" for none).
+BIN_DIR="${BENCH_BIN:-${REPO_ROOT}/bin}"
 "${OUT}/bench" "${previous[@]}" --repo "${REPO_ROOT}" --kubeconfig "${CLUSTER_DIR}/kubeconfig" --cluster-dir "${CLUSTER_DIR}" \
-	--operator "${REPO_ROOT}/bin/pulumi-operator" --pulumi "${REPO_ROOT}/bin/pulumi" --out "${OUT}" \
-	--postgres-url "${PULUMI_TEST_POSTGRES_URL}" --docs "${REPO_ROOT}/docs/benchmarks.md" "$@" 2>&1 | tee "${OUT}/bench.log"
+	--operator "${BIN_DIR}/pulumi-operator" --pulumi "${BIN_DIR}/pulumi" --out "${OUT}" \
+	--postgres-url "${PULUMI_TEST_POSTGRES_URL}" --docs "${BENCH_DOCS-${REPO_ROOT}/docs/benchmarks.md}" "$@" 2>&1 | tee "${OUT}/bench.log"
 exit "${PIPESTATUS[0]}"

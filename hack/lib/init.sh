@@ -15,6 +15,11 @@
 HACK_LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="${REPO_ROOT:-$(cd "${HACK_LIB}/../.." && pwd)}"
 
+# The Go toolchain of go.mod's toolchain line, as the Makefile exports it: a script run on its own
+# (not through make) builds with the same Go, downloaded through the module proxy if need be.
+GOTOOLCHAIN="$(awk '$1 == "toolchain" {print $2}' "${REPO_ROOT}/go.mod")"
+export GOTOOLCHAIN
+
 # shellcheck source=hack/lib/log.sh
 source "${HACK_LIB}/log.sh"
 # shellcheck source=hack/lib/process.sh

@@ -68,6 +68,23 @@ func EngineHost(t testing.TB) string {
 	return p
 }
 
+// PreviousPulumiCLI returns the previous release's pulumi CLI, which is also its engine host
+// under the name pulumi-operator-engine beside it: bin/pulumi-previous/pulumi, built by `make
+// tools` (hack/build-pulumi-previous.sh), or $PULUMI_OPERATOR_PREVIOUS_PULUMI.
+func PreviousPulumiCLI(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv("PULUMI_OPERATOR_PREVIOUS_PULUMI")
+	if p == "" {
+		p = filepath.Join(RepoRoot(), "bin", "pulumi-previous", "pulumi")
+	}
+	for _, f := range []string{p, filepath.Join(filepath.Dir(p), "pulumi-operator-engine")} {
+		if _, err := os.Stat(f); err != nil {
+			Missing(t, "no previous release's CLI and engine host at "+f+": run `make tools`")
+		}
+	}
+	return p
+}
+
 // Kubeconfig returns the local cluster's kubeconfig: $PULUMI_OPERATOR_TEST_KUBECONFIG, else
 // .local/cluster/kubeconfig (written by `make cluster`).
 func Kubeconfig(t testing.TB) string {
