@@ -31,8 +31,15 @@ OUT="${OUT_DIR}/pulumi"
 STAMP="${BUILD_STAMPS}/pulumi-previous"
 SRC="${REPO_ROOT}/.local/pulumi-previous-src"
 
-git cat-file -e "${PREVIOUS_COMMIT}^{commit}" 2>/dev/null ||
-	log::die "commit ${PREVIOUS_COMMIT} is not in this clone (shallow? run \`git fetch --unshallow\`)"
+# Without the commit (a shallow clone) nothing can be built, but the rest of `make tools` still
+# can: the reason goes to OUT_DIR/MISSING, which the upgrade test reports (testenv.PreviousPulumiCLI).
+if ! git cat-file -e "${PREVIOUS_COMMIT}^{commit}" 2>/dev/null; then
+	reason="commit ${PREVIOUS_COMMIT}, the previous release's source, is not in this clone (shallow? run \`git fetch --unshallow\`, then \`make tools\`)"
+	mkdir -p "${OUT_DIR}" && echo "${reason}" >"${OUT_DIR}/MISSING"
+	log::error "${reason}"
+	exit 0
+fi
+rm -f "${OUT_DIR}/MISSING"
 want="$(echo "go=${GO_VERSION} commit=${PREVIOUS_COMMIT}" | sha256sum | cut -d' ' -f1)"
 if [[ "${FORCE}" != "1" && -x "${OUT}" && -f "${STAMP}" && "$(cat "${STAMP}")" == "${want}" ]]; then
 	echo "pulumi-previous: up to date (${OUT})"

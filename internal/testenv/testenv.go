@@ -77,6 +77,9 @@ func PreviousPulumiCLI(t testing.TB) string {
 	if p == "" {
 		p = filepath.Join(RepoRoot(), "bin", "pulumi-previous", "pulumi")
 	}
+	if why, err := os.ReadFile(filepath.Join(filepath.Dir(p), "MISSING")); err == nil {
+		Missing(t, "no previous release's CLI and engine host: "+strings.TrimSpace(string(why)))
+	}
 	for _, f := range []string{p, filepath.Join(filepath.Dir(p), "pulumi-operator-engine")} {
 		if _, err := os.Stat(f); err != nil {
 			Missing(t, "no previous release's CLI and engine host at "+f+": run `make tools`")
