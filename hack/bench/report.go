@@ -783,7 +783,13 @@ func (r *Results) compare(pr *PreviousRun) *twoRuns {
 		if !ok || f.Value == 0 || b.Value == 0 {
 			continue
 		}
-		t.Rows = append(t.Rows, twoRunsRow{Name: f.Name, This: fmtValue(f.Value, f.Unit), Other: fmtValue(b.Value, b.Unit), Percent: 100 * (f.Value - b.Value) / b.Value})
+		other := fmtValue(b.Value, b.Unit)
+		if b.Name != f.Name {
+			// A "best" figure of another worker count ("--workers 4" there, "--workers 8"
+			// here): the two values are of different runs of the burst, which the row says.
+			other += " (" + b.Name + ")"
+		}
+		t.Rows = append(t.Rows, twoRunsRow{Name: f.Name, This: fmtValue(f.Value, f.Unit), Other: other, Percent: 100 * (f.Value - b.Value) / b.Value})
 	}
 	if len(t.Rows) == 0 {
 		return nil

@@ -78,18 +78,22 @@ func render(t *testing.T, r *Results) string {
 // when it has none of them.
 func TestTwoRuns(t *testing.T) {
 	earlier := &Results{Date: time.Date(2026, 11, 23, 17, 0, 0, 0, time.UTC), Versions: Versions{Operator: "abc1234", Go: "go1.26.8", PulumiCLI: "v3.255.0"},
-		Figures: []Figure{{ID: "change", Name: "5. change", Value: 2.0, Unit: "s"}}}
+		Figures: []Figure{{ID: "change", Name: "5. change", Value: 2.0, Unit: "s"}, {ID: "burst_best", Name: "2. burst, best (--workers 4)", Value: 100, Unit: "s"}}}
 	path := filepath.Join(t.TempDir(), "results.json")
 	if err := writeJSON(path, earlier); err != nil {
 		t.Fatal(err)
 	}
-	r := &Results{Versions: Versions{Go: "go1.26.11", PulumiCLI: "v3.274.1"}, Figures: []Figure{{ID: "change", Name: "5. change", Value: 2.2, Unit: "s"}, {ID: "drift_repair", Name: "4. drift", Value: 1, Unit: "s"}}}
+	r := &Results{Versions: Versions{Go: "go1.26.11", PulumiCLI: "v3.274.1"}, Figures: []Figure{{ID: "change", Name: "5. change", Value: 2.2, Unit: "s"}, {ID: "drift_repair", Name: "4. drift", Value: 1, Unit: "s"},
+		{ID: "burst_best", Name: "2. burst, best (--workers 8)", Value: 115, Unit: "s"}}}
 	if err := r.loadPrevious(path); err != nil {
 		t.Fatal(err)
 	}
 	md := render(t, r)
 	if !strings.Contains(md, "commit abc1234, built with go1.26.8, pulumi CLI v3.255.0,") || !strings.Contains(md, "The commits differ") || !strings.Contains(md, "| 5. change | 2.20 s | 2.00 s | +10% |") {
 		t.Fatalf("the doc lacks the two runs' table:\n%s", md[strings.Index(md, "Two runs"):])
+	}
+	if !strings.Contains(md, "| 2. burst, best (--workers 8) | 115 s | 100 s (2. burst, best (--workers 4)) | +15% |") {
+		t.Errorf("a best figure of another worker count is not named so:\n%s", md[strings.Index(md, "Two runs"):])
 	}
 	if strings.Contains(md[strings.Index(md, "Two runs"):], "4. drift |") {
 		t.Fatal("a figure the earlier run lacks is in the two runs' table")
