@@ -55,10 +55,10 @@ type RunOptions struct {
 	Color string
 	// KeepHistory, when at least 1 and below Config.KeepHistory (or Config.KeepHistory is 0,
 	// which keeps all), is how many of its newest updates the stack keeps in its history after
-	// this up or refresh instead:
-	// the watcher's per-object state budget (infra.HistoryWithin), so that a stack with a large
-	// checkpoint keeps fewer copies of it. The prune then runs after every such operation, not
-	// every Config.KeepHistory-th. 0, or more than Config.KeepHistory: Config.KeepHistory.
+	// this up or refresh instead: the watcher's per-object state budget (infra.HistoryWithin),
+	// so that a stack with a large checkpoint keeps fewer copies of it. The prune then runs
+	// after every such operation, not every Config.KeepHistory-th. 0, or not below a nonzero
+	// Config.KeepHistory: Config.KeepHistory.
 	KeepHistory int
 }
 
