@@ -163,11 +163,12 @@ func (m *Manager) repairSidecars(stackName string) []string {
 }
 
 // backendUnavailable recognizes a CLI error that says the state backend could not be
-// reached or opened: the DIY backends' open error ("unable to open bucket <url>: ...", e.g.
-// PostgreSQL down or refusing the password), or the first read of a bucket (the backend's
+// reached or opened: the DIY backends' open error ("unable to open bucket <url>: ...", and
+// pkg/v3's PostgreSQL backend's "unable to open state database <url>: ...", e.g. PostgreSQL
+// down or refusing the password), or the first read of a bucket (the backend's
 // .pulumi/meta.yaml) failing to connect, which is how an unreachable S3 endpoint shows.
 func backendUnavailable(msg string) bool {
-	if strings.Contains(msg, "unable to open bucket") {
+	if strings.Contains(msg, "unable to open bucket") || strings.Contains(msg, "unable to open state database") {
 		return true
 	}
 	return strings.Contains(msg, `read ".pulumi/meta.yaml"`) &&
