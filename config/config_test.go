@@ -735,22 +735,14 @@ func match(t *testing.T, file, s, re string) string {
 }
 
 func TestVersionsAgree(t *testing.T) {
+	// The Go toolchain and the Pulumi release are pinned once each (go.mod's toolchain line,
+	// agent/go.mod's pkg/v3) and internal/pins checks every copy; here the rest.
 	docker := readFile(t, "Dockerfile")
-	makefile := readFile(t, "Makefile")
 	goMod := readFile(t, "go.mod")
-	pulumiMod := readFile(t, "agent", "go.mod")
 	controllerGenMod := readFile(t, "hack", "tools", "controller-gen", "go.mod")
 
-	dockerGo := match(t, "Dockerfile", docker, `(?m)^ARG GO_VERSION=(\S+)$`)
-	dockerPulumi := match(t, "Dockerfile", docker, `(?m)^ARG PULUMI_VERSION=(\S+)$`)
 	dockerPlugin := match(t, "Dockerfile", docker, `(?m)^ARG KUBERNETES_PLUGIN_VERSION=(\S+)$`)
 	checks := []struct{ what, got, want string }{
-		{"Dockerfile GO_VERSION vs go.mod's go line (major.minor)", dockerGo,
-			match(t, "go.mod", goMod, `(?m)^go (\d+\.\d+)(?:\.\d+)?$`)},
-		{"Dockerfile PULUMI_VERSION vs Makefile PULUMI_VERSION", dockerPulumi,
-			match(t, "Makefile", makefile, `(?m)^PULUMI_VERSION :?= *(\S+)$`)},
-		{"Dockerfile PULUMI_VERSION vs agent/go.mod github.com/pulumi/pulumi/pkg/v3", dockerPulumi,
-			match(t, "agent/go.mod", pulumiMod, `(?m)^\s*github\.com/pulumi/pulumi/pkg/v3 (\S+)`)},
 		{"Dockerfile KUBERNETES_PLUGIN_VERSION vs go.mod github.com/pulumi/pulumi-kubernetes/sdk/v4", dockerPlugin,
 			match(t, "go.mod", goMod, `(?m)^\s*github\.com/pulumi/pulumi-kubernetes/sdk/v4 (\S+)`)},
 		// controller-gen writes the CRD with the apiextensions types of its own Kubernetes
