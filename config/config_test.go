@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -1497,7 +1496,7 @@ func operatorRunsOnItsRBAC(t *testing.T, cli string, namespaced bool) {
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	f.writeKubeconfig(t, kubeconfig)
-	health := freeAddr(t)
+	health := testenv.FreeAddr(t)
 	selector := "pulumi-operator.test/shard=" + f.opNS
 
 	logPath := filepath.Join(dir, "operator.log")
@@ -1743,16 +1742,6 @@ func withoutEnv(env []string, prefixes ...string) []string {
 		}
 		return false
 	})
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func httpStatus(url string) int {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -33,17 +32,6 @@ func volumeUsage(t *testing.T, dir string) (size, used uint64) {
 		t.Fatal(err)
 	}
 	return st.Blocks * uint64(st.Bsize), (st.Blocks - st.Bfree) * uint64(st.Bsize)
-}
-
-// freeAddr is a 127.0.0.1 address no listener holds now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // gauge reads the value of an unlabelled gauge from a Prometheus text exposition.
@@ -98,7 +86,7 @@ func TestStateVolumeAtAlertLine(t *testing.T) {
 	c.InstallCRD(t)
 	hostile, other := c.Namespace(t), c.Namespace(t)
 	bin := buildOperator(t)
-	metrics := freeAddr(t)
+	metrics := testenv.FreeAddr(t)
 	op := startOperator(t, c, bin, vol, "--metrics-addr", metrics) // the default --state-budget, 16Mi
 	readyAfter(t, c, other, "first", 2*time.Minute)
 
