@@ -5,13 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
@@ -220,10 +224,27 @@ func TestPlainPulumiCLI(t *testing.T) {
 
 	// A destroy behind the operator's back: the objects and the stack are gone, and the
 	// operator's next up creates both again.
+	// The program sets pulumi.com/skipAwait, so destroy returns once the API server accepted
+	// each DELETE: a Deployment still held by the garbage collector's foreground deletion (its
+	// ReplicaSets first) may be there for a moment, marked for deletion. It must be gone soon
+	// after, and never be there unmarked.
 	p.pulumiOK("destroy", "--yes", "--skip-preview", "--remove", "-s", s)
-	if _, err := c.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-		t.Fatal("the Deployment survived pulumi destroy")
+	destroyed := time.Now()
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		d, err := c.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case err != nil:
+			return false, err
+		case d.DeletionTimestamp == nil:
+			return false, fmt.Errorf("the Deployment survived pulumi destroy, not marked for deletion (finalizers %v)", d.Finalizers)
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("after pulumi destroy: %v", err)
 	}
+	t.Logf("the Deployment was gone %s after pulumi destroy returned", time.Since(destroyed).Round(time.Millisecond))
 	p.operator("up", "--from-cluster", obj)
 	if _, err := c.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
 		t.Fatalf("the operator did not create the Deployment again: %v", err)
