@@ -39,13 +39,13 @@ func envFromKeys(obj any) ([]string, error) {
 
 // watchEnvSources starts metadata-only informers on ConfigMaps, and on the Secrets of
 // Options.SecretNamespaces, and enqueues every KindCustomHttp whose envFrom names a changed
-// object. Their caches hold names and versions only (metadata, and stripMetadata drops the
-// annotations, where kubectl apply keeps a copy of a Secret's data), never data.
+// object. Their caches hold each object's namespace, name and resourceVersion only
+// (envSourceStub), never data.
 func (w *Watcher) watchEnvSources(ctx context.Context, client metadata.Interface, resync time.Duration) []cache.InformerSynced {
 	var synced []cache.InformerSynced
 	watch := func(kind string, gvr schema.GroupVersionResource, namespace string) {
 		inf := metadatainformer.NewFilteredMetadataInformer(client, gvr, namespace, resync, cache.Indexers{}, nil).Informer()
-		_ = inf.SetTransform(stripMetadata(true))
+		_ = inf.SetTransform(envSourceStub)
 		enqueue := func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -88,23 +88,37 @@ func secretNamespaces(scope string, secrets []string) []string {
 	return out
 }
 
+// envSourceStub is the envFrom informers' transform: each ConfigMap or Secret is cut to its
+// namespace, name and resourceVersion, all that enqueueing its referrers needs. These informers
+// see every ConfigMap in scope, anybody's: a tenant's labels, owner references and finalizers
+// are not bounded in size by the API server (only the whole object is, at about 1.5 MiB), so
+// keeping any of them would let a flood of ConfigMaps with large metadata grow the operator
+// (test/tenants TestFloodOfLookAlikes). Objects that are not *metav1.PartialObjectMetadata
+// pass unchanged.
+func envSourceStub(obj any) (any, error) {
+	o, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Namespace: o.Namespace, Name: o.Name, ResourceVersion: o.ResourceVersion,
+	}}, nil
+}
+
 // stripMetadata is an informer transform (cache.TransformFunc) that drops managedFields from
 // every object, and the kubectl.kubernetes.io/last-applied-configuration annotation, which
 // holds a whole copy of the object as it was applied: for a Secret that is its data, for the
-// others memory the operator never reads. With all, every annotation goes (the envFrom
-// sources: only their names and versions matter). Objects that are not metav1.Objects pass
+// others memory the operator never reads. Objects that are not metav1.Objects pass
 // unchanged. The informers hold the result, so it never modifies what it does not own: the
 // object is the decoded one the reflector passes, not yet in any cache.
-func stripMetadata(all bool) cache.TransformFunc {
+func stripMetadata() cache.TransformFunc {
 	return func(obj any) (any, error) {
 		m, ok := obj.(metav1.Object)
 		if !ok {
 			return obj, nil
 		}
 		m.SetManagedFields(nil)
-		if all {
-			m.SetAnnotations(nil)
-		} else if a := m.GetAnnotations(); a != nil {
+		if a := m.GetAnnotations(); a != nil {
 			if _, ok := a[corev1.LastAppliedConfigAnnotation]; ok {
 				delete(a, corev1.LastAppliedConfigAnnotation)
 				m.SetAnnotations(a)

@@ -50,7 +50,7 @@ const dataDigestAnnotation = "pulumi-operator.internal/data-sha256"
 // ownedTransform is the owned-object informers' transform (see above); live reports whether the
 // KindCustomHttp namespace/name exists.
 func ownedTransform(live func(namespace, name string) bool) cache.TransformFunc {
-	strip := stripMetadata(false)
+	strip := stripMetadata()
 	return func(obj any) (any, error) {
 		obj, _ = strip(obj)
 		m, ok := obj.(metav1.Object)

@@ -1,6 +1,8 @@
 package watcher
 
 import (
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -63,6 +65,36 @@ func TestOwnedTransform(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// What the envFrom informers keep of anybody's ConfigMap or Secret: its namespace, name and
+// resourceVersion, however much metadata it carries (labels and owner references have no size
+// limit of their own).
+func TestEnvSourceStub(t *testing.T) {
+	labels := map[string]string{}
+	for i := range 1000 {
+		labels[fmt.Sprintf("l.example.com/k%04d", i)] = strings.Repeat("v", 63)
+	}
+	in := &metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "env", ResourceVersion: "42", UID: "u1", Generation: 3,
+			Labels: labels, Annotations: map[string]string{"bulk": strings.Repeat("x", 200000)},
+			OwnerReferences: make([]metav1.OwnerReference, 500), Finalizers: []string{"example.com/f"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+	}
+	out, err := envSourceStub(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &metav1.PartialObjectMetadata{TypeMeta: in.TypeMeta, ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "env", ResourceVersion: "42"}}
+	if !reflect.DeepEqual(out, want) {
+		t.Errorf("envSourceStub kept %+v, want only namespace, name and resourceVersion", out)
+	}
+	// Anything else (what a typed informer would pass) is left alone.
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: labels}}
+	if out, _ := envSourceStub(cm); out != any(cm) {
+		t.Errorf("envSourceStub changed a %T", cm)
 	}
 }
 

@@ -284,7 +284,7 @@ func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opt
 		opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, envFromIndex: envFromKeys},
 		func(lo *metav1.ListOptions) { lo.LabelSelector = opts.LabelSelector })
 	// The cache holds no managedFields and no last-applied copy of any object (stripMetadata).
-	_ = inf.Informer().SetTransform(stripMetadata(false))
+	_ = inf.Informer().SetTransform(stripMetadata())
 	retry := retryLimiter()
 	lanes := newFairLanes()
 	broadcaster := record.NewBroadcaster()
