@@ -7,7 +7,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/pulumi-operator/pulumi-operator/internal/commands"
@@ -16,8 +15,8 @@ import (
 )
 
 // main runs the Pulumi program when the engine started the process (program.Started), else
-// the command line, exiting with its exit code (commands.ExitCode) and printing any error
-// first. As a container's PID 1 it first becomes that container's init (initproc.Run), which
+// the command line (commands.Main, which writes any error in the log format), exiting with its
+// exit code. As a container's PID 1 it first becomes that container's init (initproc.Run), which
 // runs the rest in a child.
 func main() {
 	initproc.Run()
@@ -25,9 +24,5 @@ func main() {
 		program.Main()
 		return
 	}
-	err := commands.App().Run(os.Args)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pulumi-operator:", err)
-	}
-	os.Exit(commands.ExitCode(err))
+	os.Exit(commands.Main(os.Args, os.Stderr))
 }

@@ -23,6 +23,7 @@ import (
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
+	"github.com/pulumi-operator/pulumi-operator/internal/volume"
 )
 
 // AdmissionPolicyLabel marks the ValidatingAdmissionPolicy, and its binding, that admits a
@@ -435,11 +436,11 @@ func (w *Watcher) volumeHasRoom(d api.Desired) error {
 	if w.opts.StateVolume == "" {
 		return nil
 	}
-	free, ok := freeBytes(w.opts.StateVolume)
+	u, ok := volume.Of(w.opts.StateVolume)
 	if !ok {
 		return nil
 	}
-	need := 3 * infra.EstimateStateBytes(d)
+	free, need := int64(u.Available), 3*infra.EstimateStateBytes(d)
 	if free >= need {
 		return nil
 	}

@@ -75,16 +75,17 @@ var rules = []rule{
 // path keeps one direction (nothing below imports what is above it).
 var layers = map[string][]string{
 	".":                   {"internal/commands", "internal/program", "internal/initproc"}, // main only picks the mode (STYLE.md: main.go stays thin)
-	"internal/commands":   {"api/v1", "internal/envsource", "infra", "stack", "watcher", "internal/ownership", "internal/rollout", "internal/version", "internal/kubeclient", "internal/fence"},
+	"internal/commands":   {"api/v1", "internal/envsource", "infra", "stack", "watcher", "internal/ownership", "internal/rollout", "internal/version", "internal/kubeclient", "internal/fence", "internal/volume"},
 	"api/v1":              {"internal/version"},
 	"infra":               {"api/v1", "internal/version"},
 	"stack":               {"api/v1", "infra", "internal/version", "internal/fence", "agent/protocol", "agent/protocol/diyfile"},
 	"internal/envsource":  {"api/v1", "internal/kubeclient"},
 	"internal/program":    {"api/v1", "internal/envsource", "infra", "stack", "internal/rollout", "internal/kubeclient"},
-	"watcher":             {"api/v1", "internal/envsource", "infra", "stack", "internal/ownership", "internal/rollout", "internal/version", "internal/kubeclient", "internal/fence"},
+	"watcher":             {"api/v1", "internal/envsource", "infra", "stack", "internal/ownership", "internal/rollout", "internal/version", "internal/kubeclient", "internal/fence", "internal/volume"},
 	"internal/rollout":    {"internal/kubeclient"},
 	"internal/ownership":  {"api/v1", "infra", "internal/kubeclient"},
 	"internal/kubeclient": {},
+	"internal/volume":     {},
 	"internal/fence":      {"agent/protocol"},
 	"internal/httpserver": {"internal/version"},
 	"cmd/http-server":     {"internal/httpserver", "internal/version"},

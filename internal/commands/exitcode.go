@@ -2,6 +2,9 @@ package commands
 
 import (
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/util/cmdutil"
 	"github.com/urfave/cli/v2"
@@ -43,4 +46,27 @@ func ExitCode(err error) int {
 		return ec.ExitCode()
 	}
 	return ExitFailed
+}
+
+// Main runs the command line args (os.Args, the program's name first) with stderr as its error
+// and log stream, and returns the process's exit status (ExitCode). The error a command ends
+// with is the last thing written to stderr: under --log-format json one JSON record at level
+// ERROR ({"msg":"exiting","error":...,"exitCode":N}), so that every line of the stream is JSON,
+// else the line "pulumi-operator: <error>". An error found before the flags were read (an unknown
+// flag) is written as text, as is one under an unknown --log-format: no format is known then.
+func Main(args []string, stderr io.Writer) int {
+	cfg := &config{}
+	app := newApp(cfg)
+	app.ErrWriter = stderr
+	err := app.Run(args)
+	if err == nil {
+		return 0
+	}
+	code := ExitCode(err)
+	if cfg.logFormat == "json" {
+		slog.New(slog.NewJSONHandler(stderr, nil)).Error("exiting", "error", err.Error(), "exitCode", code)
+	} else {
+		fmt.Fprintln(stderr, "pulumi-operator:", err)
+	}
+	return code
 }

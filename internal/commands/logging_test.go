@@ -114,3 +114,44 @@ func TestLogLevel(t *testing.T) {
 		t.Fatalf("--log-level debug wrote no debug line:\n%s", logs)
 	}
 }
+
+// The error a command ends with is the last line on stderr: one JSON record under
+// --log-format json, like every line before it (a watch that cannot read its kubeconfig never
+// starts, and used to print its reason as plain text), else "pulumi-operator: <error>".
+func TestFatalErrorInTheLogFormat(t *testing.T) {
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "x")
+	missing := filepath.Join(t.TempDir(), "no-such-kubeconfig")
+	run := func(format string) (string, int) {
+		var stderr bytes.Buffer
+		code := Main([]string{"pulumi-operator", "--log-format", format, "--kubeconfig", missing, "--state-dir", t.TempDir(),
+			"watch", "--health-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, &stderr)
+		return strings.TrimSpace(stderr.String()), code
+	}
+
+	out, code := run("json")
+	if code == 0 {
+		t.Fatalf("watch with a missing kubeconfig exited 0:\n%s", out)
+	}
+	lines := strings.Split(out, "\n")
+	for _, line := range lines {
+		if !json.Valid([]byte(line)) {
+			t.Fatalf("a line on stderr is not JSON: %q\nall of stderr:\n%s", line, out)
+		}
+	}
+	var last struct {
+		Level, Msg, Error string
+		ExitCode          int
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+		t.Fatal(err)
+	}
+	if last.Level != "ERROR" || last.Msg != "exiting" || !strings.Contains(last.Error, missing) || last.ExitCode != code {
+		t.Errorf("the last line = %+v, want level ERROR, msg exiting, the error naming %s and exit code %d", last, missing, code)
+	}
+
+	out, code = run("text")
+	lines = strings.Split(out, "\n")
+	if l := lines[len(lines)-1]; code == 0 || !strings.HasPrefix(l, "pulumi-operator: ") || !strings.Contains(l, missing) {
+		t.Errorf("text: exit %d, last line %q; want a failure and \"pulumi-operator: <error naming the kubeconfig>\"", code, l)
+	}
+}

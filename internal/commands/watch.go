@@ -25,6 +25,7 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
 	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
+	"github.com/pulumi-operator/pulumi-operator/internal/volume"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
@@ -204,11 +205,11 @@ func electionConfig(rc *rest.Config, le watcher.LeaderElection) *rest.Config {
 func registerStateVolumeMetrics(reg prometheus.Registerer, dir string) {
 	gauge := func(name, help string, pick func(size, used uint64) uint64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
-			size, used, ok := volumeUsage(dir)
+			u, ok := volume.Of(dir)
 			if !ok {
 				return 0
 			}
-			return float64(pick(size, used))
+			return float64(pick(u.Size, u.Used))
 		})
 	}
 	reg.MustRegister(

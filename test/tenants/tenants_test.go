@@ -154,18 +154,20 @@ func TestFloodOfLookAlikes(t *testing.T) {
 // TestFloodOfLabelledLookAlikes: the same flood with 140 KiB of each ConfigMap in 1000
 // labels (metadata, which every informer on ConfigMaps receives, and which the API server
 // does not bound apart from the object's size) and the rest in data: the operator's anonymous
-// memory (its heap, not its binary's pages) grows by less than a fixed 16 MiB, while it runs
-// and after a restart, where holding the labels would take 20 MiB for the 150.
+// memory (its heap, not its binary's pages) grows by less than a fixed 24 MiB, while it runs
+// and after a restart, where the labels of the 300 are 41 MiB as bytes alone (and took +57 MiB
+// for 150 of them in the cache that held them, before issue 45). What is left is transient:
+// each watch event is decoded whole before it is cut, and the Go runtime keeps freed heap.
 func TestFloodOfLabelledLookAlikes(t *testing.T) {
 	labels := map[string]string{}
 	for i := range 1000 {
 		key := fmt.Sprintf("flood.example.com/k%04d-", i)
 		labels[key+strings.Repeat("k", 77-len(key))] = strings.Repeat("v", 63)
 	}
-	before, during, restarted := flood(t, 150, labels, strings.Repeat("x", mib-160<<10))
+	before, during, restarted := flood(t, 300, labels, strings.Repeat("x", mib-160<<10))
 	for what, got := range map[string]memory{"with the look-alikes": during, "after a restart": restarted} {
-		if got.anon > before.anon+16*mib {
-			t.Errorf("anonymous memory %s %.1f MiB, more than 16 MiB over %.1f MiB before the flood", what, float64(got.anon)/mib, float64(before.anon)/mib)
+		if got.anon > before.anon+24*mib {
+			t.Errorf("anonymous memory %s %.1f MiB, more than 24 MiB over %.1f MiB before the flood", what, float64(got.anon)/mib, float64(before.anon)/mib)
 		}
 	}
 }
@@ -283,7 +285,8 @@ func ready(ctx context.Context, c *testenv.Cluster, ns, name string) bool {
 // (--max-ups-per-namespace 1 of 2 workers), through the engine host and as `pulumi up` CLI
 // processes (--engine-host none): the new object's up starts after at most one up of the busy
 // namespace and within its quiet-cluster time to Ready; its time to Ready under the load and on
-// a quiet cluster (the middle of three creates) are logged with their ratio.
+// a quiet cluster (the middle of three creates) are logged with their ratio, and so are those
+// of a control run with the same load and an operator that watches the quiet namespace only.
 func TestFairShare(t *testing.T) {
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
 	c := testenv.Connect(t)
@@ -312,11 +315,18 @@ func TestFairShare(t *testing.T) {
 			t.Fatalf("the %d objects of the busy namespace never were all Ready", objects)
 		}
 	}()
-	for _, path := range []string{"engine host", "CLI"} {
+	// The third run is the control: the same load on the cluster with an operator that watches
+	// the quiet namespace only, so none of the busy namespace's work is the operator's. What
+	// the new object's time to Ready loses there is the cluster's (its API server,
+	// kube-controller-manager and kwok on the same cores), not the operator's queue.
+	for _, path := range []string{"engine host", "CLI", "control"} {
 		t.Run(path, func(t *testing.T) {
 			args := []string{"--workers", "2", "--max-ups-per-namespace", "1"}
-			if path == "CLI" {
+			switch path {
+			case "CLI":
 				args = append(args, "--engine-host", stack.NoEngineHost)
+			case "control":
+				args = append(args, "--namespace", quiet)
 			}
 			op := startOperator(t, c, bin, state, args...)
 			defer op.stop()
@@ -347,8 +357,19 @@ func TestFairShare(t *testing.T) {
 				t.Fatal(err)
 			}
 			startedAfter := upAt.Sub(created)
-			t.Logf("%s: a new object in another namespace: its up started %s after its create, after %d of the busy namespace's ups; Ready %s after its create with the busy namespace's load (%d scale patches, %d reconcile requests), %s on a quiet cluster (median of 3): %.2fx",
-				path, startedAfter.Round(10*time.Millisecond), busyUps, loaded.Round(10*time.Millisecond), ups.scales, ups.requests, quietTime.Round(10*time.Millisecond), float64(loaded)/float64(quietTime))
+			// How long the up itself took ("stack up to date ... seconds=S"); the rest of the
+			// time to Ready is the rollout (the Deployment controller and kwok) and the status.
+			var upTook time.Duration
+			if i := strings.Index(log, `msg="stack up to date" object=`+quiet+"/"+prefix+"-new "); i >= 0 {
+				line := log[i:]
+				line = line[:strings.IndexByte(line+"\n", '\n')]
+				if _, after, ok := strings.Cut(line, " seconds="); ok {
+					secs, _ := strconv.ParseFloat(strings.Fields(after)[0], 64)
+					upTook = time.Duration(secs * float64(time.Second))
+				}
+			}
+			t.Logf("%s: a new object in another namespace: its up started %s after its create, after %d of the busy namespace's ups, and took %s; Ready %s after its create with the busy namespace's load (%d scale patches, %d reconcile requests), %s on a quiet cluster (median of 3): %.2fx",
+				path, startedAfter.Round(10*time.Millisecond), busyUps, upTook.Round(10*time.Millisecond), loaded.Round(10*time.Millisecond), ups.scales, ups.requests, quietTime.Round(10*time.Millisecond), float64(loaded)/float64(quietTime))
 			// Fair share: the new object waits for no more than the one busy up that may be
 			// running (--max-ups-per-namespace 1) and starts within its quiet-cluster time to
 			// Ready. The time to Ready itself is logged, not bounded: on a 2-core machine the
