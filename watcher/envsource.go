@@ -93,7 +93,7 @@ func secretNamespaces(scope string, secrets []string) []string {
 // see every ConfigMap in scope, anybody's: a tenant's labels, owner references and finalizers
 // are not bounded in size by the API server (only the whole object is, at about 1.5 MiB), so
 // keeping any of them would let a flood of ConfigMaps with large metadata grow the operator
-// (test/tenants TestFloodOfLookAlikes). Objects that are not *metav1.PartialObjectMetadata
+// (test/tenants TestFloodOfLabelledLookAlikes). Objects that are not *metav1.PartialObjectMetadata
 // pass unchanged.
 func envSourceStub(obj any) (any, error) {
 	o, ok := obj.(*metav1.PartialObjectMetadata)

@@ -84,8 +84,8 @@ func (w *Watcher) run(ctx context.Context, lost <-chan struct{}, workers int) er
 	// The initial lists decoded every ConfigMap and Secret in scope whole before cutting each
 	// to what the caches keep (ownedcache.go, envSourceStub); the Go runtime's background
 	// scavenger hands that garbage back to the OS over minutes, so RSS after a start would
-	// carry the size of everybody's objects (test/tenants TestFloodOfLookAlikes: +30 % with 150
-	// ConfigMaps of 140 KiB of labels). One forced GC returns it now, once per start.
+	// carry the size of everybody's objects (test/tenants TestFloodOfLabelledLookAlikes). One
+	// forced GC returns it now, once per start.
 	debug.FreeOSMemory()
 
 	// Pulumi operations run on opCtx, which outlives work by the grace period.

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
 // syncBuffer is a bytes.Buffer that a process writes to while the test reads it.
@@ -43,17 +44,6 @@ func buildServer(t *testing.T) string {
 	return bin
 }
 
-// freeAddr is a free TCP address on 127.0.0.1.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestEnvironmentCannotReconfigure is what a tenant tries: a ConfigMap named in spec.envFrom
 // becomes the server's environment, and with HTTP_SERVER_CONFIG=/proc/self/x the peer file's
 // directory, which GET /config/<key> serves, would be /proc/self, so /config/environ would be
@@ -63,8 +53,8 @@ func freeAddr(t *testing.T) string {
 // say which variables it ignored.
 func TestEnvironmentCannotReconfigure(t *testing.T) {
 	bin := buildServer(t)
-	addr := freeAddr(t)
-	other := freeAddr(t)
+	addr := testenv.FreeAddr(t)
+	other := testenv.FreeAddr(t)
 	const planted = "PLANTED_DB_PASSWORD=planted-secret-value-8f2c"
 	cmd := exec.Command(bin, "--listen", addr, "--drain-delay", "0s")
 	cmd.Env = []string{

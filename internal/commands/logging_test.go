@@ -116,8 +116,8 @@ func TestLogLevel(t *testing.T) {
 }
 
 // The error a command ends with is the last line on stderr: one JSON record under
-// --log-format json, like every line before it (a watch that cannot read its kubeconfig never
-// starts, and used to print its reason as plain text), else "pulumi-operator: <error>".
+// --log-format json, like every line before it (here a watch that cannot read its kubeconfig
+// and never starts), else "pulumi-operator: <error>".
 func TestFatalErrorInTheLogFormat(t *testing.T) {
 	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "x")
 	missing := filepath.Join(t.TempDir(), "no-such-kubeconfig")

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,17 +23,6 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
-
-// freeAddr is a 127.0.0.1 address with a port nothing listens on (at the time of the call).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // scrape reads the text exposition of /metrics at addr.
 func scrape(t *testing.T, addr string) string {
@@ -66,7 +54,7 @@ func TestWatchMetrics(t *testing.T) {
 	ctx := context.Background()
 	l := newRunner(t)
 	objs := createCR(t, c, ns, "scraped")
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	wctx, stop := context.WithCancel(ctx)
 	out, done := l.startContext(wctx, "watch", "--namespace", ns, "--health-addr", "127.0.0.1:0", "--metrics-addr", addr)
 	defer func() {
@@ -188,7 +176,7 @@ func TestMetricsSecure(t *testing.T) {
 	nobody := saToken(t, c, ns, "nobody")
 	scraper := metricsReaderToken(t, c, ns)
 
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	wctx, stop := context.WithCancel(ctx)
 	out, done := l.startContext(wctx, "watch", "--namespace", ns, "--health-addr", "", "--metrics-addr", addr, "--metrics-secure")
 	defer func() {

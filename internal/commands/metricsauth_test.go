@@ -437,7 +437,7 @@ func runLeaseFlood(t *testing.T, c *testenv.Cluster, ns string, qps float64, bur
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	serveTLS(ctx, addr, "/metrics", guard(rc, main), tc)
 	client := &http.Client{Transport: &http.Transport{
 		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // metricsTLS's self-signed certificate

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/util/cert"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
 // TestMetricsCertReloaded: with --metrics-cert-dir the server presents the directory's pair,
@@ -51,7 +53,7 @@ func TestMetricsCertReloaded(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	serveTLS(ctx, addr, "/metrics", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}), tc)
 	// get succeeds only when the server presents a certificate of crt (which carries its own
 	// CA for the self-signed pair); the server name is the certificate's.

@@ -244,10 +244,5 @@ func FreePort(t testing.TB) int {
 // picks a free port, which is released again for the server to take.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", FreePort(t))
 }

@@ -155,9 +155,9 @@ func TestFloodOfLookAlikes(t *testing.T) {
 // labels (metadata, which every informer on ConfigMaps receives, and which the API server
 // does not bound apart from the object's size) and the rest in data: the operator's anonymous
 // memory (its heap, not its binary's pages) grows by less than a fixed 24 MiB, while it runs
-// and after a restart, where the labels of the 300 are 41 MiB as bytes alone (and took +57 MiB
-// for 150 of them in the cache that held them, before issue 45). What is left is transient:
-// each watch event is decoded whole before it is cut, and the Go runtime keeps freed heap.
+// and after a restart, where the labels of the 300 are 41 MiB as bytes alone. What growth
+// remains is transient: each watch event is decoded whole before it is cut, and the Go runtime
+// keeps freed heap for a while (docs/benchmarks.md "Tenants").
 func TestFloodOfLabelledLookAlikes(t *testing.T) {
 	labels := map[string]string{}
 	for i := range 1000 {
