@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -54,7 +55,10 @@ func TestKstatus(t *testing.T) {
 	var health []string
 	// expect reads the watch until it has seen want, in order, each once (other results may come
 	// between them), failing with every result seen after 60 s.
-	expect := func(what string, want ...status.Status) {
+	// expectOr is expect that, on failure, also says what state() reports.
+	var expectOr func(what string, state func() string, want ...status.Status)
+	expect := func(what string, want ...status.Status) { t.Helper(); expectOr(what, nil, want...) }
+	expectOr = func(what string, state func() string, want ...status.Status) {
 		t.Helper()
 		timeout := time.After(60 * time.Second)
 		for len(want) > 0 {
@@ -88,7 +92,11 @@ func TestKstatus(t *testing.T) {
 					want = want[1:]
 				}
 			case <-timeout:
-				t.Fatalf("%s: kstatus never went through %v; it showed %v", what, want, history)
+				more := ""
+				if state != nil {
+					more = "; " + state()
+				}
+				t.Fatalf("%s: kstatus never went through %v; it showed %v%s", what, want, history, more)
 			}
 		}
 	}
@@ -112,7 +120,15 @@ func TestKstatus(t *testing.T) {
 		[]byte(`{"spec":{"progressDeadlineSeconds":2}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expect("rollout gave up", status.FailedStatus)
+	ups := f.stacks.ups.Load()
+	expectOr("rollout gave up", func() string {
+		d, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("%d ups since the deadline was set; the Deployment at generation %d (observed %d), progressDeadlineSeconds %v, conditions %+v",
+			f.stacks.ups.Load()-ups, d.Generation, d.Status.ObservedGeneration, ptrValue(d.Spec.ProgressDeadlineSeconds), d.Status.Conditions)
+	}, status.FailedStatus)
 	if d, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(ctx, "web", metav1.GetOptions{}); err != nil || !progressDeadlineExceeded(d) {
 		t.Errorf("kstatus Failed, but the Deployment's rollout has not given up: %+v, %v", d.Status.Conditions, err)
 	}
@@ -141,4 +157,12 @@ func progressDeadlineExceeded(d *appsv1.Deployment) bool {
 		}
 	}
 	return false
+}
+
+// ptrValue is *p, or "nil".
+func ptrValue[T any](p *T) any {
+	if p == nil {
+		return "nil"
+	}
+	return *p
 }

@@ -124,7 +124,15 @@ func applyObjects(ctx context.Context, kube kubernetes.Interface, d api.Desired)
 		_, err := kube.AppsV1().Deployments(d.Namespace).Create(ctx, dep, metav1.CreateOptions{})
 		return err
 	},
-		func(x *appsv1.Deployment) { x.Spec, x.Labels = dep.Spec, dep.Labels }, dep.Name); err != nil {
+		func(x *appsv1.Deployment) {
+			// A field the program does not declare stays as it is, as under the provider's
+			// server-side apply: TestKstatus sets the progress deadline beside it.
+			deadline := x.Spec.ProgressDeadlineSeconds
+			x.Spec, x.Labels = dep.Spec, dep.Labels
+			if x.Spec.ProgressDeadlineSeconds == nil {
+				x.Spec.ProgressDeadlineSeconds = deadline
+			}
+		}, dep.Name); err != nil {
 		return fmt.Errorf("apply deployment: %w", err)
 	}
 	if err := upsert(ctx, kube.CoreV1().Services(d.Namespace).Get, func(x *corev1.Service) error {
