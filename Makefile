@@ -207,13 +207,13 @@ controller-gen:
 ## manifests: regenerate from the markers the CRD, config/crd (from api/v1; the chart's crds/ holds
 ## a copy: helm warns about a symbolic link, and `helm package` must carry the file itself), and
 ## the ClusterRoles config/rbac/role.yaml (watcher/rbac.go) and
-## config/rbac/cluster_name_role.yaml (internal/commands/rbac.go), and the DeepCopy methods of the
+## config/rbac/cluster_name_role.yaml (commands/rbac.go), and the DeepCopy methods of the
 ## API types, api/v1/zz_generated.deepcopy.go. config/manifests_test.go runs the same commands
 ## and fails until the committed files are what they generate.
 manifests: controller-gen
 	$(BIN)/controller-gen crd:headerFile=config/crd/header.txt paths=./api/v1 output:crd:artifacts:config=config/crd
 	$(BIN)/controller-gen rbac:roleName=pulumi-operator-manager,headerFile=config/rbac/header.txt paths=./watcher output:rbac:artifacts:config=config/rbac
-	$(BIN)/controller-gen rbac:roleName=pulumi-operator-cluster-name,fileName=cluster_name_role.yaml,headerFile=config/rbac/header.txt paths=./internal/commands output:rbac:artifacts:config=config/rbac
+	$(BIN)/controller-gen rbac:roleName=pulumi-operator-cluster-name,fileName=cluster_name_role.yaml,headerFile=config/rbac/header.txt paths=./commands output:rbac:artifacts:config=config/rbac
 	$(BIN)/controller-gen object paths=./api/v1 output:object:dir=api/v1
 	rm -f charts/pulumi-operator/crds/groupsp.measutosh.dev_kindcustomhttps.yaml
 	cp config/crd/groupsp.measutosh.dev_kindcustomhttps.yaml charts/pulumi-operator/crds/

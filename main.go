@@ -9,9 +9,9 @@ package main
 import (
 	"os"
 
-	"github.com/pulumi-operator/pulumi-operator/internal/commands"
+	"github.com/pulumi-operator/pulumi-operator/commands"
+	"github.com/pulumi-operator/pulumi-operator/commands/program"
 	"github.com/pulumi-operator/pulumi-operator/internal/initproc"
-	"github.com/pulumi-operator/pulumi-operator/internal/program"
 )
 
 // main runs the Pulumi program when the engine started the process (program.Started), else

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
-	"github.com/pulumi-operator/pulumi-operator/internal/commands"
+	"github.com/pulumi-operator/pulumi-operator/commands"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
 )

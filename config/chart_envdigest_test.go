@@ -8,7 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/desired"
 )
 
 // TestChartEnvDigestKey: envDigestKey.key is stored in the chart's Secret and given to the
@@ -55,7 +55,7 @@ func TestChartEnvDigestKey(t *testing.T) {
 			c := dep.Spec.Template.Spec.Containers[0]
 			var file string
 			for _, e := range c.Env {
-				if e.Name == envsource.KeyFileEnv {
+				if e.Name == desired.KeyFileEnv {
 					file = e.Value
 				}
 			}
@@ -77,12 +77,12 @@ func TestChartEnvDigestKey(t *testing.T) {
 			}
 			if !tc.mounted {
 				if file != "" || len(items) != 0 {
-					t.Errorf("by default: %s=%q, mounted %v; want neither", envsource.KeyFileEnv, file, items)
+					t.Errorf("by default: %s=%q, mounted %v; want neither", desired.KeyFileEnv, file, items)
 				}
 				return
 			}
 			if file == "" || !slices.Equal(items, []string{file}) {
-				t.Errorf("%s=%q, env-digest-key mounted at %v; want the variable naming the mounted key", envsource.KeyFileEnv, file, items)
+				t.Errorf("%s=%q, env-digest-key mounted at %v; want the variable naming the mounted key", desired.KeyFileEnv, file, items)
 			}
 		})
 	}

@@ -53,8 +53,8 @@ import (
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
-	"github.com/pulumi-operator/pulumi-operator/internal/version"
 	"github.com/pulumi-operator/pulumi-operator/stack"
+	"github.com/pulumi-operator/pulumi-operator/version"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
@@ -751,7 +751,7 @@ func TestVersionsAgree(t *testing.T) {
 			match(t, "go.mod", goMod, `(?m)^\s*k8s\.io/api (v0\.\d+)\.`)},
 	}
 
-	// The project's version (internal/version): config/default's image tag, the chart's
+	// The project's version (version): config/default's image tag, the chart's
 	// appVersion and version.
 	var kust struct {
 		Images []struct {
@@ -770,9 +770,9 @@ func TestVersionsAgree(t *testing.T) {
 	}
 	readYAML(t, root(chartDir, "Chart.yaml"), &chart)
 	checks = append(checks,
-		struct{ what, got, want string }{"config/default image tag vs internal/version.Version", tag, version.Version},
-		struct{ what, got, want string }{"Chart.yaml appVersion vs internal/version.Version", chart.AppVersion, version.Version},
-		struct{ what, got, want string }{"Chart.yaml version vs internal/version.Version", chart.Version, version.Version},
+		struct{ what, got, want string }{"config/default image tag vs version.Version", tag, version.Version},
+		struct{ what, got, want string }{"Chart.yaml appVersion vs version.Version", chart.AppVersion, version.Version},
+		struct{ what, got, want string }{"Chart.yaml version vs version.Version", chart.Version, version.Version},
 	)
 
 	// The Deployments mount writable directories where the image's environment points.

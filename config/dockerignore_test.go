@@ -30,12 +30,12 @@ func TestDockerignore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for path, wantExcluded := range map[string]bool{
-		"main.go":                  false,
-		"go.mod":                   false,
-		"Dockerfile":               false,
-		"Pulumi.yaml":              false,
-		"agent/go.mod":             false,
-		"internal/commands/app.go": false,
+		"main.go":         false,
+		"go.mod":          false,
+		"Dockerfile":      false,
+		"Pulumi.yaml":     false,
+		"agent/go.mod":    false,
+		"commands/app.go": false,
 		".local/plugins/pulumi-resource-kubernetes-v4.33.0-linux-amd64.tar.gz": false,
 		".local/passphrase":                  true, // make run's dev passphrase
 		".local/cluster/kubeconfig":          true,

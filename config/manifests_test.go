@@ -47,7 +47,7 @@ var generators = []generator{
 	{[]string{"crd:headerFile=config/crd/header.txt", "paths=./api/v1"}, "crd", "config/crd", []string{crdFile}},
 	{[]string{"rbac:roleName=pulumi-operator-manager,headerFile=config/rbac/header.txt", "paths=./watcher"},
 		"rbac", "config/rbac", []string{"role.yaml"}},
-	{[]string{"rbac:roleName=pulumi-operator-cluster-name,fileName=cluster_name_role.yaml,headerFile=config/rbac/header.txt", "paths=./internal/commands"},
+	{[]string{"rbac:roleName=pulumi-operator-cluster-name,fileName=cluster_name_role.yaml,headerFile=config/rbac/header.txt", "paths=./commands"},
 		"rbac", "config/rbac", []string{"cluster_name_role.yaml"}},
 	{[]string{"object", "paths=./api/v1"}, "object", "api/v1", []string{"zz_generated.deepcopy.go"}},
 }

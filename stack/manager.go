@@ -200,7 +200,7 @@ func New(cfg Config) (*Manager, error) {
 		// A create whose answer never reached Pulumi (a cancelled or killed up, a network cut)
 		// leaves an object the state does not know; without this every later up fails with
 		// "already exists". The callers make sure no object of another owner is taken over
-		// (internal/ownership). Not part of infra.ProviderEnv: it changes no plan, only what a
+		// (ownership). Not part of infra.ProviderEnv: it changes no plan, only what a
 		// create does when the object exists.
 		"PULUMI_K8S_UPSERT_EXISTING_OBJECTS": "true",
 		// The CLI writes a log file per run under $PULUMI_HOME/logs and prunes them only past 7

@@ -62,7 +62,7 @@ var ErrLeadershipLost = errors.New("lost leader election lease")
 // still changing.
 //
 // kube should be a client of the election's own, with a request timeout and a connection of its
-// own (internal/commands electionConfig): renewals must not queue behind the watcher's requests.
+// own (commands electionConfig): renewals must not queue behind the watcher's requests.
 func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubeclient.Interface, le LeaderElection, workers int) error {
 	if le.Identity == "" {
 		host, _ := os.Hostname()

@@ -17,10 +17,10 @@ import (
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
-	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/desired"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
-	"github.com/pulumi-operator/pulumi-operator/internal/ownership"
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
+	"github.com/pulumi-operator/pulumi-operator/ownership"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -177,26 +177,26 @@ type mustChange struct{ error }
 
 func (e mustChange) Unwrap() error { return e.error }
 
-// desired resolves o's typed object (envsource.Resolve, the resolver the commands and the
+// desired resolves o's typed object (desired.Resolve, the resolver the commands and the
 // plain-CLI program use too): what the program applies, and its stack's name. Errors: an
 // *api.InvalidSpecError or a mustChange when the object must change (one that does not
 // convert included); otherwise the envFrom sources could not be read.
-func (w *Watcher) desired(ctx context.Context, o *object) (envsource.Resolved, string, error) {
+func (w *Watcher) desired(ctx context.Context, o *object) (desired.Resolved, string, error) {
 	if o.convErr != nil {
-		return envsource.Resolved{}, "", mustChange{o.convErr}
+		return desired.Resolved{}, "", mustChange{o.convErr}
 	}
-	r, err := envsource.Resolve(ctx, o.cr, w.cluster, envsource.Options{ReadSecret: w.readsSecrets, Key: w.opts.EnvDigestKey})
+	r, err := desired.Resolve(ctx, o.cr, w.cluster, desired.Options{ReadSecret: w.readsSecrets, Key: w.opts.EnvDigestKey})
 	if err != nil {
-		return envsource.Resolved{}, "", err
+		return desired.Resolved{}, "", err
 	}
 	name, err := w.stacks.StackName(o.cr.Namespace, o.cr.Name)
 	if err != nil {
-		return envsource.Resolved{}, "", mustChange{err}
+		return desired.Resolved{}, "", mustChange{err}
 	}
 	return r, name, nil
 }
 
-// cluster is the client envsource.Resolve reads envFrom sources with: the watcher's own.
+// cluster is the client desired.Resolve reads envFrom sources with: the watcher's own.
 func (w *Watcher) cluster() (kubeclient.Interface, error) { return w.kube, nil }
 
 // stall reports a spec the operator will not reconcile (api.ReasonInvalidSpec, or

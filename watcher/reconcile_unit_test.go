@@ -16,7 +16,7 @@ import (
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
-	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/desired"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 	"github.com/pulumi-operator/pulumi-operator/stack"
@@ -324,7 +324,7 @@ func TestUnitEnvDigestKeyRollsOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := envsource.Resolve(ctx, cr, func() (kubeclient.Interface, error) { return f.kube, nil }, envsource.Options{Key: key})
+		r, err := desired.Resolve(ctx, cr, func() (kubeclient.Interface, error) { return f.kube, nil }, desired.Options{Key: key})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -120,11 +120,11 @@ type Options struct {
 	// SecretNamespaces are the namespaces whose Secrets the operator may read (get, and list
 	// and watch of their metadata): "*" is every namespace. A Secret named in spec.envFrom
 	// elsewhere is not read at all; its data still reaches the pods, but a change of it does not
-	// roll them (envsource.Options.ReadSecret; Event EnvSourceNotWatched). Empty (the default):
+	// roll them (desired.Options.ReadSecret; Event EnvSourceNotWatched). Empty (the default):
 	// no Secret is read, so the operator needs no permission on Secrets (README "Security").
 	SecretNamespaces []string
-	// EnvDigestKey is the key of the digest of spec.envFrom sources (envsource.LoadKey); an
-	// object with envFrom sources fails (envsource.ErrNoKey) without one.
+	// EnvDigestKey is the key of the digest of spec.envFrom sources (desired.LoadKey); an
+	// object with envFrom sources fails (desired.ErrNoKey) without one.
 	EnvDigestKey []byte
 	// FindPlugin, when set, reports where the Kubernetes provider plugin is
 	// (stack.Manager.KubernetesPlugin; an error when it is absent). Objects whose up failed

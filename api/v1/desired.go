@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/pulumi-operator/pulumi-operator/internal/version"
+	"github.com/pulumi-operator/pulumi-operator/version"
 )
 
 // Defaults for the optional spec fields.
@@ -76,7 +76,7 @@ type Desired struct {
 	// EnvFrom are the ConfigMaps and Secrets whose keys become environment variables.
 	EnvFrom []EnvRef `json:"envFrom,omitempty"`
 	// EnvDigest is a digest of the data of every EnvFrom source, filled in by whoever can read
-	// them (the watcher and the commands, both through package envsource; never the data
+	// them (the watcher and the commands, both through package desired; never the data
 	// itself), so that a change of that data rolls the pods. Empty when EnvFrom is.
 	EnvDigest string `json:"envDigest,omitempty"`
 	// RolloutOnConfigChange puts ConfigDigest into the pod template, so a configMapData change

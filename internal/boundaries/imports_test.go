@@ -1,11 +1,23 @@
-// Package boundaries holds the test that enforces the package boundaries the package
-// comments state (STYLE.md "Layout shows the flow"): the data path is main -> internal/commands
-// -> watcher -> stack -> infra, with api/v1 beside them, and three rules keep each concern in one
-// place; the engine host's protocol (agent/protocol, a module of its own) imports the standard
-// library only, and only stack imports it. A boundary written only in a comment decays; this test reads the real import graph
-// (`go list -json`, the go command's own answer) of every non-test package, those of the
-// benchmark's module (hack/bench/go.mod) included, so a new import that crosses a boundary fails
-// here with the rule it breaks.
+// Package boundaries holds the tests that enforce the package boundaries the package
+// comments state (STYLE.md "Layout shows the flow"). The directories are the layers, lowest
+// first (TestNoUpwardImports):
+//
+//	version                      the release's version; imports no project package
+//	api/v1                       the KindCustomHttp API and its defaults
+//	internal/...                 leaf libraries (kubeclient, rollout, desired, fence, volume, ...)
+//	infra, stack, ownership,     the domain: what the program declares, the stacks that hold
+//	watcher                      it, whose objects are whose, the reconciler
+//	., commands/..., cmd/...     the composition roots: main and the subcommands
+//	test/..., hack/..., config   tests and tools (internal/testenv too), above everything
+//
+// A package imports only packages of its own layer or below; within a layer, the layers table
+// says which (the data path main -> commands -> watcher -> stack -> infra keeps one direction).
+// Three rules keep each concern in one place; the engine host's protocol (agent/protocol, a
+// module of its own) imports the standard library only, and only stack imports it. A boundary
+// written only in a comment decays; these tests read the real import graph (`go list -json`,
+// the go command's own answer) of every non-test package, those of the benchmark's module
+// (hack/bench/go.mod) included, so a new import that crosses a boundary fails here with the
+// rule it breaks.
 package boundaries
 
 import (
@@ -66,7 +78,7 @@ var rules = []rule{
 	},
 	{
 		prefix:  "k8s.io/client-go/dynamic",
-		allowed: append([]string{"watcher", "internal/commands", "internal/program"}, tools...),
+		allowed: append([]string{"watcher", "commands", "commands/program"}, tools...),
 		why:     "only the watcher, the commands and the engine-mode program read KindCustomHttp objects from the API",
 	},
 }
@@ -74,22 +86,71 @@ var rules = []rule{
 // layers: a project package may import only the project packages listed for it, so the data
 // path keeps one direction (nothing below imports what is above it).
 var layers = map[string][]string{
-	".":                   {"internal/commands", "internal/program", "internal/initproc"}, // main only picks the mode (STYLE.md: main.go stays thin)
-	"internal/commands":   {"api/v1", "internal/envsource", "infra", "stack", "watcher", "internal/ownership", "internal/rollout", "internal/version", "internal/kubeclient", "internal/fence", "internal/volume"},
-	"api/v1":              {"internal/version"},
-	"infra":               {"api/v1", "internal/version"},
-	"stack":               {"api/v1", "infra", "internal/version", "internal/fence", "agent/protocol", "agent/protocol/diyfile"},
-	"internal/envsource":  {"api/v1", "internal/kubeclient"},
-	"internal/program":    {"api/v1", "internal/envsource", "infra", "stack", "internal/rollout", "internal/kubeclient"},
-	"watcher":             {"api/v1", "internal/envsource", "infra", "stack", "internal/ownership", "internal/rollout", "internal/version", "internal/kubeclient", "internal/fence", "internal/volume"},
+	".":                   {"commands", "commands/program", "internal/initproc"}, // main only picks the mode (STYLE.md: main.go stays thin)
+	"commands":            {"api/v1", "internal/desired", "infra", "stack", "watcher", "ownership", "internal/rollout", "version", "internal/kubeclient", "internal/fence", "internal/volume"},
+	"api/v1":              {"version"},
+	"infra":               {"api/v1", "version"},
+	"stack":               {"api/v1", "infra", "version", "internal/fence", "agent/protocol", "agent/protocol/diyfile"},
+	"internal/desired":    {"api/v1", "internal/kubeclient"},
+	"commands/program":    {"api/v1", "internal/desired", "infra", "stack", "internal/rollout", "internal/kubeclient"},
+	"watcher":             {"api/v1", "internal/desired", "infra", "stack", "ownership", "internal/rollout", "version", "internal/kubeclient", "internal/fence", "internal/volume"},
 	"internal/rollout":    {"internal/kubeclient"},
-	"internal/ownership":  {"api/v1", "infra", "internal/kubeclient"},
+	"ownership":           {"api/v1", "infra", "internal/kubeclient"},
 	"internal/kubeclient": {},
 	"internal/volume":     {},
 	"internal/fence":      {"agent/protocol"},
-	"internal/httpserver": {"internal/version"},
-	"cmd/http-server":     {"internal/httpserver", "internal/version"},
-	"internal/version":    {},
+	"internal/httpserver": {"version"},
+	"cmd/http-server":     {"internal/httpserver", "version"},
+	"version":             {},
+}
+
+// level is the layer of a project package (relative path), lowest 0; ok is false for a package
+// the table does not place. agent/protocol is a module of its own that imports the standard
+// library only, so it sits below everything.
+func level(path string) (n int, ok bool) {
+	under := func(dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }
+	switch {
+	case under("agent/protocol"):
+		return 0, true
+	case path == "version":
+		return 1, true
+	case path == "api/v1":
+		return 2, true
+	case under("internal"):
+		return 3, true
+	case path == "infra", path == "stack", path == "ownership", path == "watcher":
+		return 4, true
+	case path == ".", under("commands"), under("cmd"):
+		return 5, true
+	case under("test"), under("hack"), path == "config":
+		return 6, true // tests and tools, which no product package imports
+	}
+	return 0, false
+}
+
+// TestNoUpwardImports: no package imports one of a higher layer (the package comment's table),
+// and every package of the data path has a layer.
+func TestNoUpwardImports(t *testing.T) {
+	for _, p := range listPackages(t, "", module, 5) {
+		from := rel(p.ImportPath)
+		if slices.Contains(tools, from) || from == "internal/boundaries" {
+			continue
+		}
+		lf, ok := level(from)
+		if !ok {
+			t.Errorf("package %s has no layer: place it in level()", from)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			to := rel(imp)
+			if lt, ok := level(to); !ok || lt > lf {
+				t.Errorf("%s (layer %d) imports %s (layer %d): an import back up the layers", from, lf, to, lt)
+			}
+		}
+	}
 }
 
 // protocolModuleDir is the directory, relative to this package, of the engine host's protocol

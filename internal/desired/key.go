@@ -1,4 +1,4 @@
-package envsource
+package desired
 
 import (
 	"crypto/hmac"

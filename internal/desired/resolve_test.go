@@ -1,4 +1,4 @@
-package envsource
+package desired
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("envFrom: %v, %d cluster calls; want one", err, calls)
 	}
 	d, _ := api.Resolve(object(cmRef))
-	want, err := Digest(context.Background(), kube, d, Options{Key: testKey})
+	want, err := EnvFromDigest(context.Background(), kube, d, Options{Key: testKey})
 	if err != nil || r.Desired.EnvDigest == "" || r.Desired.EnvDigest != want.Digest {
 		t.Fatalf("envFrom digest %q, want Digest's %q (%v)", r.Desired.EnvDigest, want.Digest, err)
 	}

@@ -14,9 +14,9 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/klog/v2"
 
-	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/desired"
 	"github.com/pulumi-operator/pulumi-operator/internal/fence"
-	"github.com/pulumi-operator/pulumi-operator/internal/version"
+	"github.com/pulumi-operator/pulumi-operator/version"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
 )
 
@@ -61,7 +61,7 @@ type config struct {
 	staleLock        time.Duration
 	secretNamespaces cli.StringSlice
 	previousPhrase   string
-	envDigestKeyFile string // --env-digest-key-file: envsource.LoadKey's keyFile
+	envDigestKeyFile string // --env-digest-key-file: desired.LoadKey's keyFile
 	operationTimeout time.Duration
 	// requireAdmission is --require-admission-policy: watcher.Options.RequireAdmissionPolicy.
 	requireAdmission bool
@@ -108,7 +108,7 @@ func newApp(cfg *config) *cli.App {
 				Usage: "secrets provider of new stacks: `passphrase` (PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE) or a KMS URL (awskms://, azurekeyvault://, gcpkms://, hashivault://; credentials from the provider's usual environment)"},
 			&cli.StringFlag{Name: "previous-passphrase-file", EnvVars: []string{"PULUMI_OPERATOR_PREVIOUS_PASSPHRASE_FILE"}, Destination: &cfg.previousPhrase,
 				Usage: "`FILE` holding the passphrase the stacks were encrypted with before the current one: every up, refresh and destroy first re-encrypts a stack that still needs it (passphrase rotation; see rotate-passphrase)"},
-			&cli.StringFlag{Name: "env-digest-key-file", EnvVars: []string{envsource.KeyFileEnv}, Destination: &cfg.envDigestKeyFile,
+			&cli.StringFlag{Name: "env-digest-key-file", EnvVars: []string{desired.KeyFileEnv}, Destination: &cfg.envDigestKeyFile,
 				Usage: "`FILE` holding the key of the digest of spec.envFrom sources on the pod template (an HMAC, so that who may view a Deployment cannot test guesses of a Secret's data); default: derived from the passphrase. Needed with a KMS secrets provider; set it to keep pods from rolling when the passphrase is rotated"},
 			&cli.StringFlag{Name: "project-file", EnvVars: []string{"PULUMI_OPERATOR_PROJECT_FILE"}, Value: "Pulumi.yaml", Destination: &cfg.projectFile,
 				Usage: "Pulumi project `FILE` giving the project name and backend; a missing default file means project " + DefaultProject},

@@ -22,7 +22,7 @@ import (
 	sigyaml "sigs.k8s.io/yaml"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
-	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/desired"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
@@ -594,7 +594,7 @@ func TestCommandsEnvFromNeedsADigestKey(t *testing.T) {
 	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "")
 	os.Unsetenv("PULUMI_CONFIG_PASSPHRASE")
 	t.Setenv("PULUMI_CONFIG_PASSPHRASE_FILE", "")
-	t.Setenv(envsource.KeyFileEnv, "")
+	t.Setenv(desired.KeyFileEnv, "")
 	manifest := filepath.Join(t.TempDir(), "env.yaml")
 	if err := os.WriteFile(manifest, []byte("apiVersion: groupsp.measutosh.dev/v1\nkind: KindCustomHttp\n"+
 		"metadata: {name: web, namespace: team-a}\nspec: {replicaCount: 1, port: 80, envFrom: [{configMapRef: {name: env}}]}\n"), 0o600); err != nil {

@@ -12,7 +12,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/desired"
 	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 	"github.com/pulumi-operator/pulumi-operator/watcher"
@@ -102,7 +102,7 @@ func TestWatchConfigErrors(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			for _, k := range []string{"PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE", "KUBECONFIG", "PULUMI_BACKEND_URL", envsource.KeyFileEnv} {
+			for _, k := range []string{"PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE", "KUBECONFIG", "PULUMI_BACKEND_URL", desired.KeyFileEnv} {
 				t.Setenv(k, "")
 				os.Unsetenv(k)
 			}

@@ -10,7 +10,7 @@
 // it (relative to the project directory), or else the live object read from the cluster by
 // the namespace and name the stack's name encodes (stack.Name), with kubeconfig and context
 // found as kubectl finds them. envFrom sources are read from the cluster in both cases
-// (envsource.Digest), as the operator does.
+// (desired.Digest), as the operator does.
 package program
 
 import (
@@ -31,7 +31,7 @@ import (
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
-	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/desired"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
 	"github.com/pulumi-operator/pulumi-operator/stack"
@@ -256,16 +256,16 @@ func (s Source) Desired(ctx context.Context, connect func() (Kube, error)) (api.
 			return api.Desired{}, err
 		}
 	}
-	// The resolver the watcher and the commands use (envsource.Resolve), with the key they use
+	// The resolver the watcher and the commands use (desired.Resolve), with the key they use
 	// (the same passphrase, or the key file --env-digest-key-file names, in the environment).
-	key, err := envsource.LoadKey(os.Getenv(envsource.KeyFileEnv), os.LookupEnv)
+	key, err := desired.LoadKey(os.Getenv(desired.KeyFileEnv), os.LookupEnv)
 	if err != nil && len(obj.Spec.EnvFrom) > 0 {
 		return api.Desired{}, err
 	}
-	r, err := envsource.Resolve(ctx, obj, func() (kubeclient.Interface, error) {
+	r, err := desired.Resolve(ctx, obj, func() (kubeclient.Interface, error) {
 		k, err := cluster()
 		return k.Core, err
-	}, envsource.Options{SkipForbidden: true, Key: key})
+	}, desired.Options{SkipForbidden: true, Key: key})
 	return r.Desired, err
 }
 

@@ -19,10 +19,10 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
-	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/desired"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
-	"github.com/pulumi-operator/pulumi-operator/internal/ownership"
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
+	"github.com/pulumi-operator/pulumi-operator/ownership"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -194,7 +194,7 @@ func runOne(ctx context.Context, mgr *stack.Manager, kube kubeclient.Interface, 
 	deadline := time.Now().Add(of.waitForLock)
 	cleared := false
 	if op == Up && kube != nil {
-		// The provider upserts (see internal/ownership): never over somebody else's object.
+		// The provider upserts (see ownership): never over somebody else's object.
 		if err := ownership.Check(ctx, kube, d.Desired); err != nil {
 			r.err, r.Error = err, err.Error()
 			return r
@@ -308,7 +308,7 @@ func lockMessage(name string, err error, waited time.Duration) string {
 	return fmt.Sprintf("stack %s is locked by %s: retry later, or pass --wait-for-lock 5m", name, who)
 }
 
-// envDigests resolves each document's object with envsource.Resolve, the resolver the watcher
+// envDigests resolves each document's object with desired.Resolve, the resolver the watcher
 // uses too, so that an up from the command line applies the same pod template: Desired gets
 // the digest of the object's envFrom sources, read from the cluster (connected only for an
 // object that has some). Errors name the document.
@@ -326,12 +326,12 @@ func envDigests(ctx context.Context, cfg *config, docs []api.Document) error {
 		}
 		return kube, nil
 	}
-	key, keyErr := envsource.LoadKey(cfg.envDigestKeyFile, os.LookupEnv)
+	key, keyErr := desired.LoadKey(cfg.envDigestKeyFile, os.LookupEnv)
 	for i := range docs {
 		if keyErr != nil && len(docs[i].Object.Spec.EnvFrom) > 0 {
 			return fmt.Errorf("%s: %w", docs[i].Where(), keyErr)
 		}
-		r, err := envsource.Resolve(ctx, docs[i].Object, cluster, envsource.Options{SkipForbidden: true, Key: key})
+		r, err := desired.Resolve(ctx, docs[i].Object, cluster, desired.Options{SkipForbidden: true, Key: key})
 		if err != nil {
 			return fmt.Errorf("%s: %w", docs[i].Where(), err)
 		}

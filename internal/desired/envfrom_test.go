@@ -1,4 +1,4 @@
-package envsource
+package desired
 
 import (
 	"context"
@@ -43,7 +43,7 @@ var (
 )
 
 // testKey is the digest key of these tests (Options.Key).
-var testKey = []byte("envsource tests' key")
+var testKey = []byte("desired tests' key")
 
 // stream is what the digest of sources cmA and secB, as TestDigestFormat's objects hold them,
 // is taken of: the length-prefixed kind, name, prefix, then each key and value in key order.
@@ -57,7 +57,7 @@ func TestDigestFormat(t *testing.T) {
 	kube := fake.NewClientset(
 		configMap("env-a", map[string]string{"MODE": "one", "A": "x"}, nil),
 		secret("creds", map[string][]byte{"PASSWORD": []byte("pw")}))
-	res, err := Digest(context.Background(), kube, desired(cmA, secB), Options{Key: testKey})
+	res, err := EnvFromDigest(context.Background(), kube, desired(cmA, secB), Options{Key: testKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestDigestKeyed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Digest(context.Background(), fake.NewClientset(objects...), desired(cmA, secB), Options{Key: key})
+		res, err := EnvFromDigest(context.Background(), fake.NewClientset(objects...), desired(cmA, secB), Options{Key: key})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func TestDigestKeyed(t *testing.T) {
 		t.Errorf("digest %s is the unkeyed SHA-256 of the data", first)
 	}
 	kube := fake.NewClientset(objects...)
-	if res, err := Digest(context.Background(), kube, desired(cmA, secB), Options{}); !errors.Is(err, ErrNoKey) || res.Digest != "" {
+	if res, err := EnvFromDigest(context.Background(), kube, desired(cmA, secB), Options{}); !errors.Is(err, ErrNoKey) || res.Digest != "" {
 		t.Errorf("Digest without a key = %+v, %v; want ErrNoKey", res, err)
 	}
 	if a := kube.Actions(); len(a) != 0 {
@@ -186,14 +186,14 @@ func TestDigestChanges(t *testing.T) {
 		"prefix":          {objects: base, refs: []api.EnvRef{cmA, {Kind: api.EnvKindSecret, Name: "creds"}}},
 		"order of source": {objects: base, refs: []api.EnvRef{secB, cmA}},
 	}
-	wantRes, err := Digest(context.Background(), fake.NewClientset(base...), desired(cmA, secB), Options{Key: testKey})
+	wantRes, err := EnvFromDigest(context.Background(), fake.NewClientset(base...), desired(cmA, secB), Options{Key: testKey})
 	want := wantRes.Digest
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			res, err := Digest(context.Background(), fake.NewClientset(tc.objects...), desired(tc.refs...), Options{Key: testKey})
+			res, err := EnvFromDigest(context.Background(), fake.NewClientset(tc.objects...), desired(tc.refs...), Options{Key: testKey})
 			got := res.Digest
 			if err != nil {
 				t.Fatal(err)
@@ -211,7 +211,7 @@ func TestDigestChanges(t *testing.T) {
 // Without envFrom there is no digest and nothing is read.
 func TestDigestWithoutEnvFrom(t *testing.T) {
 	kube := fake.NewClientset()
-	res, err := Digest(context.Background(), kube, desired(), Options{Key: testKey})
+	res, err := EnvFromDigest(context.Background(), kube, desired(), Options{Key: testKey})
 	if got := res.Digest; err != nil || got != "" {
 		t.Fatalf("Digest = %q, %v; want \"\", nil", got, err)
 	}
@@ -254,7 +254,7 @@ func TestDigestErrors(t *testing.T) {
 			for resource, r := range tc.react {
 				kube.PrependReactor("get", resource, r)
 			}
-			res, err := Digest(context.Background(), kube, desired(cmA, secB), Options{Key: testKey, SkipForbidden: tc.skipForbidden})
+			res, err := EnvFromDigest(context.Background(), kube, desired(cmA, secB), Options{Key: testKey, SkipForbidden: tc.skipForbidden})
 			if got := res.Digest; err == nil || got != "" {
 				t.Fatalf("Digest = %q, %v; want an error", got, err)
 			}
@@ -282,7 +282,7 @@ func TestDigestUnreadSecrets(t *testing.T) {
 			secret("creds", map[string][]byte{"PASSWORD": []byte(pw)})}
 	}
 	ctx := context.Background()
-	read, err := Digest(ctx, fake.NewClientset(objects("pw")...), desired(cmA, secB), Options{Key: testKey})
+	read, err := EnvFromDigest(ctx, fake.NewClientset(objects("pw")...), desired(cmA, secB), Options{Key: testKey})
 	if err != nil || len(read.Unread) != 0 {
 		t.Fatalf("Digest reading every source = %+v, %v", read, err)
 	}
@@ -290,7 +290,7 @@ func TestDigestUnreadSecrets(t *testing.T) {
 	var digests []string
 	for _, pw := range []string{"pw", "changed"} {
 		kube := fake.NewClientset(objects(pw)...)
-		got, err := Digest(ctx, kube, desired(cmA, secB), notHere)
+		got, err := EnvFromDigest(ctx, kube, desired(cmA, secB), notHere)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,7 +315,7 @@ func TestDigestUnreadSecrets(t *testing.T) {
 	kube.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "creds", errors.New("rbac"))
 	})
-	got, err := Digest(ctx, kube, desired(cmA, secB), Options{Key: testKey, SkipForbidden: true})
+	got, err := EnvFromDigest(ctx, kube, desired(cmA, secB), Options{Key: testKey, SkipForbidden: true})
 	if err != nil || got.Digest != digests[0] || len(got.Unread) != 1 {
 		t.Errorf("Digest with a forbidden Secret and SkipForbidden = %+v, %v; want digest %s, one unread", got, err, digests[0])
 	}

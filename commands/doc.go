@@ -7,7 +7,7 @@
 // from the Kubernetes API (the dynamic client): watch hands the cluster to watcher.Watcher,
 // and the object commands read one object with --from-cluster. Everything Pulumi does goes
 // through stack.Manager, every Kubernetes resource a stack holds is declared by
-// infra.Program, and envFrom digests come from envsource, as in the watcher, so that both
+// infra.Program, and envFrom digests come from internal/desired, as in the watcher, so that both
 // plan the same changes. Only package main exits the process.
 //
 // One file per command (up.go, preview.go, refresh.go, destroy.go, stacks.go, watch.go,

@@ -1,4 +1,4 @@
-package envsource
+package desired
 
 import (
 	"context"
@@ -49,7 +49,7 @@ func Resolve(ctx context.Context, obj *api.KindCustomHttp, cluster func() (kubec
 	if err != nil {
 		return Resolved{}, fmt.Errorf("%w: %w", ErrNoCluster, err)
 	}
-	res, err := Digest(ctx, kube, d, opts)
+	res, err := EnvFromDigest(ctx, kube, d, opts)
 	if err != nil {
 		return Resolved{}, err
 	}

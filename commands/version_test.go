@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
-	"github.com/pulumi-operator/pulumi-operator/internal/version"
 	"github.com/pulumi-operator/pulumi-operator/stack"
+	"github.com/pulumi-operator/pulumi-operator/version"
 )
 
 // runApp runs the app with args and returns what it wrote to stdout and its exit code.

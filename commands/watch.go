@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
-	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/desired"
 	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/internal/volume"
@@ -109,8 +109,8 @@ func runWatch(parent context.Context, cfg *config) error {
 		fenced = fence.New(l.RenewDeadline)
 		cfg.fence = fenced
 	}
-	// Never an unkeyed digest of Secret data on the pod templates (envsource.LoadKey).
-	envKey, err := envsource.LoadKey(cfg.envDigestKeyFile, os.LookupEnv)
+	// Never an unkeyed digest of Secret data on the pod templates (desired.LoadKey).
+	envKey, err := desired.LoadKey(cfg.envDigestKeyFile, os.LookupEnv)
 	if err != nil {
 		return cli.Exit(err.Error(), ExitInvalidInput)
 	}

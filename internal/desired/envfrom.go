@@ -1,14 +1,4 @@
-// Package envsource computes the digest of a KindCustomHttp's spec.envFrom sources: the
-// ConfigMaps and Secrets whose keys become the container's environment variables. The digest
-// goes on the pod template (infra.EnvDigestAnnotation), so a change of their data rolls the
-// pods although the spec is unchanged.
-//
-// The watcher (on every reconcile) and the commands (up, preview, ... run outside the
-// cluster) both call Digest, so that they hand the program the same Desired and plan the same
-// changes. The data itself goes nowhere: neither the Pulumi state nor logs see it, only its
-// HMAC under this installation's key (LoadKey), which the pod template shows to whoever may
-// view the Deployment: an unkeyed hash would let them test guesses of a Secret's data.
-package envsource
+package desired
 
 import (
 	"context"
@@ -75,7 +65,7 @@ const unreadMarker = "\x00unread"
 // Errors: ErrNoKey when d has envFrom sources and opts has no key; errors wrapping ErrMissing
 // for an object that does not exist (the message says to create it or remove it from
 // spec.envFrom), and otherwise the API error (forbidden, unreachable).
-func Digest(ctx context.Context, kube kubeclient.Interface, d api.Desired, opts Options) (Result, error) {
+func EnvFromDigest(ctx context.Context, kube kubeclient.Interface, d api.Desired, opts Options) (Result, error) {
 	if len(d.EnvFrom) == 0 {
 		return Result{}, nil
 	}

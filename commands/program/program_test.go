@@ -14,7 +14,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
-	"github.com/pulumi-operator/pulumi-operator/internal/envsource"
+	"github.com/pulumi-operator/pulumi-operator/internal/desired"
 )
 
 // TestStarted: only no arguments with all four engine variables is the engine's start.
@@ -181,9 +181,9 @@ func TestSourceEnvFromNeedsADigestKey(t *testing.T) {
 		"unreadable key file": {filepath.Join(root, "absent"), "read --env-digest-key-file"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			t.Setenv(envsource.KeyFileEnv, tc.keyFile)
+			t.Setenv(desired.KeyFileEnv, tc.keyFile)
 			_, err := Source{Stack: "kind.shop.web", Manifest: "web.yaml", Root: root}.Desired(context.Background(), unreachable)
-			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.keyFile == "" && !errors.Is(err, envsource.ErrNoKey)) {
+			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.keyFile == "" && !errors.Is(err, desired.ErrNoKey)) {
 				t.Fatalf("err = %v, want one containing %q", err, tc.want)
 			}
 		})

@@ -15,8 +15,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
-	"github.com/pulumi-operator/pulumi-operator/internal/version"
 	"github.com/pulumi-operator/pulumi-operator/stack"
+	"github.com/pulumi-operator/pulumi-operator/version"
 )
 
 // cliVersionTimeout bounds `pulumi version`: it reads no state and answers in well under a
