@@ -107,7 +107,7 @@ func (w *Watcher) reconcileDelete(ctx context.Context, o *object) error {
 	if !hasFinalizer(u) {
 		return nil
 	}
-	if uid, ok := w.destroyed.Load(key); ok && uid == u.GetUID() {
+	if w.objects.get(key).destroyed == u.GetUID() {
 		return nil // an informer copy from before our finalizer removal
 	}
 	stackName, err := w.stacks.StackName(u.GetNamespace(), u.GetName())
@@ -116,24 +116,23 @@ func (w *Watcher) reconcileDelete(ctx context.Context, o *object) error {
 		w.log.Info("no valid stack name, removing finalizer", "object", objectRef(u), "err", err)
 		return w.removeFinalizer(ctx, u)
 	}
-	if uid, ok := w.stackGone.Load(key); !ok || uid != u.GetUID() {
+	if w.objects.get(key).stackGone != u.GetUID() {
 		if err := w.destroy(ctx, o, stackName); errors.Is(err, errStackMissing) {
 			return nil // until the user acts (its status says how), or the next resync
 		} else if err != nil {
 			return err
 		}
-		w.stackGone.Store(key, u.GetUID())
+		w.objects.update(key, func(s *objectState) { s.stackGone = u.GetUID() })
 	}
 	if left := w.owned.terminating(u.GetNamespace(), u.GetName()); len(left) > 0 {
 		return w.waitTerminating(ctx, o, left)
 	}
-	w.terminatingSince.Delete(key)
+	w.objects.update(key, func(s *objectState) { s.terminatingSince = waitingSince{} })
 	w.metrics.setDeleteBlocked(key, false)
 	if err := w.removeFinalizer(ctx, u); err != nil {
 		return err
 	}
-	w.stackGone.Delete(key)
-	w.destroyed.Store(key, u.GetUID())
+	w.objects.update(key, func(s *objectState) { s.stackGone, s.destroyed = "", u.GetUID() })
 	return nil
 }
 
@@ -165,12 +164,13 @@ func (w *Watcher) waitTerminating(ctx context.Context, o *object, left []leftObj
 	}
 	result := fmt.Errorf("%w: %v", errObjectsTerminating, names)
 	now := time.Now()
-	v, _ := w.terminatingSince.LoadOrStore(key, waitingSince{u.GetUID(), now})
-	since := v.(waitingSince)
-	if since.uid != u.GetUID() {
-		since = waitingSince{u.GetUID(), now}
-		w.terminatingSince.Store(key, since)
-	}
+	var since waitingSince
+	w.objects.update(key, func(s *objectState) {
+		if s.terminatingSince.uid != u.GetUID() {
+			s.terminatingSince = waitingSince{u.GetUID(), now}
+		}
+		since = s.terminatingSince
+	})
 	if waited := now.Sub(since.at); waited < w.opts.DeleteBlockedAfter {
 		// Look again when the wait would count as blocked, whatever the backoff then is.
 		w.queue.AddAfter(key, w.opts.DeleteBlockedAfter-waited)

@@ -154,7 +154,7 @@ var conditionTypes = []string{api.ConditionReady, api.ConditionReconciling, api.
 // setConditions makes key's pulumi_operator_condition series show conds: for each type, one
 // series, at its current status, of value 1 (absent for a type conds lacks). Flux's
 // gotk_reconcile_condition also keeps the other statuses at 0; those are left out here, since
-// they would triple the series (9 per object: 20 MiB at 1000 objects, docs/benchmarks.md) and
+// they would triple the series (9 per object instead of 3; their memory is in docs/benchmarks.md) and
 // `== 1` queries need only the current one. It does nothing when key's statuses are those it
 // last set, as on every idle resync.
 func (m *metrics) setConditions(key cache.ObjectName, conds []metav1.Condition) {

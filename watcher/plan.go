@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,18 +30,18 @@ type plan struct {
 // plan decides, in this order: a spec (or program, stack, salt) not yet applied -> up
 // (Created the first time, Updated after); else a new reconcile-request annotation value ->
 // up with refresh (Requested); else owned objects changed by hand -> up with refresh
-// (Repaired); else nothing. The applied and requests maps stand in for status writes the
-// informer has not shown yet, so a stale cache copy starts no second up.
+// (Repaired); else nothing. objectState's applied and handledRequest stand in for status writes
+// the informer has not shown yet, so a stale cache copy starts no second up.
 func (w *Watcher) plan(ctx context.Context, cr *api.KindCustomHttp, d api.Desired, stackName string) plan {
 	p := plan{digest: w.digest(d, stackName), requested: cr.Annotations[api.ReconcileRequestAnnotation]}
-	lastApplied, _ := w.applied.Load(cache.MetaObjectToName(cr))
+	st := w.objects.get(cache.MetaObjectToName(cr))
 	switch {
-	case !upToDate(cr, p.digest) && lastApplied != (applied{cr.UID, cr.Generation, p.digest}):
+	case !upToDate(cr, p.digest) && st.applied != (applied{cr.UID, cr.Generation, p.digest}):
 		p.run, p.why = true, ReasonUpdated
 		if cr.Status.AppliedDigest == "" {
 			p.why = ReasonCreated
 		}
-	case p.requested != "" && p.requested != cr.Status.LastHandledReconcileAt && p.requested != w.requests.get(cr):
+	case p.requested != "" && p.requested != cr.Status.LastHandledReconcileAt && p.requested != st.handledRequest:
 		p.run, p.refresh, p.why = true, true, ReasonRequested
 	default:
 		if p.drift = w.owned.drift(ctx, p.digest, d); len(p.drift) > 0 {
@@ -57,37 +56,6 @@ type applied struct {
 	uid        types.UID // a deleted and re-created object is another object
 	generation int64
 	digest     string
-}
-
-// appliedMap remembers, per object, the last successful up (cache.ObjectName -> applied).
-type appliedMap = sync.Map
-
-// handledRequests remembers the reconcile-request annotation values acted on, for the same
-// reason as Watcher.applied.
-type handledRequests struct {
-	mu sync.Mutex
-	m  map[cache.ObjectName]string
-}
-
-func (h *handledRequests) get(cr *api.KindCustomHttp) string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.m[cache.MetaObjectToName(cr)]
-}
-
-func (h *handledRequests) forget(key cache.ObjectName) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.m, key)
-}
-
-func (h *handledRequests) set(cr *api.KindCustomHttp, v string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil {
-		h.m = map[cache.ObjectName]string{}
-	}
-	h.m[cache.MetaObjectToName(cr)] = v
 }
 
 // upToDate reports whether the last successful up applied exactly digest to the current

@@ -204,7 +204,7 @@ func TestUnitFairShare(t *testing.T) {
 		if got := f.journal.take(); !slices.Contains(got, "up refresh=false") {
 			t.Errorf("a spec change within the interval: %q, want its up at once", got)
 		}
-		f.w.lastRefresh.Store(key, time.Now().Add(-2*time.Hour))
+		f.w.objects.update(key, func(s *objectState) { s.lastRefresh = time.Now().Add(-2 * time.Hour) })
 		f.deliver("web")
 		request(f, "r3")
 		if err := f.reconcile("web"); err != nil {

@@ -185,19 +185,19 @@ type conversion struct {
 	err             error
 }
 
-// object is newObject with the typed form taken from w.converted when u is the version last
+// object is newObject with the typed form taken from objectState.converted when u is the version last
 // converted: the typed form is then shared between reconciles, which only read it. A resync
 // of an unchanged object (most reconciles) thus converts nothing: the conversion, a JSON round
 // trip for its field-naming errors, is the dearest part of an idle reconcile
 // (BenchmarkIdleReconcile). The memory is one typed object per KindCustomHttp; forget drops it.
 func (w *Watcher) object(key cache.ObjectName, u *unstructured.Unstructured) *object {
-	if v, ok := w.converted.Load(key); ok {
-		if c := v.(conversion); c.uid == u.GetUID() && c.resourceVersion == u.GetResourceVersion() {
-			return &object{u: u, gen: u.GetGeneration(), requested: requestToken(u), cr: c.cr, convErr: c.err}
-		}
+	if c := w.objects.get(key).converted; c.uid == u.GetUID() && c.resourceVersion == u.GetResourceVersion() && c.uid != "" {
+		return &object{u: u, gen: u.GetGeneration(), requested: requestToken(u), cr: c.cr, convErr: c.err}
 	}
 	o := newObject(u)
-	w.converted.Store(key, conversion{uid: u.GetUID(), resourceVersion: u.GetResourceVersion(), cr: o.cr, err: o.convErr})
+	w.objects.update(key, func(s *objectState) {
+		s.converted = conversion{uid: u.GetUID(), resourceVersion: u.GetResourceVersion(), cr: o.cr, err: o.convErr}
+	})
 	return o
 }
 

@@ -59,7 +59,7 @@ func TestUnitObservedGenerationIsTheAppliedOne(t *testing.T) {
 
 // Once an object is gone, nothing of it stays: the gauges count it no more (the worker's
 // observeReconcile runs after the reconcile that found it gone), its condition series go, and
-// the per-object maps are empty.
+// this process's memory of it (objectStates, the plugin waits, the drift check) is empty.
 func TestUnitForgetsDeletedObjects(t *testing.T) {
 	f := newUnit(t, Options{FindPlugin: func() (string, error) { return "", errors.New("absent") }})
 	f.applied(kch("web", nil, Finalizer))
@@ -68,7 +68,7 @@ func TestUnitForgetsDeletedObjects(t *testing.T) {
 	if err := f.reconcile("web"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := f.w.converted.Load(key); !ok {
+	if f.w.objects.get(key).converted.cr == nil {
 		t.Fatal("no typed form remembered after a reconcile")
 	}
 	if _, ok := f.w.owned.inSync.Load(key); !ok {
@@ -90,7 +90,7 @@ func TestUnitForgetsDeletedObjects(t *testing.T) {
 	if f.w.pluginWait.len() != 1 {
 		t.Fatalf("plugin waits %d, want 1", f.w.pluginWait.len())
 	}
-	f.w.requests.set(f.storedCR("web"), "t1")
+	f.w.objects.update(key, func(s *objectState) { s.handledRequest = "t1" })
 	if err := f.dyn.Tracker().Delete(api.GroupVersionResource, unitNS, "web"); err != nil {
 		t.Fatal(err)
 	}
@@ -108,17 +108,11 @@ func TestUnitForgetsDeletedObjects(t *testing.T) {
 	if n := countSeries(t, f.registry, "pulumi_operator_condition"); n != 0 {
 		t.Errorf("%d condition series after the delete, want 0", n)
 	}
-	if _, ok := f.w.applied.Load(key); ok {
-		t.Error("applied still holds the object")
-	}
-	if _, ok := f.w.requests.m[key]; ok {
-		t.Error("requests still holds the object")
+	if n := f.w.objects.len(); n != 0 {
+		t.Errorf("%d object states after the delete, want 0: %+v", n, f.w.objects.get(key))
 	}
 	if f.w.pluginWait.len() != 0 {
 		t.Error("pluginWait still holds the object")
-	}
-	if _, ok := f.w.converted.Load(key); ok {
-		t.Error("converted still holds the object")
 	}
 	if _, ok := f.w.owned.inSync.Load(key); ok {
 		t.Error("the drift check of the object is still remembered")

@@ -203,31 +203,13 @@ type Watcher struct {
 	opts     Options
 	log      *slog.Logger
 	leading  atomic.Bool
-	// applied and requests cover the time until the informer shows our own status writes.
-	applied  appliedMap
-	requests handledRequests
+	// objects holds what this process remembers of each object between its reconciles.
+	objects objectStates
 	// pluginWait holds the objects whose last up failed because the provider plugin is
 	// missing, to requeue when it appears (see Options.FindPlugin).
 	pluginWait keySet
-	// destroyed holds, per object, the UID whose stack was destroyed and finalizer removed,
-	// until the informer shows the object gone: a delivery of the object from before the
-	// finalizer's removal must not destroy again (that destroy finds no stack, and its lock
-	// sweep would create and remove the stack once more).
-	destroyed sync.Map
-	// stackGone holds, per object, the UID whose stack this process destroyed (or found missing
-	// and was allowed to leave) while the objects it deleted may still be going: the next
-	// reconciles of the delete wait for them without another destroy.
-	stackGone sync.Map
-	// terminatingSince holds, per object, when this process first found its delete waiting for
-	// the objects its destroy deleted (waitingSince), to tell a wait from a blocked delete.
-	terminatingSince sync.Map
-	// converted holds, per object, its last conversion to the typed form (conversion), so that
-	// a resync, which hands the same resourceVersion again, does not convert it again.
-	converted sync.Map
-	// policies looks up the admission policy (admission.go); digests holds, per object, the
-	// digest of its spec's last version (versionDigest).
+	// policies looks up the admission policy (admission.go).
 	policies *admissionPolicies
-	digests  sync.Map
 	// fenced holds the host names of the operator pods that led this installation before this
 	// process took the Lease (recordLeader); nil without leader election.
 	fenced atomic.Pointer[map[string]bool]
@@ -242,9 +224,6 @@ type Watcher struct {
 	// --stale-lock-timeout counts a lock's age from there, never from the time its taker's clock
 	// wrote into it.
 	lockSeen sync.Map
-	// lastRefresh holds, per object, when its last up with a refresh (drift repair, reconcile
-	// request) started (MinRefreshInterval).
-	lastRefresh sync.Map
 	// nsUps counts the ups running per namespace (MaxUpsPerNamespace).
 	nsUps namespaceSlots
 	// lockSafeAt is when (fence clock, ns) the processes of the replica that led before this one

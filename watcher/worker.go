@@ -196,8 +196,8 @@ func (w *Watcher) processNext(work, ctx context.Context) bool {
 	}
 	if errors.Is(err, stack.ErrBackendUnavailable) {
 		// The same doubling, capped lower: a run against a backend that is down fails before
-		// any provider starts (a fraction of a CPU-second), and the 5-minute cap made objects
-		// wait up to 2 minutes after a 30 s PostgreSQL outage ended.
+		// any provider starts, so retrying it is cheap, and an object should not wait minutes
+		// after the backend is back.
 		w.queue.AddAfter(key, min(w.retry.When(key), retryMaxBackendDown))
 		return true
 	}
