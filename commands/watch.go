@@ -75,6 +75,8 @@ func watchCommand(cfg *config) *cli.Command {
 				Usage: "least `DURATION` between two ups of one object that only repair drift or answer a reconcile request (a spec change is never held back); negative: no limit"},
 			&cli.IntFlag{Name: "max-ups-per-namespace", EnvVars: []string{"PULUMI_OPERATOR_MAX_UPS_PER_NAMESPACE"}, Destination: &cfg.maxUpsPerNS,
 				Usage: "at most `N` ups at once for the objects of one namespace, so that one namespace's work leaves workers to the others (below --workers); 0: no cap"},
+			&cli.IntFlag{Name: "program-upgrades-per-minute", EnvVars: []string{"PULUMI_OPERATOR_PROGRAM_UPGRADES_PER_MINUTE"}, Value: 60, Destination: &cfg.programUpgrades,
+				Usage: "at most `N` ups a minute whose only cause is this operator's newer program version, each after the other work queued (so an upgrade of the operator does not run one up per stack at once); 0 or less: all at once"},
 			&cli.BoolFlag{Name: "require-admission-policy", EnvVars: []string{"PULUMI_OPERATOR_REQUIRE_ADMISSION_POLICY"}, Destination: &cfg.requireAdmission,
 				Usage: "roll out no object whose spec.envFrom names a Secret unless the admission policy (config/admission) is in force and checked its spec's writer: Ready False with reason AdmissionPolicyMissing, AdmittedWithoutPolicy or AdmissionPolicyUnknown instead. Default: such objects are only reported (condition ReferencesChecked, a Warning Event)"},
 			&cli.StringSliceFlag{Name: "allow-service-types", EnvVars: []string{"PULUMI_OPERATOR_ALLOW_SERVICE_TYPES"}, Destination: &cfg.allowServiceTypes,
@@ -151,7 +153,7 @@ func runWatch(parent context.Context, cfg *config) error {
 	w := watcher.New(client, kube, watcher.ManagerStacks{Manager: mgr}, watcher.Options{
 		Namespace: cfg.namespace, LabelSelector: cfg.selector, Resync: cfg.resync, DigestSalt: salt,
 		ShutdownGrace: cfg.grace, OperationTimeout: cfg.operationTimeout, StaleLockTimeout: cfg.staleLock, Registry: reg, Metadata: meta,
-		MinRefreshInterval: cfg.minRefresh, MaxUpsPerNamespace: cfg.maxUpsPerNS,
+		MinRefreshInterval: cfg.minRefresh, MaxUpsPerNamespace: cfg.maxUpsPerNS, ProgramUpgradesPerMinute: unpacedIfNone(cfg.programUpgrades),
 		SecretNamespaces: cfg.secretNamespaces.Value(), EnvDigestKey: envKey,
 		FindPlugin:             mgr.KubernetesPlugin,
 		RequireAdmissionPolicy: cfg.requireAdmission, AllowServiceTypes: allowTypes,
@@ -279,4 +281,13 @@ func serveTLS(ctx context.Context, addr, pattern string, h http.Handler, tc *tls
 			slog.Error("serve HTTP failed", "addr", addr, "err", err)
 		}
 	}()
+}
+
+// unpacedIfNone maps --program-upgrades-per-minute to watcher.Options.ProgramUpgradesPerMinute,
+// where 0 is the default: 0 or less on the command line runs program upgrades unpaced (-1).
+func unpacedIfNone(perMinute int) int {
+	if perMinute <= 0 {
+		return -1
+	}
+	return perMinute
 }

@@ -32,6 +32,7 @@ type metrics struct {
 	failing  int
 	locked   map[cache.ObjectName]bool                      // keys waiting for a lock nobody may remove
 	blocked  map[cache.ObjectName]bool                      // keys whose delete is blocked (waitTerminating)
+	outdated map[cache.ObjectName]bool                      // keys whose stack holds an older program version
 	statuses map[cache.ObjectName][4]metav1.ConditionStatus // key -> conditionTypes' statuses in the condition series
 }
 
@@ -41,7 +42,7 @@ var durationBuckets = []float64{0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 1
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{stacks: map[cache.ObjectName]bool{}, statuses: map[cache.ObjectName][4]metav1.ConditionStatus{},
-		locked: map[cache.ObjectName]bool{}, blocked: map[cache.ObjectName]bool{}}
+		locked: map[cache.ObjectName]bool{}, blocked: map[cache.ObjectName]bool{}, outdated: map[cache.ObjectName]bool{}}
 	m.reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pulumi_operator_reconciles_total", Help: "Reconciles by result: success, error or locked.",
 	}, []string{"result"})
@@ -147,6 +148,34 @@ func (m *metrics) setDeleteBlocked(key cache.ObjectName, blocked bool) {
 	}
 }
 
+// setOutdated records whether key's stack holds an older program version than this operator's
+// (its last reconcile found an up whose only cause is the program version, not yet run).
+func (m *metrics) setOutdated(key cache.ObjectName, outdated bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if outdated {
+		m.outdated[key] = true
+	} else {
+		delete(m.outdated, key)
+	}
+}
+
+// registerUpgrades registers the gauges of the program upgrades: the stacks on an older program
+// version, and those of them waiting for their turn in u.
+func (m *metrics) registerUpgrades(reg prometheus.Registerer, u *programUpgrades) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pulumi_operator_stacks_program_outdated",
+		Help: "Stacks that hold an older program version than this operator's: their next up (paced, --program-upgrades-per-minute) brings them to it.",
+	}, func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(len(m.outdated)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pulumi_operator_program_upgrades_waiting",
+			Help: "Stacks whose program upgrade waits for its turn (--program-upgrades-per-minute).",
+		}, func() float64 { return float64(u.pending()) }))
+}
+
 // conditionTypes are the condition types pulumi_operator_condition has series for (ReferencesChecked
 // only on objects whose spec.envFrom names something).
 var conditionTypes = []string{api.ConditionReady, api.ConditionReconciling, api.ConditionStalled, api.ConditionReferencesChecked}
@@ -191,6 +220,7 @@ func (m *metrics) forget(key cache.ObjectName) {
 	delete(m.statuses, key)
 	delete(m.locked, key)
 	delete(m.blocked, key)
+	delete(m.outdated, key)
 	if m.stacks[key] {
 		m.failing--
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,8 +19,8 @@ import (
 // plan says whether an up must run, and with a refresh.
 type plan struct {
 	run, refresh bool
-	// why is the Event reason: ReasonCreated/Updated (spec), ReasonRepaired (drift),
-	// ReasonRequested (annotation).
+	// why is the Event reason: ReasonCreated/Updated (spec), ReasonProgramUpgraded (only the
+	// program version changed), ReasonRepaired (drift), ReasonRequested (annotation).
 	why    string
 	drift  []string
 	digest string
@@ -40,6 +41,8 @@ func (w *Watcher) plan(ctx context.Context, cr *api.KindCustomHttp, d api.Desire
 		p.run, p.why = true, ReasonUpdated
 		if cr.Status.AppliedDigest == "" {
 			p.why = ReasonCreated
+		} else if w.programOnly(cr, d, stackName) {
+			p.why = ReasonProgramUpgraded
 		}
 	case p.requested != "" && p.requested != cr.Status.LastHandledReconcileAt && p.requested != st.handledRequest:
 		p.run, p.refresh, p.why = true, true, ReasonRequested
@@ -77,12 +80,43 @@ func retrying(cr *api.KindCustomHttp) bool {
 // digest is the SHA-256 of everything that decides what an up does: the desired state, the
 // program version, the stack and the salt (hex, 64 characters).
 func (w *Watcher) digest(d api.Desired, stackName string) string {
+	return w.digestAt(d, stackName, infra.ProgramVersion)
+}
+
+// digestAt is digest under program version program.
+func (w *Watcher) digestAt(d api.Desired, stackName, program string) string {
 	b, _ := json.Marshal(struct {
 		Desired api.Desired
 		Program string
 		Stack   string
 		Salt    string
-	}{d, infra.ProgramVersion, stackName, w.opts.DigestSalt})
+	}{d, program, stackName, w.opts.DigestSalt})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// programOnly reports whether the one difference between what cr's stack holds and d is the
+// program version: the status's applied digest is d's digest under an earlier program version,
+// at the generation the status describes. That earlier version is status.appliedProgramVersion;
+// a status written before that field existed is tried against each earlier version
+// (infra.ProgramVersion counts up from 1).
+func (w *Watcher) programOnly(cr *api.KindCustomHttp, d api.Desired, stackName string) bool {
+	st := cr.Status
+	if st.ObservedGeneration != cr.Generation || retrying(cr) {
+		return false
+	}
+	candidates := []string{st.AppliedProgramVersion}
+	if st.AppliedProgramVersion == "" {
+		n, _ := strconv.Atoi(infra.ProgramVersion)
+		candidates = candidates[:0]
+		for v := 1; v < n; v++ {
+			candidates = append(candidates, strconv.Itoa(v))
+		}
+	}
+	for _, v := range candidates {
+		if v != infra.ProgramVersion && w.digestAt(d, stackName, v) == st.AppliedDigest {
+			return true
+		}
+	}
+	return false
 }

@@ -76,6 +76,10 @@ func (w *Watcher) reconcileFrom(ctx context.Context, key cache.ObjectName, fast 
 		return nil
 	}
 	p := w.plan(ctx, cr, d, stackName)
+	if p.why != ReasonProgramUpgraded {
+		w.upgrades.forget(key)
+		w.metrics.setOutdated(key, false)
+	}
 	if !p.run {
 		return w.updateReadiness(ctx, o, d)
 	}
@@ -85,6 +89,14 @@ func (w *Watcher) reconcileFrom(ctx context.Context, key cache.ObjectName, fast 
 	if fast {
 		w.queue.Add(key) // pushed to the slow lane once this worker is done with key
 		return nil
+	}
+	if p.why == ReasonProgramUpgraded {
+		w.metrics.setOutdated(key, true)
+		if !w.upgrades.admit(key) {
+			// Its turn comes at the program-upgrade pace (programUpgrades.run queues it then);
+			// meanwhile the object is reported as it runs.
+			return w.updateReadiness(ctx, o, d)
+		}
 	}
 	if wait := w.refreshWait(key, p); wait > 0 {
 		// Drift repair or a requested refresh, too soon after the last: looked at again then.
@@ -130,6 +142,7 @@ func (w *Watcher) reconcileFrom(ctx context.Context, key cache.ObjectName, fast 
 func (w *Watcher) forget(key cache.ObjectName) {
 	w.metrics.forget(key)
 	w.objects.forget(key)
+	w.upgrades.forget(key)
 	w.pluginWait.remove(key)
 	w.owned.forget(key)
 }
@@ -270,11 +283,13 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 			s.handledRequest = p.requested
 		}
 	})
+	w.metrics.setOutdated(key, false)
 	h := w.owned.readiness(ctx, d, true)
 	o.setStatus(func(st *api.KindCustomHttpStatus) {
 		st.Stack = w.stacks.QualifiedName(stackName)
 		st.LastUpdate = lastUpdate(res, nil)
 		st.AppliedDigest = p.digest
+		st.AppliedProgramVersion = infra.ProgramVersion
 		st.Outputs = outputs(res.Outputs)
 		if p.requested != "" {
 			st.LastHandledReconcileAt = p.requested

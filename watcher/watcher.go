@@ -113,6 +113,12 @@ type Options struct {
 	// cap), so that with it below the worker count one namespace's work always leaves a worker
 	// to the others. An object over the cap is parked until an up of its namespace ends.
 	MaxUpsPerNamespace int
+	// ProgramUpgradesPerMinute paces the ups whose only cause is a newer program version of the
+	// operator (infra.ProgramVersion; ReasonProgramUpgraded): at most this many a minute, each
+	// once the queue's other work is done (programUpgrades), so that an operator upgrade does
+	// not run one up per stack at once. Zero takes the default, 60; negative runs them all at
+	// once.
+	ProgramUpgradesPerMinute int
 	// Metadata, when set, watches the names and versions of ConfigMaps and Secrets so that a
 	// change of a spec.envFrom source rolls the pods within seconds; without it such a change
 	// is noticed at the next resync.
@@ -210,6 +216,8 @@ type Watcher struct {
 	pluginWait keySet
 	// policies looks up the admission policy (admission.go).
 	policies *admissionPolicies
+	// upgrades paces the ups whose only cause is a newer program version.
+	upgrades *programUpgrades
 	// fenced holds the host names of the operator pods that led this installation before this
 	// process took the Lease (recordLeader); nil without leader election.
 	fenced atomic.Pointer[map[string]bool]
@@ -255,6 +263,9 @@ func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opt
 	if opts.DeleteBlockedAfter == 0 {
 		opts.DeleteBlockedAfter = 2 * time.Minute
 	}
+	if opts.ProgramUpgradesPerMinute == 0 {
+		opts.ProgramUpgradesPerMinute = 60
+	}
 	if opts.AdmissionPolicyPoll == 0 {
 		opts.AdmissionPolicyPoll = 30 * time.Second
 	}
@@ -283,7 +294,9 @@ func New(client dynamic.Interface, kube kubeclient.Interface, stacks Stacks, opt
 		opts:     opts,
 		log:      opts.Logger,
 		policies: newAdmissionPolicies(kube, opts.AdmissionPolicySelector, opts.AdmissionPolicyPoll, opts.Registry),
+		upgrades: newProgramUpgrades(opts.ProgramUpgradesPerMinute),
 	}
+	m.registerUpgrades(opts.Registry, w.upgrades)
 	// No resync for the owned objects' and the envFrom sources' informers (0, here and in
 	// worker.go): the KindCustomHttp informer's own resync already queues every object each
 	// period, and its reconcile reads the owned objects from these caches to look for drift.

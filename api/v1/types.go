@@ -213,6 +213,10 @@ type KindCustomHttpStatus struct {
 	// appliedDigest is a digest of everything that determined the last successful up (spec,
 	// program version, stack); the operator skips an up when it is unchanged.
 	AppliedDigest string `json:"appliedDigest,omitempty"`
+	// appliedProgramVersion is the operator's program version (infra.ProgramVersion) that made
+	// the last successful up. An up whose only cause is a newer program version runs at the
+	// operator's program-upgrade pace (--program-upgrades-per-minute), after other work.
+	AppliedProgramVersion string `json:"appliedProgramVersion,omitempty"`
 	// replicas is the desired number of pods.
 	Replicas int32 `json:"replicas,omitempty"`
 	// readyReplicas is the number of ready pods, as the Deployment reports it.

@@ -1,0 +1,134 @@
+package watcher
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/client-go/tools/cache"
+)
+
+// ReasonProgramUpgraded: an up whose only cause is a new program version (infra.ProgramVersion)
+// of the operator, run at the program-upgrade pace (Options.ProgramUpgradesPerMinute) (Normal).
+const ReasonProgramUpgraded = "ProgramUpgraded"
+
+// maxUpgradeDefer bounds how long a program upgrade whose turn has come waits for the queue to
+// be empty: the creates, changes, deletes and drift repairs in it go first, but a queue that is
+// never empty (a resync of many objects) does not hold the upgrades back for ever.
+const maxUpgradeDefer = 2 * time.Second
+
+// programUpgrades paces the ups whose only cause is a new program version, so that an operator
+// upgrade that changes the program does not run one up per stack at once: those objects wait
+// in a FIFO of their own, outside the workqueue, and are queued one at a time at the pace of a
+// token bucket (golang.org/x/time/rate), each once the workqueue is empty or maxUpgradeDefer has
+// passed. A queued key carries a grant that lets its next reconcile run the up. Safe for
+// concurrent use.
+type programUpgrades struct {
+	// limiter is the pace; nil runs every upgrade at once (unpaced).
+	limiter *rate.Limiter
+	mu      sync.Mutex
+	waiting []cache.ObjectName // FIFO, each key once
+	queued  map[cache.ObjectName]bool
+	granted map[cache.ObjectName]bool
+	// wake is signalled when a key starts to wait.
+	wake chan struct{}
+}
+
+// newProgramUpgrades paces program upgrades at perMinute ups a minute (a burst of one); 0 or
+// less does not pace them.
+func newProgramUpgrades(perMinute int) *programUpgrades {
+	u := &programUpgrades{queued: map[cache.ObjectName]bool{}, granted: map[cache.ObjectName]bool{}, wake: make(chan struct{}, 1)}
+	if perMinute > 0 {
+		u.limiter = rate.NewLimiter(rate.Limit(float64(perMinute)/60), 1)
+	}
+	return u
+}
+
+// admit reports whether key's program upgrade may run now, using up its grant. Otherwise key
+// waits for its turn (once, in arrival order) and run queues it then.
+func (u *programUpgrades) admit(key cache.ObjectName) bool {
+	if u.limiter == nil {
+		return true
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.granted[key] {
+		delete(u.granted, key)
+		return true
+	}
+	if !u.queued[key] {
+		u.queued[key] = true
+		u.waiting = append(u.waiting, key)
+		select {
+		case u.wake <- struct{}{}:
+		default:
+		}
+	}
+	return false
+}
+
+// forget drops key's wait and grant (the object is gone).
+func (u *programUpgrades) forget(key cache.ObjectName) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	delete(u.granted, key)
+	delete(u.queued, key) // its place in waiting is skipped by next
+}
+
+// pending is the number of objects waiting for their turn.
+func (u *programUpgrades) pending() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.queued)
+}
+
+// next takes the oldest waiting key; ok is false when none waits.
+func (u *programUpgrades) next() (key cache.ObjectName, ok bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for len(u.waiting) > 0 {
+		key, u.waiting = u.waiting[0], u.waiting[1:]
+		if u.queued[key] {
+			delete(u.queued, key)
+			u.granted[key] = true
+			return key, true
+		}
+	}
+	u.waiting = nil // let the backing array go
+	return cache.ObjectName{}, false
+}
+
+// run grants the waiting keys their turn at the limiter's pace until ctx ends: for each, it
+// waits for idle (the workqueue empty; polled) for at most maxUpgradeDefer, then for a token,
+// then hands the key to add. It returns at once when the upgrades are unpaced.
+func (u *programUpgrades) run(ctx context.Context, idle func() bool, add func(cache.ObjectName)) {
+	if u.limiter == nil {
+		return
+	}
+	for {
+		if u.pending() == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-u.wake:
+				continue
+			}
+		}
+		deadline := time.Now().Add(maxUpgradeDefer)
+		for !idle() && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		// The token last, so that none saved up during the wait for idle makes a burst.
+		if err := u.limiter.Wait(ctx); err != nil {
+			return // ctx ended
+		}
+		if key, ok := u.next(); ok {
+			add(key)
+		}
+	}
+}
