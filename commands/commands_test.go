@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	sigyaml "sigs.k8s.io/yaml"
@@ -616,5 +617,42 @@ func TestCommandsEnvFromNeedsADigestKey(t *testing.T) {
 				t.Fatalf("wrote stacks %v", s)
 			}
 		})
+	}
+}
+
+// TestPreviewAll: `preview --all` previews every KindCustomHttp of the cluster (of --namespace)
+// as it is there, on the stacks the operator keeps: none would change after their ups, one
+// whose spec was changed in the cluster would (exit ExitChanges with --expect-no-changes, and
+// the Markdown summary counts it); --all with -f is refused before any Pulumi run.
+func TestPreviewAll(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	c := testenv.Connect(t)
+	ns := c.Namespace(t)
+	objs := createCR(t, c, ns, "a")
+	createCR(t, c, ns, "b")
+	l := newRunner(t)
+	for _, name := range []string{"a", "b"} {
+		if _, stderr, code := l.run("up", "--from-cluster", ns+"/"+name); code != 0 {
+			t.Fatalf("up %s: exit %d: %s", name, code, stderr)
+		}
+	}
+	out, stderr, code := l.run("preview", "--all", "-n", ns, "--expect-no-changes")
+	if code != 0 || !strings.Contains(out, ns+"/a") || !strings.Contains(out, ns+"/b") {
+		t.Fatalf("preview --all of unchanged stacks: exit %d\n%s\n%s", code, out, stderr)
+	}
+	if _, err := objs.Patch(context.Background(), "b", types.MergePatchType, []byte(`{"spec":{"replicaCount":3}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	md := filepath.Join(t.TempDir(), "summary.md")
+	out, stderr, code = l.run("preview", "--all", "-n", ns, "--expect-no-changes", "--summary-markdown", md)
+	if code != ExitChanges {
+		t.Fatalf("preview --all with one object changed: exit %d, want %d\n%s\n%s", code, ExitChanges, out, stderr)
+	}
+	summary, err := os.ReadFile(md)
+	if err != nil || !strings.Contains(string(summary), "2 objects, 1 with changes") || !strings.Contains(string(summary), "| `"+ns+"/b` |") {
+		t.Fatalf("markdown summary:\n%s (%v)", summary, err)
+	}
+	if _, stderr, code = l.run("preview", "--all", "-f", writeCR(t, ns, "a")); code != ExitInvalidInput || !strings.Contains(stderr, "one of them") {
+		t.Fatalf("preview --all -f: exit %d (want %d): %s", code, ExitInvalidInput, stderr)
 	}
 }

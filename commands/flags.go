@@ -12,8 +12,12 @@ import (
 // objectFlags are the flags of up, preview, refresh, destroy and stacks: one set of values,
 // since one command runs per process.
 type objectFlags struct {
-	files            cli.StringSlice
-	fromCluster      string
+	files       cli.StringSlice
+	fromCluster string
+	// all is preview's --all: every KindCustomHttp of the cluster (of namespace when it was
+	// given on the command line: namespaceGiven).
+	all              bool
+	namespaceGiven   bool
 	namespace        string
 	ignoreOtherKinds bool
 	jsonOut          bool

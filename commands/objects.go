@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -54,7 +55,7 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 	}
 	var client dynamic.Interface
 	var kube kubeclient.Interface
-	needCluster := of.fromCluster != "" || cfg.clusterName == "" || (op == Up && of.rolloutTimeout > 0)
+	needCluster := of.fromCluster != "" || of.all || cfg.clusterName == "" || (op == Up && of.rolloutTimeout > 0)
 	rc, rcErr := restConfig(cfg)
 	if needCluster && rcErr != nil {
 		return cli.Exit(rcErr.Error(), ExitInvalidInput)
@@ -68,6 +69,7 @@ func runObjects(c *cli.Context, cfg *config, of *objectFlags, op Operation) erro
 			return err
 		}
 	}
+	of.namespaceGiven = of.namespace != ""
 	if of.namespace == "" {
 		of.namespace = contextNamespace(cfg)
 	}
@@ -340,10 +342,15 @@ func envDigests(ctx context.Context, cfg *config, docs []api.Document) error {
 	return nil
 }
 
-// loadObjects reads the -f files, or the --from-cluster object through client.
+// loadObjects reads the -f files, the --from-cluster object or, with --all, every object of the
+// cluster through client.
 func loadObjects(ctx context.Context, of *objectFlags, client dynamic.Interface) ([]api.Document, error) {
 	files := of.files.Value()
 	switch {
+	case of.all && (of.fromCluster != "" || len(files) > 0):
+		return nil, errors.New("give -f, --from-cluster or --all, one of them")
+	case of.all:
+		return clusterObjects(ctx, of, client)
 	case of.fromCluster != "" && len(files) > 0:
 		return nil, errors.New("give -f or --from-cluster, not both")
 	case of.fromCluster == "":
@@ -362,4 +369,33 @@ func loadObjects(ctx context.Context, of *objectFlags, client dynamic.Interface)
 		return nil, err
 	}
 	return []api.Document{{File: "cluster", Index: 1, Line: 1, Object: obj}}, nil
+}
+
+// clusterObjects lists every KindCustomHttp of the cluster (of of.namespace when it was given),
+// in namespace/name order, leaving out those being deleted: their stacks are being destroyed.
+// An object whose spec does not convert fails the whole list, naming it, as `preview -f` fails
+// on such a document: a preview that left it out would report fewer changes than there are.
+func clusterObjects(ctx context.Context, of *objectFlags, client dynamic.Interface) ([]api.Document, error) {
+	ns := ""
+	if of.namespaceGiven {
+		ns = of.namespace
+	}
+	list, err := client.Resource(api.GroupVersionResource).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list the cluster's KindCustomHttp objects: %w", err)
+	}
+	var docs []api.Document
+	for i := range list.Items {
+		u := &list.Items[i]
+		if u.GetDeletionTimestamp() != nil {
+			continue
+		}
+		obj, err := api.FromUnstructured(u)
+		if err != nil {
+			return nil, fmt.Errorf("KindCustomHttp %s/%s in the cluster: %w", u.GetNamespace(), u.GetName(), err)
+		}
+		docs = append(docs, api.Document{File: "cluster " + u.GetNamespace() + "/" + u.GetName(), Index: 1, Line: 1, Object: obj})
+	}
+	slices.SortFunc(docs, func(a, b api.Document) int { return strings.Compare(a.File, b.File) })
+	return docs, nil
 }
