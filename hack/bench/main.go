@@ -329,23 +329,32 @@ const (
 	partitionEnd   = "<!-- /partition -->"
 	// The tenants section: test/tenants' figures (the flood of look-alikes, the fair share),
 	// written from their logs.
-	tenantsBegin = "<!-- tenants: from test/tenants (TestFloodOfLookAlikes, TestFairShare); make bench keeps it -->"
+	tenantsBegin = "<!-- tenants: from test/tenants (TestFloodOfLookAlikes, TestFloodOfLabelledLookAlikes, TestFairShare); make bench keeps it -->"
 	tenantsEnd   = "<!-- /tenants -->"
 )
 
 // keepSections is content with the scale, soak, partition and tenants sections of old (the doc
 // as it was), those it has, appended: a bench run regenerates its own figures and keeps those of
 // `make bench-scale`, `make soak`, TestPartition and test/tenants, which take runs of their own.
+// A section is found by its begin marker's name (markerName), so that a marker whose
+// description was edited in the doc still keeps its section.
 func keepSections(old, content string) string {
 	content = strings.TrimRight(content, "\n") + "\n"
 	for _, m := range [][2]string{{scaleBegin, scaleEnd}, {soakBegin, soakEnd}, {partitionBegin, partitionEnd}, {tenantsBegin, tenantsEnd}} {
-		i, j := strings.Index(old, m[0]), strings.Index(old, m[1])
+		i, j := strings.Index(old, markerName(m[0])), strings.Index(old, m[1])
 		if i < 0 || j < i {
 			continue
 		}
 		content += "\n" + old[i:j+len(m[1])] + "\n"
 	}
 	return content
+}
+
+// markerName is the fixed part of a begin marker, "<!-- tenants:": the words after the colon
+// describe the section.
+func markerName(begin string) string {
+	name, _, _ := strings.Cut(begin, ":")
+	return name + ":"
 }
 
 // renderOnly prints the table of a results.json and writes docs from it.

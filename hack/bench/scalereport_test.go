@@ -40,6 +40,11 @@ func TestSectionsKept(t *testing.T) {
 	if got != want {
 		t.Errorf("keepSections:\ngot  %q\nwant %q", got, want)
 	}
+	// A marker whose description was edited by hand keeps its section all the same.
+	edited := strings.Replace(old, tenantsBegin, "<!-- tenants: described otherwise -->", 1)
+	if got := keepSections(edited, "# Benchmarks\nnew figures\n"); !strings.Contains(got, "described otherwise -->\ntenants\n"+tenantsEnd) {
+		t.Errorf("keepSections lost the tenants section of an edited marker:\n%q", got)
+	}
 	got = spliceSection(old, scaleBegin, scaleEnd, "scale v2\n")
 	want = strings.Replace(old, "scale v1", "scale v2", 1)
 	if got != want {
