@@ -32,6 +32,52 @@ import (
 // (pkg/v3 backend/diy state.go backupStack; sdk go/common/env DIYBackendDisableCheckpointBackups).
 const backupsOff = "PULUMI_DIY_BACKEND_DISABLE_CHECKPOINT_BACKUPS"
 
+// prune asks the engine host, or without one the CLI (pruneByCLI), to keep only the newest
+// updates of stackName's history and backups that opts allows (Manager.keep: its KeepHistory,
+// else Config.KeepHistory), after an operation that ran as a CLI process: best effort (the
+// operation has succeeded; the next prune catches up), so failures are only logged. Nothing
+// happens on Pulumi Cloud or with a depth of 0.
+func (m *Manager) prune(ctx context.Context, stackName string, opts RunOptions) {
+	keep, budgeted := m.keep(opts)
+	if isCloud(m.cfg.BackendURL) || keep < 1 || (!budgeted && !m.pruneDue(stackName)) {
+		return
+	}
+	if m.engineHost == nil {
+		m.pruneByCLI(ctx, stackName, keep)
+		return
+	}
+	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpPrune, Stack: stackName, Keep: keep})
+	if err != nil {
+		slog.Warn("could not prune the stack's history", "stack", stackName, "error", err)
+		return
+	}
+	if r.Code != 0 {
+		r.PruneError = strings.TrimSpace(r.Stderr)
+	}
+	reportPrune(stackName, r)
+}
+
+// pruneDue reports whether an up or refresh of stackName that ran as a CLI process should prune
+// its history now: always, but with Config.CLIUps or without an engine host only every
+// KeepHistory-th time per stack (counted in this process), so that each prune's process is paid
+// once per KeepHistory ups and the history holds at most twice KeepHistory updates.
+func (m *Manager) pruneDue(stackName string) bool {
+	if !m.cfg.CLIUps && m.engineHost != nil {
+		return true
+	}
+	m.unprunedMu.Lock()
+	defer m.unprunedMu.Unlock()
+	if m.unpruned == nil {
+		m.unpruned = map[string]int{}
+	}
+	m.unpruned[stackName]++
+	if m.unpruned[stackName] < m.cfg.KeepHistory {
+		return false
+	}
+	delete(m.unpruned, stackName)
+	return true
+}
+
 // pruneByCLI prunes stackName's history to keep updates with the pinned CLI's
 // protocol.PruneCommand, for a Manager without an engine host: best effort, like prune. A CLI
 // that does not know the command (not the project's build) is reported once and not asked again.
@@ -57,6 +103,16 @@ func (m *Manager) pruneByCLI(ctx context.Context, stackName string, keep int) {
 		return
 	}
 	reportPrune(stackName, r)
+}
+
+// reportPrune logs what pruning did for the reply r of stackName: a warning when it failed.
+func reportPrune(stackName string, r protocol.Reply) {
+	switch {
+	case r.PruneError != "":
+		slog.Warn("could not prune the stack's history", "stack", stackName, "error", RedactText(r.PruneError))
+	case r.Pruned > 0:
+		slog.Debug("pruned the stack's history and backups", "stack", stackName, "files", r.Pruned)
+	}
 }
 
 // removeStack removes stackName, which must hold no resources any more, from the backend with

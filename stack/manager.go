@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,11 +23,6 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 )
-
-// PinnedCLIVersion is the pulumi CLI version the project builds (agent/go.mod) and tests
-// against. A different CLI works if it is at least the Automation API's minimum; New logs
-// nothing about it, callers may compare Manager.CLIVersion.
-const PinnedCLIVersion = "3.274.1"
 
 // ChildGOGC is the Go garbage collector target (GOGC, percent of the live heap allocated
 // between two collections) that the pulumi CLI runs with, and so the provider plugins it
@@ -306,14 +300,6 @@ func (m *Manager) QualifiedName(stack string) string {
 // diyOrganization is the organization of every stack of a DIY backend (pkg/v3 backend/diy).
 const diyOrganization = "organization"
 
-// isCloud reports whether backendURL is Pulumi Cloud's (http or https; pkg/v3 backend/diy
-// IsDIYBackendURL's rule), as opposed to a DIY backend's bucket URL. An empty URL is the CLI's
-// default, Pulumi Cloud.
-func isCloud(backendURL string) bool {
-	u, err := url.Parse(backendURL)
-	return backendURL == "" || (err == nil && (u.Scheme == "http" || u.Scheme == "https"))
-}
-
 // defaultOrganization is the CLI's default organization on Pulumi Cloud (`pulumi org
 // get-default`), "" when the CLI cannot tell (not logged in, unreachable); the failure is logged.
 func (m *Manager) defaultOrganization() string {
@@ -369,135 +355,4 @@ func checkSecretsProvider(p string) error {
 	}
 	return fmt.Errorf("configure stack manager: secrets provider %q: want passphrase, default (Pulumi Cloud) or a KMS URL (%s://...)",
 		p, strings.Join(secretsProviderSchemes, "://, "))
-}
-
-// ErrCredentialsInURL means the backend URL carries a password or another credential (in its
-// user part or a query parameter such as password=, sslpassword=, sig=, secret_key=).
-// Credentials go in the environment, where the backend's driver reads them, and so never rest
-// on disk or show on a command line.
-var ErrCredentialsInURL = errors.New("backend URL holds a credential")
-
-// credentialsInURL returns an ErrCredentialsInURL error that says where to put the credential,
-// or nil.
-func credentialsInURL(u *url.URL) error {
-	_, hasPassword := u.User.Password()
-	if !hasPassword && !hasSecretQuery(u.RawQuery) {
-		return nil
-	}
-	where := "in the backend's own environment variable"
-	switch u.Scheme {
-	case "postgres", "postgresql":
-		where = "in PGPASSWORD (Secret key pgpassword; chart value backendCredentials.pgpassword)"
-	case "s3":
-		where = "in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (Secret keys aws-access-key-id, aws-secret-access-key; chart values backendCredentials.*)"
-	case "azblob":
-		where = "in AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN (extraEnv from a Secret)"
-	}
-	return fmt.Errorf("configure stack manager: %w: %s: Pulumi and the workspaces on the state volume would keep it in clear; remove it from the URL and give it %s",
-		ErrCredentialsInURL, RedactURL(u.String()), where)
-}
-
-// postgresAppName is the application_name this Manager's pulumi processes connect to a
-// PostgreSQL backend with (PGAPPNAME, which lib/pq, the backend's driver, reads; an
-// application_name in the URL wins over it): "pulumi-operator@<host name>", so that a database
-// administrator sees in pg_stat_activity, and a trigger can record, which operator replica a
-// connection is. "" for another backend, when PGAPPNAME is set already, or without a host name.
-func postgresAppName(backendURL string) string {
-	u, err := url.Parse(backendURL)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || os.Getenv("PGAPPNAME") != "" {
-		return ""
-	}
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		return ""
-	}
-	return "pulumi-operator@" + host
-}
-
-// prepareBackend checks the backend URL (no credentials in it: credentialsInURL) and creates a
-// file:// backend's directory.
-func prepareBackend(raw string) (string, error) {
-	if raw == "" {
-		return "", errors.New("configure stack manager: empty backend URL")
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" {
-		return "", fmt.Errorf("configure stack manager: backend URL %q: want file:///dir, postgres://, s3://, gs://, azblob:// or https://", RedactURL(raw))
-	}
-	if err := credentialsInURL(u); err != nil {
-		return "", err
-	}
-	if u.Scheme != "file" {
-		return raw, nil
-	}
-	dir := u.Path
-	if u.Host != "" && u.Host != "localhost" { // file://relative/dir
-		dir = filepath.Join(u.Host, u.Path)
-	}
-	if dir == "" {
-		return "", fmt.Errorf("configure stack manager: backend URL %q names no directory", raw)
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return "", fmt.Errorf("configure stack manager: backend directory %q: %w", dir, err)
-	}
-	if err := os.MkdirAll(abs, 0o700); err != nil {
-		return "", fmt.Errorf("create backend directory: %w", err)
-	}
-	return "file://" + abs, nil
-}
-
-// pulumiCommand wraps the CLI at path. The Automation API expects the binary at
-// <root>/bin/pulumi; when path is laid out otherwise, a symlink under workRoot provides that
-// shape.
-func pulumiCommand(path, workRoot string, procs *processSet) (auto.PulumiCommand, error) {
-	if path == "" {
-		return nil, errors.New("configure stack manager: no pulumi CLI path")
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, fmt.Errorf("resolve pulumi CLI path: %w", err)
-	}
-	if _, err := os.Stat(abs); err != nil {
-		return nil, fmt.Errorf("find pulumi CLI: %w (build it with `make tools`, or pass --pulumi)", err)
-	}
-	root := filepath.Dir(filepath.Dir(abs))
-	if filepath.Base(filepath.Dir(abs)) != "bin" || filepath.Base(abs) != "pulumi" {
-		root = filepath.Join(workRoot, ".pulumi-cli")
-		link := filepath.Join(root, "bin", "pulumi")
-		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
-			return nil, fmt.Errorf("link pulumi CLI: %w", err)
-		}
-		_ = os.Remove(link)
-		if err := os.Symlink(abs, link); err != nil {
-			return nil, fmt.Errorf("link pulumi CLI: %w", err)
-		}
-	}
-	cli := filepath.Join(root, "bin", "pulumi")
-	version, err := cliVersionOf(cli)
-	if err != nil {
-		return nil, fmt.Errorf("run pulumi CLI %s: %w", abs, err)
-	}
-	return &trackedCommand{path: cli, version: version, procs: procs}, nil
-}
-
-// cliVersionOf runs `<cli> version` with the allow-listed environment (Environ) and returns the
-// version it prints. It is what auto.NewPulumiCommand does, written out because auto runs it
-// with this process's whole environment. The Automation API of this module speaks to CLIs of
-// its own major version only (auto's check): another major is an error that says so.
-func cliVersionOf(cli string) (semver.Version, error) {
-	cmd := exec.Command(cli, "version")
-	cmd.Env = append(Environ(), "PULUMI_SKIP_UPDATE_CHECK=true")
-	out, err := cmd.Output()
-	if err != nil {
-		return semver.Version{}, fmt.Errorf("`pulumi version`: %w", err)
-	}
-	v, err := semver.ParseTolerant(strings.TrimSpace(string(out)))
-	if err != nil {
-		return semver.Version{}, fmt.Errorf("`pulumi version` printed %q: %w", strings.TrimSpace(string(out)), err)
-	}
-	if want := semver.MustParse(PinnedCLIVersion); v.Major != want.Major {
-		return semver.Version{}, fmt.Errorf("pulumi CLI v%s: the operator needs major version %d (it pins v%s)", v, want.Major, PinnedCLIVersion)
-	}
-	return v, nil
 }
