@@ -40,9 +40,9 @@ func Expected(d api.Desired) (Objects, error) {
 	}
 	var objs Objects
 	for typ, into := range map[string]any{
-		configMap.token:  &objs.ConfigMap,
-		deployment.token: &objs.Deployment,
-		service.token:    &objs.Service,
+		"kubernetes:core/v1:ConfigMap":  &objs.ConfigMap,
+		"kubernetes:apps/v1:Deployment": &objs.Deployment,
+		"kubernetes:core/v1:Service":    &objs.Service,
 	} {
 		in, ok := m.inputs[typ]
 		if !ok {

@@ -134,7 +134,6 @@ func FuzzProgram(f *testing.F) {
 			checkDeclared(t, d, m)
 			checkBuild(t, d, m.resources)
 		}
-		checkTypedSDK(t, d)
 	})
 }
 

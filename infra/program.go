@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"path"
 
+	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
+	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
@@ -127,144 +129,31 @@ type Declared struct {
 // its finalizer. patchForce lets an up take back fields changed by hand (kubectl scale, edit),
 // which is how drift is repaired.
 func Declare(ctx *pulumi.Context, d api.Desired) (Declared, error) {
-	labels := pulumi.ToStringMap(Labels(d))
-	selector := pulumi.ToStringMap(SelectorLabels(d))
-	meta := func(name string) pulumi.Map {
-		m := pulumi.Map{
-			"name":        pulumi.String(name),
-			"namespace":   pulumi.String(d.Namespace),
-			"labels":      labels,
-			"annotations": pulumi.StringMap{"pulumi.com/patchForce": pulumi.String("true"), SkipAwait: pulumi.String("true")},
-		}
-		if d.OwnerUID != "" {
-			m["ownerReferences"] = pulumi.Array{pulumi.Map{
-				"apiVersion": pulumi.String(OwnerAPIVersion),
-				"kind":       pulumi.String(OwnerKind),
-				"name":       pulumi.String(d.Name),
-				"uid":        pulumi.String(d.OwnerUID),
-				"controller": pulumi.Bool(true),
-			}}
-		}
-		return m
-	}
+	args := describe(d)
 	// Names are fixed (the original's), so a replacement must delete first.
 	opts := []pulumi.ResourceOption{pulumi.DeleteBeforeReplace(true)}
-
-	cm, err := register(ctx, configMap, resConfigMap, pulumi.Map{
-		"metadata": meta(d.ConfigMapName()),
-		"data":     pulumi.ToStringMap(d.ConfigMapData),
-	}, opts...)
+	cm, err := corev1.NewConfigMap(ctx, resConfigMap, args.ConfigMap, opts...)
 	if err != nil {
 		return Declared{}, err
 	}
-
 	// The ConfigMap exists before the pods that mount it.
 	depOpts := append([]pulumi.ResourceOption{pulumi.DependsOn([]pulumi.Resource{cm})}, opts...)
-	liveness, readiness := probePaths(d)
-	container := pulumi.Map{
-		"name":  pulumi.String(ContainerName),
-		"image": pulumi.String(d.Image),
-		// Pod Security "restricted": no root, no privilege escalation, no capabilities,
-		// RuntimeDefault seccomp; the server writes nothing.
-		"securityContext": pulumi.Map{
-			"allowPrivilegeEscalation": pulumi.Bool(false),
-			"readOnlyRootFilesystem":   pulumi.Bool(true),
-			"capabilities":             pulumi.Map{"drop": pulumi.StringArray{pulumi.String("ALL")}},
-		},
-		"livenessProbe":  httpProbe(liveness, 10),
-		"readinessProbe": httpProbe(readiness, 5),
-		"ports": pulumi.Array{pulumi.Map{
-			"name":          pulumi.String(PortName),
-			"containerPort": pulumi.Int(int(d.ContainerPort)),
-			"protocol":      pulumi.String("TCP"),
-		}},
-		"volumeMounts": pulumi.Array{pulumi.Map{
-			"name":      pulumi.String(VolumeName),
-			"mountPath": pulumi.String(api.ConfigMountPath),
-			"readOnly":  pulumi.Bool(true),
-		}},
-	}
-	if args := serverArgs(d); len(args) > 0 {
-		container["args"] = pulumi.ToStringArray(args)
-	}
-	if len(d.EnvFrom) > 0 {
-		envFrom := pulumi.Array{}
-		for _, e := range d.EnvFrom {
-			src := pulumi.Map{}
-			if e.Prefix != "" {
-				src["prefix"] = pulumi.String(e.Prefix)
-			}
-			if e.Kind == api.EnvKindSecret {
-				src["secretRef"] = pulumi.Map{"name": pulumi.String(e.Name)}
-			} else {
-				src["configMapRef"] = pulumi.Map{"name": pulumi.String(e.Name)}
-			}
-			envFrom = append(envFrom, src)
-		}
-		container["envFrom"] = envFrom
-	}
-	dep, err := register(ctx, deployment, resDeployment, pulumi.Map{
-		"metadata": meta(d.Name),
-		"spec": pulumi.Map{
-			"replicas": pulumi.Int(int(d.ReplicaCount)),
-			"selector": pulumi.Map{"matchLabels": selector},
-			"template": pulumi.Map{
-				"metadata": pulumi.Map{"labels": labels, "annotations": podAnnotations(d)},
-				"spec": pulumi.Map{
-					// The http server never calls the Kubernetes API: no token in its pods for a
-					// compromised server to use.
-					"automountServiceAccountToken": pulumi.Bool(false),
-					"securityContext": pulumi.Map{
-						"runAsNonRoot":   pulumi.Bool(true),
-						"runAsUser":      pulumi.Int(NonRootUID),
-						"runAsGroup":     pulumi.Int(NonRootUID),
-						"seccompProfile": pulumi.Map{"type": pulumi.String("RuntimeDefault")},
-					},
-					"containers": pulumi.Array{container},
-					"volumes": pulumi.Array{pulumi.Map{
-						"name": pulumi.String(VolumeName),
-						// The literal name, not cm's output: an output would make Pulumi
-						// replace the Deployment whenever it replaces the ConfigMap.
-						"configMap": pulumi.Map{"name": pulumi.String(d.ConfigMapName())},
-					}},
-				},
-			},
-		},
-	}, depOpts...)
+	dep, err := appsv1.NewDeployment(ctx, resDeployment, args.Deployment, depOpts...)
 	if err != nil {
 		return Declared{}, err
 	}
-
-	svcSpec := pulumi.Map{
-		"type":     pulumi.String(string(d.ServiceType)),
-		"selector": selector,
-		"ports": pulumi.Array{pulumi.Map{
-			"name":       pulumi.String(PortName),
-			"port":       pulumi.Int(int(d.Port)),
-			"targetPort": pulumi.String(PortName),
-			"protocol":   pulumi.String("TCP"),
-		}},
-	}
-	if d.ServiceType == api.ServiceTypeHeadless {
-		svcSpec["type"] = pulumi.String(string(api.ServiceTypeClusterIP))
-		svcSpec["clusterIP"] = pulumi.String("None")
-	}
-	svc, err := register(ctx, service, resService, pulumi.Map{
-		"metadata": meta(d.Name),
-		"spec":     svcSpec,
-	}, opts...)
+	svc, err := corev1.NewService(ctx, resService, args.Service, opts...)
 	if err != nil {
 		return Declared{}, err
 	}
-
 	return export(ctx, Declared{
-		Deployment: field(dep.Metadata, "name"),
+		Deployment: dep.Metadata.Name().Elem(),
 		Outputs: pulumi.StringMap{
 			OutputNamespace:      pulumi.String(d.Namespace),
-			OutputConfigMapName:  field(cm.Metadata, "name"),
-			OutputDeploymentName: field(dep.Metadata, "name"),
-			OutputServiceName:    field(svc.Metadata, "name"),
-			OutputClusterIP:      field(svc.Spec, "clusterIP"),
+			OutputConfigMapName:  cm.Metadata.Name().Elem(),
+			OutputDeploymentName: dep.Metadata.Name().Elem(),
+			OutputServiceName:    svc.Metadata.Name().Elem(),
+			OutputClusterIP:      svc.Spec.ClusterIP().Elem(),
 		},
 	}), nil
 }
@@ -314,13 +203,5 @@ func serverArgs(d api.Desired) []string {
 	return []string{
 		fmt.Sprintf("--listen=:%d", d.ContainerPort),
 		"--config=" + path.Join(api.ConfigMountPath, PeerFileKey),
-	}
-}
-
-// httpProbe probes path on the container's "http" port every periodSeconds.
-func httpProbe(path string, periodSeconds int) pulumi.Map {
-	return pulumi.Map{
-		"httpGet":       pulumi.Map{"path": pulumi.String(path), "port": pulumi.String(PortName)},
-		"periodSeconds": pulumi.Int(periodSeconds),
 	}
 }

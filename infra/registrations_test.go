@@ -10,9 +10,17 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 )
 
 var updateRegistrations = flag.Bool("update", false, "rewrite testdata/registrations/*.json with what Declare registers now")
@@ -80,4 +88,58 @@ func canonical(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(out)
+}
+
+// rpcMocks answers like mocks and records the whole RegisterResource request of every object,
+// by type token: what the engine receives (inputs, provider version, aliases, dependencies,
+// deleteBeforeReplace, ...), with the program's source position and stack trace cleared.
+type rpcMocks struct {
+	mocks
+	rpcMu sync.Mutex
+	rpcs  map[string]*pulumirpc.RegisterResourceRequest
+}
+
+func (m *rpcMocks) NewResource(args pulumi.MockResourceArgs) (string, resource.PropertyMap, error) {
+	req := proto.Clone(args.RegisterRPC).(*pulumirpc.RegisterResourceRequest)
+	req.SourcePosition, req.StackTrace, req.ParentStackTraceHandle = nil, nil, ""
+	m.rpcMu.Lock()
+	m.rpcs[args.TypeToken] = req
+	m.rpcMu.Unlock()
+	return m.mocks.NewResource(args)
+}
+
+// registrations runs declare for d against rpcMocks, as a preview or an up, and returns the
+// requests it sent and the stack outputs and Deployment name it declared, resolved.
+func registrations(d api.Desired, preview bool,
+	declare func(*pulumi.Context, api.Desired) (Declared, error),
+) (map[string]*pulumirpc.RegisterResourceRequest, map[string]string, error) {
+	m := &rpcMocks{mocks: mocks{resources: map[string]map[string]any{}, names: map[string]string{}},
+		rpcs: map[string]*pulumirpc.RegisterResourceRequest{}}
+	resolved := make(chan map[string]string, 1)
+	opts := []pulumi.RunOption{pulumi.WithMocks("kindcustomhttp", "test", m)}
+	if preview {
+		opts = append(opts, dryRun)
+	}
+	err := pulumi.RunErr(func(ctx *pulumi.Context) error {
+		decl, err := declare(ctx, d)
+		if err != nil {
+			return err
+		}
+		pulumi.All(decl.Deployment, decl.Outputs).ApplyT(func(v []any) error {
+			out := maps.Clone(v[1].(map[string]string))
+			out["Declared.Deployment"] = v[0].(string)
+			resolved <- out
+			return nil
+		})
+		return nil
+	}, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	select {
+	case out := <-resolved:
+		return m.rpcs, out, nil
+	case <-time.After(10 * time.Second):
+		return nil, nil, fmt.Errorf("the outputs of %s/%s did not resolve within 10 s", d.Namespace, d.Name)
+	}
 }

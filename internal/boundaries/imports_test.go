@@ -61,9 +61,8 @@ var rules = []rule{
 	},
 	{
 		prefix:  "github.com/pulumi/pulumi-kubernetes/sdk",
-		allowed: nil,
-		why: "infra registers the Kubernetes provider's resources by type token; the typed SDK " +
-			"is for tests only, where it is the oracle of infra's registrations",
+		allowed: []string{"infra"},
+		why:     "only infra declares Kubernetes resources, through the SDK's typed constructors",
 	},
 	{
 		prefix: "k8s.io/client-go/kubernetes", exact: true,
