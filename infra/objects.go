@@ -14,7 +14,7 @@ import (
 // Build returns the objects Declare declares for d as client-go types, with every field Declare
 // sets and no other: the program's inputs, before the apiserver defaults anything. It is what
 // the controller compares the live objects with to find drift (hand-made changes), for every
-// declared field, at a few microseconds per object (BenchmarkBuild) and without Pulumi.
+// declared field, in this process and without Pulumi (BenchmarkBuild measures its cost).
 //
 // Declare and Build describe the same objects twice, in the two type systems that need them
 // (Pulumi's inputs, which the engine diffs, and client-go's, which the informers hold);

@@ -54,10 +54,11 @@ type object struct {
 // metadata, spec or data; apiVersion and kind are added here) and opts.
 //
 // It does what the Pulumi Kubernetes SDK's typed constructors do (the type token, apiVersion
-// and kind, the provider version first and the kind's aliases last), by hand: those
-// constructors and their typed arguments weigh 18 MB in the operator's binary for three object
-// types (docs/design/engine-host.md, "The image"); TestDeclareIsTypedSDK holds every registration equal to the SDK's. Errors: the
-// SDK's RegisterResource (a closed or failed engine connection).
+// and kind, the provider version first and the kind's aliases last), by hand: linking those
+// constructors and their typed arguments would add the whole typed SDK to the operator's binary
+// for three object types (docs/design/engine-host.md, "The image", has the size);
+// TestDeclareIsTypedSDK holds every registration equal to the SDK's. Errors: the SDK's
+// RegisterResource (a closed or failed engine connection).
 func register(ctx *pulumi.Context, k kind, name string, inputs pulumi.Map, opts ...pulumi.ResourceOption) (*object, error) {
 	inputs["apiVersion"] = pulumi.String(k.apiVersion)
 	inputs["kind"] = pulumi.String(k.kind)
