@@ -96,8 +96,9 @@ type Config struct {
 }
 
 // Manager runs Pulumi operations on the stacks of one project and backend. It is safe for
-// concurrent use on different stacks; updates of one stack are serialized by Pulumi's lock
-// (a second concurrent one fails with ErrLocked). See the package comment.
+// concurrent use on different stacks; two updates of one stack never run at once (Pulumi's lock
+// fails the second with ErrLocked, or the engine host runs them one after the other). See the
+// package comment.
 type Manager struct {
 	cfg Config
 	// backend is Config.BackendURL parsed by New (ParseBackend): every use of the backend reads
