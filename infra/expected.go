@@ -25,8 +25,8 @@ type Objects struct {
 // Expected runs Declare for d against Pulumi's mocks, in this process (nothing is sent
 // anywhere, no engine or provider runs), and returns what it declared, decoded into client-go
 // types. Tests use it for "live" objects that are what an up leaves, independent of Build (which
-// TestBuildIsDeclare holds to Declare). It costs about a millisecond per call
-// (BenchmarkExpected); the controller uses Build.
+// TestBuildIsDeclare holds to Declare). It runs the Pulumi SDK's program machinery, which costs
+// far more per call than Build (BenchmarkExpected, BenchmarkBuild); the controller uses Build.
 // Errors: Declare's own (none for a resolved Desired), or inputs that do not decode into the
 // client-go types (a bug here).
 func Expected(d api.Desired) (Objects, error) {

@@ -8,37 +8,99 @@ import (
 	"path/filepath"
 )
 
-// prepareBackend checks the backend URL (no credentials in it: credentialsInURL) and creates a
-// file:// backend's directory.
-func prepareBackend(raw string) (string, error) {
+// BackendKind is the kind of state backend a backend URL names, told by its scheme.
+type BackendKind int
+
+// The kinds of backend. Every kind but BackendCloud is a DIY backend: Pulumi's own code
+// (pkg/v3 backend/diy) keeps the state in a bucket, and the engine host can serve it.
+const (
+	// BackendFile is a directory on this machine: file:///abs/dir (or file://rel/dir, taken from
+	// the current directory).
+	BackendFile BackendKind = iota + 1
+	// BackendPostgres is a PostgreSQL database: postgres:// or postgresql://.
+	BackendPostgres
+	// BackendS3 is an S3 bucket, AWS's or an S3-compatible endpoint's: s3://.
+	BackendS3
+	// BackendCloud is Pulumi Cloud or a self-hosted Pulumi service: http:// or https:// (pkg/v3
+	// backend/diy IsDIYBackendURL's rule: every other scheme is a DIY backend's).
+	BackendCloud
+	// BackendOtherDIY is any other DIY bucket (gs://, azblob://, ...), which the pulumi CLI
+	// opens itself: nothing here reads it.
+	BackendOtherDIY
+)
+
+// Backend is a state backend URL (Config.BackendURL) parsed and checked once, by ParseBackend.
+type Backend struct {
+	// Kind is what the URL's scheme names.
+	Kind BackendKind
+	// URL is the parsed URL; for BackendFile, file:// and Dir.
+	URL *url.URL
+	// Dir is a BackendFile's directory, absolute; "" for every other kind.
+	Dir string
+	// raw is what String returns.
+	raw string
+}
+
+// String is the URL as the pulumi CLI and the engine host get it (PULUMI_BACKEND_URL): as it
+// was given, except that a file:// URL is "file://" and Dir. It holds no password or secret
+// query parameter (ParseBackend refuses them) but may hold a user and host names: logs take
+// RedactURL of it.
+func (b Backend) String() string { return b.raw }
+
+// wantBackend is what a backend URL may be, for errors that say what to fix.
+const wantBackend = "want file:///dir, postgres://, s3://, gs://, azblob:// or https://"
+
+// ParseBackend parses raw, a state backend URL: file:///abs/dir (file://rel/dir is made
+// absolute from the current directory; nothing is created), postgres:// or postgresql://,
+// s3://, https:// or http:// (Pulumi Cloud), or any other scheme, which the pulumi CLI opens
+// as a DIY bucket (gs://, azblob://, ...). Errors say what to fix: an empty URL, one that does
+// not parse or has no scheme, a file:// URL that names no directory, a credential in the URL
+// (ErrCredentialsInURL, saying which variable takes it instead), or a relative file://
+// directory when the current directory cannot be found. No error shows a password.
+func ParseBackend(raw string) (Backend, error) {
 	if raw == "" {
-		return "", errors.New("configure stack manager: empty backend URL")
+		return Backend{}, errors.New("empty backend URL: " + wantBackend)
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
-		return "", fmt.Errorf("configure stack manager: backend URL %q: want file:///dir, postgres://, s3://, gs://, azblob:// or https://", RedactURL(raw))
+		return Backend{}, fmt.Errorf("backend URL %q: %s", RedactURL(raw), wantBackend)
 	}
 	if err := credentialsInURL(u); err != nil {
-		return "", err
+		return Backend{}, err
 	}
-	if u.Scheme != "file" {
-		return raw, nil
+	if u.Scheme == "file" {
+		return parseFileBackend(u, raw)
 	}
+	b := Backend{URL: u, raw: raw}
+	switch u.Scheme {
+	case "postgres", "postgresql":
+		b.Kind = BackendPostgres
+	case "s3":
+		b.Kind = BackendS3
+	case "http", "https":
+		b.Kind = BackendCloud
+	default:
+		b.Kind = BackendOtherDIY
+	}
+	return b, nil
+}
+
+// parseFileBackend is ParseBackend's result for u, a file:// URL (raw as given): its
+// directory, absolute. The host part is the first element of a relative directory
+// (file://rel/dir) unless it is empty or "localhost".
+func parseFileBackend(u *url.URL, raw string) (Backend, error) {
 	dir := u.Path
 	if u.Host != "" && u.Host != "localhost" { // file://relative/dir
 		dir = filepath.Join(u.Host, u.Path)
 	}
 	if dir == "" {
-		return "", fmt.Errorf("configure stack manager: backend URL %q names no directory", raw)
+		return Backend{}, fmt.Errorf("backend URL %q names no directory: want file:///dir", raw)
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return "", fmt.Errorf("configure stack manager: backend directory %q: %w", dir, err)
+		return Backend{}, fmt.Errorf("backend directory %q: %w", dir, err)
 	}
-	if err := os.MkdirAll(abs, 0o700); err != nil {
-		return "", fmt.Errorf("create backend directory: %w", err)
-	}
-	return "file://" + abs, nil
+	return Backend{Kind: BackendFile, URL: &url.URL{Scheme: "file", Path: abs}, Dir: abs, raw: "file://" + abs}, nil
 }
 
 // ErrCredentialsInURL means the backend URL carries a password or another credential (in its
@@ -63,7 +125,7 @@ func credentialsInURL(u *url.URL) error {
 	case "azblob":
 		where = "in AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN (extraEnv from a Secret)"
 	}
-	return fmt.Errorf("configure stack manager: %w: %s: Pulumi and the workspaces on the state volume would keep it in clear; remove it from the URL and give it %s",
+	return fmt.Errorf("%w: %s: Pulumi and the workspaces on the state volume would keep it in clear; remove it from the URL and give it %s",
 		ErrCredentialsInURL, RedactURL(u.String()), where)
 }
 
@@ -72,9 +134,8 @@ func credentialsInURL(u *url.URL) error {
 // application_name in the URL wins over it): "pulumi-operator@<host name>", so that a database
 // administrator sees in pg_stat_activity, and a trigger can record, which operator replica a
 // connection is. "" for another backend, when PGAPPNAME is set already, or without a host name.
-func postgresAppName(backendURL string) string {
-	u, err := url.Parse(backendURL)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || os.Getenv("PGAPPNAME") != "" {
+func postgresAppName(b Backend) string {
+	if b.Kind != BackendPostgres || os.Getenv("PGAPPNAME") != "" {
 		return ""
 	}
 	host, err := os.Hostname()
@@ -82,12 +143,4 @@ func postgresAppName(backendURL string) string {
 		return ""
 	}
 	return "pulumi-operator@" + host
-}
-
-// isCloud reports whether backendURL is Pulumi Cloud's (http or https; pkg/v3 backend/diy
-// IsDIYBackendURL's rule), as opposed to a DIY backend's bucket URL. An empty URL is the CLI's
-// default, Pulumi Cloud.
-func isCloud(backendURL string) bool {
-	u, err := url.Parse(backendURL)
-	return backendURL == "" || (err == nil && (u.Scheme == "http" || u.Scheme == "https"))
 }

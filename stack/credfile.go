@@ -2,7 +2,6 @@ package stack
 
 import (
 	"log/slog"
-	"net/url"
 	"os"
 	"strings"
 )
@@ -36,16 +35,13 @@ func awsCredentials(profile, id, secret, token string) string {
 	return out
 }
 
-// moveCredentials moves the credentials of backendURL's scheme from env (the Manager's additions)
-// and this process's environment into a memory file: env then names the file instead, and the
-// returned names are to be left out of the inherited environment. The file is returned to be
-// kept open for the Manager's life. Nothing changes for another backend, without credentials in
-// the environment, or when the file cannot be made (a warning is logged: the variables then stay).
-func moveCredentials(backendURL string, env map[string]string) (keep *os.File, drop []string) {
-	u, err := url.Parse(backendURL)
-	if err != nil {
-		return nil, nil
-	}
+// moveCredentials moves the credentials of backend's kind (PostgreSQL, S3) from env (the
+// Manager's additions) and this process's environment into a memory file: env then names the
+// file instead, and the returned names are to be left out of the inherited environment. The file
+// is returned to be kept open for the Manager's life. Nothing changes for another backend,
+// without credentials in the environment, or when the file cannot be made (a warning is logged:
+// the variables then stay).
+func moveCredentials(backend Backend, env map[string]string) (keep *os.File, drop []string) {
 	get := func(name string) string {
 		if v, ok := env[name]; ok {
 			return v
@@ -54,15 +50,15 @@ func moveCredentials(backendURL string, env map[string]string) (keep *os.File, d
 	}
 	var name, fileVar, content string
 	var secrets []string
-	switch u.Scheme {
-	case "postgres", "postgresql":
+	switch backend.Kind {
+	case BackendPostgres:
 		password := get("PGPASSWORD")
 		if password == "" {
 			return nil, nil
 		}
 		name, fileVar, content = "pulumi-operator-pgpass", "PGPASSFILE", pgpassLine(password)
 		drop, secrets = []string{"PGPASSWORD"}, []string{password}
-	case "s3":
+	case BackendS3:
 		id, secret, token := get("AWS_ACCESS_KEY_ID"), get("AWS_SECRET_ACCESS_KEY"), get("AWS_SESSION_TOKEN")
 		if id == "" || secret == "" {
 			return nil, nil

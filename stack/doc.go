@@ -1,28 +1,38 @@
-// Package stack runs Pulumi through its Automation API: one stack per KindCustomHttp, against
-// one state backend. It is the only package of the operator (tests aside) that imports
-// Pulumi's Automation API (auto and its opt* packages; internal/boundaries enforces it); the
-// rest of the operator sees Manager, Result, RunOptions and the sentinel errors, never an
-// auto type.
+// Package stack runs Pulumi through its Automation API: one stack per KindCustomHttp, against one
+// state backend. It is the only package of the operator (tests aside) that imports Pulumi's
+// Automation API (auto and its opt* packages; internal/boundaries enforces it); the rest of the
+// operator sees this package's own types (Manager, Config, Result, RunOptions, OperationError, the
+// sentinel errors, ...), never an auto type.
 //
-// A Manager holds one project (Config.Project), one backend (Config.BackendURL), one pulumi
-// CLI and its environment, fixed by New. Each stack gets a local workspace directory of its
-// own, Config.WorkRoot/<stack name>, opened afresh for each operation. Its operations, one file
-// each (up.go, preview.go, refresh.go, destroy.go, stacks.go, lock.go), return a Result
-// and, on failure, an *OperationError (errors.go) that carries ErrLocked, ErrPluginMissing or
-// ErrBackendUnavailable where one applies, with backend passwords redacted (redact.go).
-// Before an update runs on a stack a killed update left pending operations in, the Manager
-// settles them (pending.go).
+// A Manager holds one project (Config.Project), one backend (Config.BackendURL, parsed once by New:
+// ParseBackend), one pulumi CLI and its environment, fixed by New. Each stack gets a local
+// workspace directory of its own, Config.WorkRoot/<stack name>, opened afresh for each operation.
+// Its operations on a stack, one file each (up.go, preview.go, refresh.go, destroy.go), return a
+// Result; a failed pulumi run is an *OperationError (errors.go) that carries ErrLocked,
+// ErrPluginMissing, ErrBackendUnavailable or fence.ErrFenced where one applies, with backend
+// credentials redacted (redact.go). The backend's stacks are listed in stacks.go, their locks read
+// and removed in lock.go. Before an up, refresh or destroy reads a stack, the Manager moves a stack
+// named by the earlier naming rule to its name (migrate.go), re-encrypts its secrets under the
+// current passphrase when a previous one is configured (rotate.go), and settles the pending
+// operations a killed update left in it (pending.go).
 //
-// With Config.EngineHost set (pulumi-operator sets it to the engine host beside its binary), an
-// up that wants no progress output runs in the engine host instead (enginehost.go): one
-// long-lived process of the pinned CLI's pkg/v3, to which the Manager sends each up, each new
-// stack's creation, the history pruning and the stack's locks (which are held; removing them:
-// CancelLock); it replies with what the CLI would have printed and the kind of failure, so
-// errors are classified alike. Preview, refresh, destroy and the stack commands stay CLI runs.
+// With Config.EngineHost set (pulumi-operator sets it to an engine host it finds beside its own
+// binary or the pulumi CLI, or to --engine-host: commands/stackmanager.go), a DIY backend and the
+// passphrase secrets provider, the Manager sends to the engine host (enginehost.go, engineproc.go)
+// each new stack's creation, the history pruning, the lookup and removal of a stack's locks
+// (CancelLock), and, unless Config.CLIUps is set, the ups that want no progress output
+// (useEngineHost has the rule). The engine host is the pinned CLI's binary running the CLI's pkg/v3
+// code (agent/enginehost) for many requests: the Manager replaces its process after engineHostRuns
+// requests and stops it after engineHostIdle without one (with Config.CLIUps, as soon as none
+// waits). It replies with what the CLI would have printed and the kind of failure, so errors are
+// classified alike. Preview, refresh, destroy and the other stack commands stay CLI runs.
 //
 // A Manager is safe for concurrent use: operations on different stacks may run at once, and
-// ListStacks beside any of them. Each runs its own CLI processes in a workspace directory no
-// other call uses (a stack's own; a random one for ListStacks' throwaway stack); the Manager's
-// only shared mutable state, which stacks are settled, is behind a mutex. Updates of one stack
-// are serialized by Pulumi's stack lock: a second one fails with ErrLocked.
+// ListStacks beside any of them. Each runs its own CLI processes in a workspace directory no other
+// call uses (a stack's own; a random one for ListStacks); the Manager's shared mutable state (which
+// stacks are settled and named, the counts of unpruned updates, the stack salt, Pulumi Cloud's
+// default organization, the running processes, the engine host process) is behind a mutex, an
+// atomic or a sync.Once. Two updates of one stack never run at once: Pulumi's stack lock fails the
+// second with ErrLocked, except that two this Manager sends to one engine host process run one
+// after the other (agent/enginehost).
 package stack

@@ -209,7 +209,7 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 
 	// A second Manager is a restarted operator: it has not looked at the stack yet.
 	restarted, _, restartedRuns := countingManager(t)
-	restarted.cfg.BackendURL, restarted.cfg.WorkRoot = m.cfg.BackendURL, m.cfg.WorkRoot
+	restarted.backend, restarted.cfg.WorkRoot = m.backend, m.cfg.WorkRoot
 	if _, err := restarted.Up(ctx, name, secretProgram("bye"), RunOptions{}); err != nil {
 		t.Fatalf("up after a restart: %v", err)
 	}
@@ -233,7 +233,7 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 func TestStackRemovedBehindItsBack(t *testing.T) {
 	m, backend := newManager(t)
 	other, _ := newManager(t)
-	other.cfg.BackendURL = m.cfg.BackendURL
+	other.backend = m.backend
 	ctx := context.Background()
 	name, err := m.StackName("peerns", "gone")
 	if err != nil {

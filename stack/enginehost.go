@@ -53,12 +53,12 @@ var errEngineHostHung = errors.New("engine host run hung")
 // executable, for one): the up then runs as a `pulumi up` process instead (engine).
 var errEngineHostStart = errors.New("start the engine host")
 
-// engineHostFor resolves Config.EngineHost for cfg (BackendURL already checked): nil when
-// unset or when the engine host cannot serve cfg's stacks (engineHostCanServe's rule: a DIY backend
+// engineHostFor resolves Config.EngineHost for cfg, whose backend is backend: nil when unset
+// or when the engine host cannot serve cfg's stacks (engineHostCanServe's rule: a DIY backend
 // and the passphrase secrets provider, which are what it is tested with). An explicit path
 // that does not exist is an error, so that a typo fails at start.
-func engineHostFor(cfg Config, procs *processSet) (*engineHost, error) {
-	if cfg.EngineHost == "" || !engineHostCanServe(cfg) {
+func engineHostFor(cfg Config, backend Backend, procs *processSet) (*engineHost, error) {
+	if cfg.EngineHost == "" || !engineHostCanServe(backend, cfg.SecretsProvider) {
 		return nil, nil
 	}
 	abs, err := filepath.Abs(cfg.EngineHost)
@@ -194,5 +194,5 @@ func (m *Manager) engineHostEnv() []string {
 	if m.cfg.PulumiHome != "" {
 		env = append(env, "PULUMI_HOME="+m.cfg.PulumiHome)
 	}
-	return append(env, "PULUMI_BACKEND_URL="+m.cfg.BackendURL)
+	return append(env, "PULUMI_BACKEND_URL="+m.backend.String())
 }

@@ -352,8 +352,11 @@ func TestEngineHostNotUsed(t *testing.T) {
 		t.Fatalf("New with a missing engine host: %v, want an error naming it", err)
 	}
 	cfg.EngineHost = testenv.EngineHost(t)
-	cfg.BackendURL = "https://api.pulumi.com"
-	if host, err := engineHostFor(cfg, &processSet{}); err != nil || host != nil {
+	cloud, err := ParseBackend("https://api.pulumi.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host, err := engineHostFor(cfg, cloud, &processSet{}); err != nil || host != nil {
 		t.Fatalf("engine host for Pulumi Cloud: %v, %v; want none (the CLI runs those ups)", host, err)
 	}
 }

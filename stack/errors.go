@@ -152,7 +152,7 @@ func (m *Manager) classifyStack(stackName string, err error) error {
 // with slog's default logger, and returns them. A failure is logged, not returned: the
 // operation's own error is the one to report.
 func (m *Manager) repairSidecars(stackName string) []string {
-	repaired, err := diyfile.RepairSidecars(m.cfg.BackendURL, m.cfg.Project, stackName)
+	repaired, err := diyfile.RepairSidecars(m.backend.String(), m.cfg.Project, stackName)
 	for _, f := range repaired {
 		slog.Warn("removed a torn metadata file of the stack, left by a killed pulumi process", "stack", stackName, "file", f)
 	}

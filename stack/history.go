@@ -39,7 +39,7 @@ const backupsOff = "PULUMI_DIY_BACKEND_DISABLE_CHECKPOINT_BACKUPS"
 // happens on Pulumi Cloud or with a depth of 0.
 func (m *Manager) prune(ctx context.Context, stackName string, opts RunOptions) {
 	keep, budgeted := m.keep(opts)
-	if isCloud(m.cfg.BackendURL) || keep < 1 || (!budgeted && !m.pruneDue(stackName)) {
+	if m.backend.Kind == BackendCloud || keep < 1 || (!budgeted && !m.pruneDue(stackName)) {
 		return
 	}
 	if m.engineHost == nil {

@@ -40,7 +40,8 @@ type Config struct {
 	// Project is the Pulumi project name (Pulumi.yaml "name"), e.g. "pulumi-operator".
 	Project string
 	// BackendURL is where state lives: file:///abs/dir, postgres://..., s3://..., or
-	// https://api.pulumi.com. A file:// directory is created if missing.
+	// https://api.pulumi.com (ParseBackend has the rules). A file:// directory is created if
+	// missing.
 	BackendURL string
 	// WorkRoot is a local directory (a relative one is taken from the current directory when
 	// New runs); each stack gets WorkRoot/<stack name> as its workspace directory, so
@@ -95,12 +96,16 @@ type Config struct {
 }
 
 // Manager runs Pulumi operations on the stacks of one project and backend. It is safe for
-// concurrent use on different stacks; updates of one stack are serialized by Pulumi's lock
-// (a second concurrent one fails with ErrLocked). See the package comment.
+// concurrent use on different stacks; two updates of one stack never run at once (Pulumi's lock
+// fails the second with ErrLocked, or the engine host runs them one after the other). See the
+// package comment.
 type Manager struct {
 	cfg Config
-	cmd auto.PulumiCommand
-	env map[string]string
+	// backend is Config.BackendURL parsed by New (ParseBackend): every use of the backend reads
+	// it, none cfg.BackendURL.
+	backend Backend
+	cmd     auto.PulumiCommand
+	env     map[string]string
 	// procs are the pulumi processes running now (Kill).
 	procs *processSet
 	// salt is the passphrase salt of the stacks the engine host makes (salt.go).
@@ -131,9 +136,12 @@ type Manager struct {
 	named map[string]bool
 }
 
-// New checks cfg and the pulumi CLI (it runs `pulumi version` once) and returns a Manager.
-// It fails with ErrNoPassphrase when a passphrase is needed and not given, and when the CLI
-// cannot be run or is older than the Automation API supports.
+// New checks cfg and the pulumi CLI (it runs `pulumi version` once), parses the backend URL
+// (ParseBackend), creates a file:// backend's directory, and returns a Manager. Errors:
+// ErrNoPassphrase when a passphrase is needed and not given; ParseBackend's for a backend URL it
+// refuses (ErrCredentialsInURL among them); an invalid project, cluster name, secrets provider
+// or engine host path; a CLI that cannot be run or is of another major version than
+// PinnedCLIVersion.
 func New(cfg Config) (*Manager, error) {
 	if cfg.Project == "" {
 		return nil, errors.New("configure stack manager: empty Pulumi project name")
@@ -163,11 +171,15 @@ func New(cfg Config) (*Manager, error) {
 	if msgs := validation.IsDNS1123Label(cfg.ClusterName); len(msgs) > 0 {
 		return nil, fmt.Errorf("configure stack manager: cluster name %q: %s", cfg.ClusterName, msgs[0])
 	}
-	backend, err := prepareBackend(cfg.BackendURL)
+	backend, err := ParseBackend(cfg.BackendURL)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("configure stack manager: %w", err)
 	}
-	cfg.BackendURL = backend
+	if backend.Kind == BackendFile {
+		if err := os.MkdirAll(backend.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create backend directory: %w", err)
+		}
+	}
 	procs := &processSet{fence: cfg.Fence, holders: newHolders(cfg.WorkRoot)}
 	cmd, err := pulumiCommand(cfg.PulumiPath, cfg.WorkRoot, procs)
 	if err != nil {
@@ -176,7 +188,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.PulumiHome == "" {
 		cfg.PulumiHome = DefaultPulumiHome(cfg.PulumiPath)
 	}
-	host, err := engineHostFor(cfg, procs)
+	host, err := engineHostFor(cfg, backend, procs)
 	if err != nil {
 		return nil, err
 	}
@@ -211,18 +223,18 @@ func New(cfg Config) (*Manager, error) {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		env["GOGC"] = ChildGOGC
 	}
-	if name := postgresAppName(cfg.BackendURL); name != "" {
+	if name := postgresAppName(backend); name != "" {
 		env["PGAPPNAME"] = name
 	}
 	for k, v := range cfg.Env {
 		env[k] = v
 	}
 	sweepLeftovers(cfg.WorkRoot) // what runs killed before this process started left behind
-	credentials, drop := moveCredentials(cfg.BackendURL, env)
+	credentials, drop := moveCredentials(backend, env)
 	if tc, ok := cmd.(*trackedCommand); ok {
 		tc.drop = drop
 	}
-	return &Manager{cfg: cfg, cmd: cmd, env: env, procs: procs, engineHost: host, settled: map[string]bool{}, named: map[string]bool{},
+	return &Manager{cfg: cfg, backend: backend, cmd: cmd, env: env, procs: procs, engineHost: host, settled: map[string]bool{}, named: map[string]bool{},
 		credentials: credentials, drop: drop}, nil
 }
 
@@ -234,7 +246,7 @@ func (m *Manager) cliEnv() map[string]string {
 	for k, v := range m.env {
 		env[k] = v
 	}
-	env["PULUMI_BACKEND_URL"] = m.cfg.BackendURL
+	env["PULUMI_BACKEND_URL"] = m.backend.String()
 	return env
 }
 
@@ -267,16 +279,11 @@ func (m *Manager) Project() string { return m.cfg.Project }
 
 // Backend is the Manager's backend URL with its password and secret query parameters hidden
 // (RedactURL), for logs: "file:///state", "postgres://user:xxxxx@host/db?table=stacks".
-func (m *Manager) Backend() string { return RedactURL(m.cfg.BackendURL) }
+func (m *Manager) Backend() string { return RedactURL(m.backend.String()) }
 
-// FileBackendDir is the directory of a file:// backend, absolute (prepareBackend made it so);
-// "" for any other backend.
-func (m *Manager) FileBackendDir() string {
-	if dir, ok := strings.CutPrefix(m.cfg.BackendURL, "file://"); ok {
-		return dir
-	}
-	return ""
-}
+// FileBackendDir is the directory of a file:// backend, absolute (Backend.Dir), which New
+// created; "" for any other backend.
+func (m *Manager) FileBackendDir() string { return m.backend.Dir }
 
 // QualifiedName is how status and the commands name a stack: the fully qualified name that the
 // CLI's `--stack` (`pulumi -s`, `pulumi stack select`) accepts from any directory on this
@@ -287,7 +294,7 @@ func (m *Manager) FileBackendDir() string {
 // name, which the CLI resolves in the project's directory ("<project>/<stack>" would read as
 // an organization named after the project).
 func (m *Manager) QualifiedName(stack string) string {
-	if !isCloud(m.cfg.BackendURL) {
+	if m.backend.Kind != BackendCloud {
 		return diyOrganization + "/" + m.cfg.Project + "/" + stack
 	}
 	m.cloudOrgOnce.Do(func() { m.cloudOrg = m.defaultOrganization() })

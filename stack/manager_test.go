@@ -107,6 +107,10 @@ func TestNewRejects(t *testing.T) {
 	}
 	cli := testenv.PulumiCLI(t)
 	dir := t.TempDir()
+	notDir := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	ok := Config{Project: "p", BackendURL: "file://" + dir, WorkRoot: dir, PulumiPath: cli, ClusterName: "c",
 		Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"}}
 	tests := map[string]struct {
@@ -117,7 +121,9 @@ func TestNewRejects(t *testing.T) {
 		"bad project":                            {func(c *Config) { c.Project = "a b" }, "project name"},
 		"no backend":                             {func(c *Config) { c.BackendURL = "" }, "backend URL"},
 		"backend no URL":                         {func(c *Config) { c.BackendURL = "/just/a/dir" }, "want file:///dir"},
+		"backend directory not creatable":        {func(c *Config) { c.BackendURL = "file://" + notDir + "/state" }, "create backend directory"},
 		"password hidden":                        {func(c *Config) { c.BackendURL = "::postgres://u:hunter2@h/db" }, "backend URL"},
+		"password in the backend URL":            {func(c *Config) { c.BackendURL = "postgres://u:hunter2@h/db" }, "remove it from the URL"},
 		"no workroot":                            {func(c *Config) { c.WorkRoot = "" }, "workspace root"},
 		"no CLI":                                 {func(c *Config) { c.PulumiPath = filepath.Join(dir, "nope") }, "make tools"},
 		"bad cluster":                            {func(c *Config) { c.ClusterName = "Not_A_Label" }, "cluster name"},
@@ -155,52 +161,6 @@ func TestNoPassphrase(t *testing.T) {
 	if _, err := New(Config{Project: "p", BackendURL: "file://" + dir, WorkRoot: dir, PulumiPath: cli, ClusterName: "c",
 		SecretsProvider: "awskms://alias/x"}); err != nil {
 		t.Fatalf("New with a KMS secrets provider: %v", err)
-	}
-}
-
-// TestPrepareBackend: the backend URLs the operator accepts. Schemes other than file:// go
-// to the pulumi CLI unchanged (gs://, azblob:// and Pulumi Cloud are documented pass-throughs:
-// nothing here can reach them); a file:// backend's directory is made absolute and created.
-func TestPrepareBackend(t *testing.T) {
-	dir := t.TempDir()
-	for name, tc := range map[string]struct {
-		raw, want, wantErr string
-	}{
-		"gcs":              {raw: "gs://my-bucket/pulumi", want: "gs://my-bucket/pulumi"},
-		"azure blob":       {raw: "azblob://state?storage_account=acct", want: "azblob://state?storage_account=acct"},
-		"pulumi cloud":     {raw: "https://api.pulumi.com", want: "https://api.pulumi.com"},
-		"postgres":         {raw: "postgres://u@db:5432/pulumi?sslmode=require", want: "postgres://u@db:5432/pulumi?sslmode=require"},
-		"s3 with endpoint": {raw: "s3://b?endpoint=127.0.0.1:9000&s3ForcePathStyle=true", want: "s3://b?endpoint=127.0.0.1:9000&s3ForcePathStyle=true"},
-		"file":             {raw: "file://" + dir + "/state", want: "file://" + dir + "/state"},
-		"empty":            {raw: "", wantErr: "empty backend URL"},
-		"no scheme":        {raw: "my-bucket", wantErr: "want file:///dir, postgres://"},
-		"file without dir": {raw: "file://", wantErr: "names no directory"},
-		// Credentials in the URL: refused, saying where they go, never showing them.
-		"postgres password": {raw: "postgres://u:hunter2@db:5432/pulumi", wantErr: "remove it from the URL and give it in PGPASSWORD"},
-		"postgres password parameter": {raw: "postgres://u@db/pulumi?sslmode=require&password=hunter2",
-			wantErr: "backend URL holds a credential: postgres://u@db/pulumi?sslmode=require&password=xxxxx"},
-		"s3 secret key": {raw: "s3://b?endpoint=h&secret_key=hunter2", wantErr: "AWS_SECRET_ACCESS_KEY"},
-		"azure sas":     {raw: "azblob://c?sig=hunter2", wantErr: "AZURE_STORAGE_SAS_TOKEN"},
-		"gcs password":  {raw: "gs://u:hunter2@b", wantErr: "the backend's own environment variable"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			got, err := prepareBackend(tc.raw)
-			if err != nil && strings.Contains(err.Error(), "hunter2") {
-				t.Fatalf("the error shows the credential: %v", err)
-			}
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("prepareBackend(%q) = %q, %v; want an error containing %q", tc.raw, got, err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Fatalf("prepareBackend(%q) = %q, %v; want %q", tc.raw, got, err, tc.want)
-			}
-		})
-	}
-	if fi, err := os.Stat(dir + "/state"); err != nil || !fi.IsDir() {
-		t.Errorf("file backend directory not created: %v", err)
 	}
 }
 
@@ -286,30 +246,5 @@ func TestQualifiedNamePastes(t *testing.T) {
 	}
 	if got := cloud.QualifiedName(name); got != name {
 		t.Errorf("QualifiedName on an unreachable Pulumi Cloud = %q, want the bare %q", got, name)
-	}
-}
-
-// A PostgreSQL backend's connections carry the operator's host name as their application_name
-// (PGAPPNAME); another backend, or a PGAPPNAME already set, gets none.
-func TestPostgresAppName(t *testing.T) {
-	host, _ := os.Hostname()
-	for name, tc := range map[string]struct {
-		url, env, want string
-	}{
-		"postgres":             {"postgres://u@db:5432/p?sslmode=disable", "", "pulumi-operator@" + host},
-		"postgresql":           {"postgresql://u@db/p", "", "pulumi-operator@" + host},
-		"file":                 {"file:///state", "", ""},
-		"s3":                   {"s3://bucket", "", ""},
-		"PGAPPNAME set by you": {"postgres://u@db/p", "mine", ""},
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Setenv("PGAPPNAME", tc.env)
-			if tc.env == "" {
-				os.Unsetenv("PGAPPNAME")
-			}
-			if got := postgresAppName(tc.url); got != tc.want {
-				t.Errorf("postgresAppName(%q) = %q, want %q", tc.url, got, tc.want)
-			}
-		})
 	}
 }

@@ -8,13 +8,14 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
 
-// engineHostCanServe reports whether the engine host can run cfg's stacks as the CLI would: a
-// DIY backend (not Pulumi Cloud, whose API makes stacks and runs updates) and the passphrase
-// secrets provider, whose salt the Manager writes (salt.go) and the first up records; a KMS
-// provider's key is made at `stack init` (cloud.NewCloudSecretsManager), which the host does not
-// do. Pulumi Cloud is told apart by isCloud; the host applies pkg/v3's own rule itself.
-func engineHostCanServe(cfg Config) bool {
-	return !isCloud(cfg.BackendURL) && cfg.SecretsProvider == "passphrase"
+// engineHostCanServe reports whether the engine host can run the stacks of backend with
+// secretsProvider (Config.SecretsProvider) as the CLI would: a DIY backend (not Pulumi Cloud,
+// whose API makes stacks and runs updates) and the passphrase secrets provider, whose salt the
+// Manager writes (salt.go) and the first up records; a KMS provider's key is made at `stack
+// init` (cloud.NewCloudSecretsManager), which the host does not do. Pulumi Cloud is told apart
+// by Backend.Kind; the host applies pkg/v3's own rule itself.
+func engineHostCanServe(backend Backend, secretsProvider string) bool {
+	return backend.Kind != BackendCloud && secretsProvider == "passphrase"
 }
 
 // initStack creates stackName with the engine host (starting one when none runs): the same

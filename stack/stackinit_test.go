@@ -20,7 +20,7 @@ func TestEngineHostCanServe(t *testing.T) {
 		want             bool
 	}{
 		"file":                       {"file:///var/lib/state", "passphrase", true},
-		"PostgreSQL":                 {"postgres://u:p@127.0.0.1:5432/db", "passphrase", true},
+		"PostgreSQL":                 {"postgres://u@127.0.0.1:5432/db", "passphrase", true},
 		"S3":                         {"s3://bucket?endpoint=http://127.0.0.1:9000", "passphrase", true},
 		"Pulumi Cloud":               {"https://api.pulumi.com", "passphrase", false},
 		"a self-hosted Pulumi Cloud": {"http://127.0.0.1:8080", "passphrase", false},
@@ -28,7 +28,11 @@ func TestEngineHostCanServe(t *testing.T) {
 		"the backend's default":      {"file:///var/lib/state", "default", false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := engineHostCanServe(Config{BackendURL: tc.backend, SecretsProvider: tc.secrets}); got != tc.want {
+			b, err := ParseBackend(tc.backend)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := engineHostCanServe(b, tc.secrets); got != tc.want {
 				t.Errorf("engineHostCanServe(%s, %s) = %v, want %v", tc.backend, tc.secrets, got, tc.want)
 			}
 		})
@@ -128,7 +132,7 @@ func TestEngineHostInitStack(t *testing.T) {
 	m.env["PULUMI_CONFIG_PASSPHRASE"] = "test-passphrase"
 	runs()
 	laptop, _ := newManager(t)
-	laptop.cfg.BackendURL = m.cfg.BackendURL
+	laptop.backend = m.backend
 	up, err := laptop.Up(ctx, name, secretProgram("bye"), RunOptions{})
 	if err != nil {
 		t.Fatalf("up from another workspace: %v", err)
@@ -137,7 +141,7 @@ func TestEngineHostInitStack(t *testing.T) {
 		t.Fatalf("up from another workspace = %+v, want greeting bye, token [secret]", up)
 	}
 	wrong, _ := newManager(t)
-	wrong.cfg.BackendURL = m.cfg.BackendURL
+	wrong.backend = m.backend
 	wrong.env["PULUMI_CONFIG_PASSPHRASE"] = "not-the-passphrase"
 	if _, err := wrong.Up(ctx, name, secretProgram("bye"), RunOptions{}); err == nil || !strings.Contains(err.Error(), "passphrase") {
 		t.Fatalf("up with a wrong passphrase: err = %v, want one about the passphrase", err)

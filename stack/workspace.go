@@ -24,9 +24,9 @@ import (
 // mistake. Up and preview serve the object's program instead (engine).
 func emptyProgram(*pulumi.Context) error { return nil }
 
-// scratchName is prefix and 16 random hex digits: the name of a throwaway stack or workspace
-// directory that no other call uses at the same time (64 random bits make a collision
-// negligible).
+// scratchName is prefix and 16 random hex digits: the name of a throwaway workspace directory
+// (ListStacks') or event log (engine) that no other call uses at the same time (64 random bits
+// make a collision negligible).
 func scratchName(prefix string) string {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails (Go 1.24+)

@@ -5,10 +5,10 @@
 //
 // It is hand-written because client-go's kubernetes.Clientset (kubernetes.NewForConfig) builds
 // a client for every API group the apiserver serves, and the Go linker keeps all of their code
-// once one is built: about 10 MB of the operator's binary for groups it never calls
-// (docs/design/engine-host.md, "The image"). The groups below are client-go's own typed
-// clients; *kubernetes.Clientset and client-go's fake clientset satisfy Interface too, so tests
-// pass either.
+// once one is built: a large part of the operator's binary for groups it never calls
+// (docs/design/engine-host.md, "The image", has the size). The groups below are client-go's own
+// typed clients; *kubernetes.Clientset and client-go's fake clientset satisfy Interface too, so
+// tests pass either.
 package kubeclient
 
 import (
