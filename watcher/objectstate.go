@@ -79,10 +79,3 @@ func (s *objectStates) forget(key cache.ObjectName) {
 	defer s.mu.Unlock()
 	delete(s.m, key)
 }
-
-// len is the number of objects with a state.
-func (s *objectStates) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.m)
-}

@@ -108,7 +108,7 @@ func TestUnitForgetsDeletedObjects(t *testing.T) {
 	if n := countSeries(t, f.registry, "pulumi_operator_condition"); n != 0 {
 		t.Errorf("%d condition series after the delete, want 0", n)
 	}
-	if n := f.w.objects.len(); n != 0 {
+	if n := len(f.w.objects.m); n != 0 {
 		t.Errorf("%d object states after the delete, want 0: %+v", n, f.w.objects.get(key))
 	}
 	if f.w.pluginWait.len() != 0 {
