@@ -8,6 +8,7 @@ package infra
 import (
 	"fmt"
 	"path"
+	"slices"
 
 	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
@@ -129,20 +130,29 @@ type Declared struct {
 // its finalizer. patchForce lets an up take back fields changed by hand (kubectl scale, edit),
 // which is how drift is repaired.
 func Declare(ctx *pulumi.Context, d api.Desired) (Declared, error) {
+	return DeclareAdopting(ctx, d, Adopt{})
+}
+
+// DeclareAdopting is Declare with the objects adopt names imported (Adopt); with the zero
+// Adopt it declares exactly what Declare does.
+func DeclareAdopting(ctx *pulumi.Context, d api.Desired, adopt Adopt) (Declared, error) {
 	args := describe(d)
 	// Names are fixed (the original's), so a replacement must delete first.
 	opts := []pulumi.ResourceOption{pulumi.DeleteBeforeReplace(true)}
-	cm, err := corev1.NewConfigMap(ctx, resConfigMap, args.ConfigMap, opts...)
+	cm, err := corev1.NewConfigMap(ctx, resConfigMap, args.ConfigMap,
+		slices.Concat(opts, importOpts(adopt.ConfigMap, adopt.Only, d.Namespace, d.ConfigMapName()))...)
 	if err != nil {
 		return Declared{}, err
 	}
 	// The ConfigMap exists before the pods that mount it.
-	depOpts := append([]pulumi.ResourceOption{pulumi.DependsOn([]pulumi.Resource{cm})}, opts...)
+	depOpts := slices.Concat([]pulumi.ResourceOption{pulumi.DependsOn([]pulumi.Resource{cm})}, opts,
+		importOpts(adopt.Deployment, adopt.Only, d.Namespace, d.Name))
 	dep, err := appsv1.NewDeployment(ctx, resDeployment, args.Deployment, depOpts...)
 	if err != nil {
 		return Declared{}, err
 	}
-	svc, err := corev1.NewService(ctx, resService, args.Service, opts...)
+	svc, err := corev1.NewService(ctx, resService, args.Service,
+		slices.Concat(opts, importOpts(adopt.Service, adopt.Only, d.Namespace, d.Name))...)
 	if err != nil {
 		return Declared{}, err
 	}

@@ -22,9 +22,9 @@ import (
 // Kubernetes provider plugin applies the objects), counted in the programStacks' counters.
 type realProgram struct{ *programStacks }
 
-func (r realProgram) Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
+func (r realProgram) Up(ctx context.Context, d api.Desired, adopt infra.Adopt, opts stack.RunOptions) (stack.Result, error) {
 	r.ups.Add(1)
-	return ManagerStacks{r.Manager}.Up(ctx, d, opts)
+	return ManagerStacks{r.Manager}.Up(ctx, d, adopt, opts)
 }
 
 func (r realProgram) Destroy(ctx context.Context, stackName string, opts stack.RunOptions) (stack.Result, error) {

@@ -87,6 +87,9 @@ type fakeStacks struct {
 	destroyMissing bool
 	cancelErr      error
 	ups            []stack.RunOptions
+	// adopts are the infra.Adopt of each up, in order (an up that names an object imports it
+	// and makes destroyMissing false: the stack exists again).
+	adopts []infra.Adopt
 	// onUp, when set, runs inside Up, as things that happen while an up runs do (a user
 	// changing the spec).
 	onUp func()
@@ -110,10 +113,11 @@ func (s *fakeStacks) QualifiedName(stackName string) string {
 	return "organization/kindcustomhttp/" + stackName
 }
 
-func (s *fakeStacks) Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
+func (s *fakeStacks) Up(ctx context.Context, d api.Desired, adopt infra.Adopt, opts stack.RunOptions) (stack.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ups = append(s.ups, opts)
+	s.adopts = append(s.adopts, adopt)
 	s.j.add("up refresh=%v", opts.Refresh)
 	if s.onUp != nil {
 		s.onUp()
@@ -131,6 +135,17 @@ func (s *fakeStacks) Up(ctx context.Context, d api.Desired, opts stack.RunOption
 	if res.Start.IsZero() {
 		res.Start = time.Now()
 		res.End = res.Start.Add(time.Second)
+	}
+	if adopt.Any() && s.upErr == nil {
+		// What the engine reports of an up that imported: the stack exists again.
+		n := 0
+		for _, b := range []bool{adopt.ConfigMap, adopt.Deployment, adopt.Service} {
+			if b {
+				n++
+			}
+		}
+		res.Changes = map[string]int{"import": n}
+		s.destroyMissing = false
 	}
 	if res.Outputs == nil && s.upErr == nil {
 		res.Outputs = map[string]string{infra.OutputDeploymentName: d.Name, infra.OutputServiceName: d.Name,

@@ -117,7 +117,12 @@ func (w *Watcher) reconcileDelete(ctx context.Context, o *object) error {
 		return w.removeFinalizer(ctx, u)
 	}
 	if w.objects.get(key).stackGone != u.GetUID() {
-		if err := w.destroy(ctx, o, stackName); errors.Is(err, errStackMissing) {
+		err := w.destroy(ctx, o, stackName)
+		if errors.Is(err, errStackRebuilt) {
+			// Rebuilt from the live objects (on-missing-stack=adopt): destroyed as usual.
+			err = w.destroy(ctx, o, stackName)
+		}
+		if errors.Is(err, errStackMissing) {
 			return nil // until the user acts (its status says how), or the next resync
 		} else if err != nil {
 			return err

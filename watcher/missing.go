@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -14,6 +15,7 @@ import (
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
+	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
 // Event reasons of the on-missing-stack annotation's two ways out.
@@ -81,7 +83,9 @@ func (o *ownedObjects) terminating(namespace, name string) []leftObject {
 
 // stackMissing handles the delete of u whose stack Destroy found missing. With no object of u
 // left it returns true: the finalizer may go. Otherwise it follows u's OnMissingStackAnnotation:
-// orphan (remove the objects' ownerReference to u) or delete (delete them), then true; without
+// orphan (remove the objects' ownerReference to u) or delete (delete them), then true; adopt
+// (rebuild the stack from them, rebuild) then false with errStackRebuilt: the caller destroys
+// the rebuilt stack as usual; without
 // it, or with a value it does not know, it reports StackMissing (Ready False, Stalled, a
 // Warning Event when the message changes) and returns false: the finalizer stays, and the next
 // change of u (the annotation) or resync looks again (a restored backend then destroys the
@@ -108,6 +112,11 @@ func (w *Watcher) stackMissing(ctx context.Context, o *object, stackName string)
 			"stack %s is missing: left %s in place, no longer owned by this KindCustomHttp (%s=%s)", stackName, what, api.OnMissingStackAnnotation, mode)
 		w.log.Warn("stack missing: objects orphaned as the annotation asks", "object", objectRef(u), "stack", stackName, "objects", what)
 		return true, nil
+	case api.OnMissingStackAdopt:
+		if err := w.rebuild(ctx, o, stackName, left); err != nil {
+			return false, err
+		}
+		return false, errStackRebuilt
 	case api.OnMissingStackDelete:
 		for _, o := range left {
 			if err := w.deleteLeft(ctx, u.GetNamespace(), o); err != nil {
@@ -119,10 +128,10 @@ func (w *Watcher) stackMissing(ctx context.Context, o *object, stackName string)
 		w.log.Warn("stack missing: objects deleted as the annotation asks", "object", objectRef(u), "stack", stackName, "objects", what)
 		return true, nil
 	default:
-		msg := fmt.Sprintf("stack %s is not in the backend, but %s, which it created, still exist: restore the backend (or the cluster name) that holds the stack and the delete destroys them, or annotate this object with %s=%s to leave them in place or %s=%s to delete them",
-			stackName, what, api.OnMissingStackAnnotation, api.OnMissingStackOrphan, api.OnMissingStackAnnotation, api.OnMissingStackDelete)
+		msg := fmt.Sprintf("stack %s is not in the backend, but %s, which it created, still exist: restore the backend (or the cluster name) that holds the stack and the delete destroys them, or annotate this object with %s=%s to leave them in place, %s=%s to delete them or %s=%s to rebuild the stack from them and destroy it",
+			stackName, what, api.OnMissingStackAnnotation, api.OnMissingStackOrphan, api.OnMissingStackAnnotation, api.OnMissingStackDelete, api.OnMissingStackAnnotation, api.OnMissingStackAdopt)
 		if mode != "" {
-			msg = fmt.Sprintf("%s=%q is neither %s nor %s; ", api.OnMissingStackAnnotation, mode, api.OnMissingStackOrphan, api.OnMissingStackDelete) + msg
+			msg = fmt.Sprintf("%s=%q is none of %s, %s and %s; ", api.OnMissingStackAnnotation, mode, api.OnMissingStackOrphan, api.OnMissingStackDelete, api.OnMissingStackAdopt) + msg
 		}
 		if c := currentCondition(u, api.ConditionReady); c == nil || c.Reason != api.ReasonStackMissing || c.Message != msg {
 			w.recorder.Event(u, corev1.EventTypeWarning, api.ReasonStackMissing, msg)
@@ -190,3 +199,81 @@ func (w *Watcher) deleteLeft(ctx context.Context, ns string, o leftObject) error
 }
 
 func ptrUID(u types.UID) *types.UID { return &u }
+
+// errStackRebuilt is stackMissing's answer once rebuild has made the stack again: destroy it.
+var errStackRebuilt = errors.New("stack rebuilt from the live objects")
+
+// adoption lists the objects an up of u imports into its stack (adoptOf makes the
+// infra.Adopt): with api.OnMissingStackAdopt on u, each of its objects that exists and is its
+// own (leftBehind: its names, labels and an ownerReference to u by UID, so an object somebody
+// else made is never taken); none otherwise.
+func (w *Watcher) adoption(u *unstructured.Unstructured) []leftObject {
+	if u.GetAnnotations()[api.OnMissingStackAnnotation] != api.OnMissingStackAdopt {
+		return nil
+	}
+	return w.owned.leftBehind(u.GetNamespace(), u.GetName(), u.GetUID())
+}
+
+// adoptOf is the infra.Adopt that names the objects of left.
+func adoptOf(left []leftObject) infra.Adopt {
+	var a infra.Adopt
+	for _, o := range left {
+		switch o.kind {
+		case "Deployment":
+			a.Deployment = true
+		case "Service":
+			a.Service = true
+		case "ConfigMap":
+			a.ConfigMap = true
+		}
+	}
+	return a
+}
+
+// rebuild makes u's missing stack stackName again from left, u's live objects, by an up that
+// imports them and changes nothing (infra.Adopt.Only), so that the delete can destroy them as
+// a stack's (api.OnMissingStackAdopt). The program is u's spec as it stands (api.Resolve; no
+// envFrom source is read: nothing is applied). Errors: the spec does not resolve (a KindCustomHttp
+// written before a validation rule), or the up failed; both keep the finalizer and are retried
+// with backoff, reported like a failed destroy.
+func (w *Watcher) rebuild(ctx context.Context, o *object, stackName string, left []leftObject) error {
+	u := o.u
+	if o.convErr != nil {
+		return fmt.Errorf("rebuild stack %s from the live objects: %w", stackName, o.convErr)
+	}
+	d, err := api.Resolve(o.cr)
+	if err != nil {
+		return fmt.Errorf("rebuild stack %s from the live objects: %w", stackName, err)
+	}
+	adopt := adoptOf(left)
+	adopt.Only = true
+	w.log.Info("stack missing: rebuilding it from the live objects", "object", objectRef(u), "stack", stackName)
+	opCtx, cancel := context.WithTimeout(ctx, w.opts.OperationTimeout)
+	res, err := w.stacks.Up(opCtx, d, adopt, stack.RunOptions{})
+	err = w.timedOut(ctx, opCtx, "up", stackName, err)
+	cancel()
+	w.metrics.observeOperation("up", err, res)
+	if err != nil {
+		reason, msg := w.failed(ctx, u, stackName, err, api.ReasonDestroyFailed)
+		o.setStatus(func(st *api.KindCustomHttpStatus) {
+			st.LastUpdate = lastUpdate(res, err)
+			markFailed(st, o.gen, reason, msg)
+		})
+		return err
+	}
+	w.reportRebuilt(u, stackName, left, res)
+	return nil
+}
+
+// reportRebuilt sends the StackRebuilt Event of an up that imported some of left (the objects
+// it declared with an import ID) into stackName.
+func (w *Watcher) reportRebuilt(u *unstructured.Unstructured, stackName string, left []leftObject, res stack.Result) {
+	names := make([]string, len(left))
+	for i, o := range left {
+		names[i] = o.String()
+	}
+	w.recorder.Eventf(u, corev1.EventTypeNormal, api.ReasonStackRebuilt,
+		"stack %s did not hold %d of %s: imported them from the cluster (%s=%s); changes: %v",
+		stackName, res.Changes["import"], strings.Join(names, ", "), api.OnMissingStackAnnotation, api.OnMissingStackAdopt, res.Changes)
+	w.log.Info("stack rebuilt from the live objects", "object", objectRef(u), "stack", stackName, "objects", names, "changes", res.Changes)
+}

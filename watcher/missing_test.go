@@ -36,9 +36,15 @@ func TestUnitStackMissing(t *testing.T) {
 		finished, kept bool
 		event          string
 		msg            string
+		// normal: Normal Events wanted, in this order (Warning event above otherwise).
+		normal []string
 	}{
-		"no annotation: waits, says how":    {kept: true, event: api.ReasonStackMissing, msg: "on-missing-stack=orphan"},
-		"unknown value: waits, names it":    {annotation: "keep", kept: true, event: api.ReasonStackMissing, msg: `"keep" is neither orphan nor delete`},
+		"no annotation: waits, says how":    {kept: true, event: api.ReasonStackMissing, msg: "on-missing-stack=adopt"},
+		"unknown value: waits, names it":    {annotation: "keep", kept: true, event: api.ReasonStackMissing, msg: `"keep" is none of orphan, delete and adopt`},
+		// The fake's destroy deletes nothing, so the objects are still there afterwards; the
+		// import is the up's infra.Adopt (checked below), the destroy the second Destroy.
+		"adopt: the stack is rebuilt by import, then destroyed": {annotation: api.OnMissingStackAdopt, finished: true, kept: true,
+			normal: []string{"Normal " + api.ReasonStackRebuilt, "Normal " + ReasonDestroyed}},
 		"orphan: objects stay, disowned":    {annotation: api.OnMissingStackOrphan, finished: true, kept: true, event: ReasonObjectsOrphaned},
 		"delete: objects go":                {annotation: api.OnMissingStackDelete, finished: true, event: ReasonObjectsDeleted},
 		"nothing left: the delete finishes": {noObjects: true, finished: true},
@@ -73,6 +79,7 @@ func TestUnitStackMissing(t *testing.T) {
 				})
 			}
 			f.stacks.destroyMissing = true
+			f.stacks.adopts = nil // the first up's
 			f.markDeleted("web")
 			f.events()
 			if err := f.reconcile("web"); err != nil {
@@ -85,6 +92,16 @@ func TestUnitStackMissing(t *testing.T) {
 			events := f.events()
 			if tc.event != "" && !slices.Contains(events, "Warning "+tc.event) {
 				t.Errorf("events %q, want a Warning %s", events, tc.event)
+			}
+			if tc.normal != nil && !slices.Equal(events, tc.normal) {
+				t.Errorf("events %q, want %q", events, tc.normal)
+			}
+			wantAdopt := []infra.Adopt(nil)
+			if tc.annotation == api.OnMissingStackAdopt {
+				wantAdopt = []infra.Adopt{{ConfigMap: true, Deployment: true, Service: true, Only: true}}
+			}
+			if !slices.Equal(f.stacks.adopts, wantAdopt) {
+				t.Errorf("ups' imports %+v, want %+v (only an adopting delete rebuilds, importing and changing nothing)", f.stacks.adopts, wantAdopt)
 			}
 			if !tc.finished {
 				cr := f.storedCR("web")
@@ -243,5 +260,36 @@ func TestUnitDeleteBlockedReported(t *testing.T) {
 	}
 	if v := gauge(t, f.registry, "pulumi_operator_deletes_blocked"); v != 0 {
 		t.Errorf("deletes_blocked %v after the delete finished, want 0", v)
+	}
+}
+
+// An up of an object annotated on-missing-stack=adopt names each of its objects that exists
+// and is its own (an ownerReference to it by UID) for import, so a stack that lost them takes
+// them back without touching them; the up's imports are reported (Normal StackRebuilt). An
+// object without the annotation imports nothing, as before.
+func TestUnitAdoptNamesOwnObjects(t *testing.T) {
+	f := newUnit(t, Options{})
+	u := kch("web", nil, Finalizer)
+	f.applied(u)
+	dep, svc, cm := owned(t, u)
+	for _, o := range []metav1.Object{dep, svc, cm} {
+		o.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: infra.OwnerAPIVersion, Kind: infra.OwnerKind,
+			Name: "web", UID: u.GetUID()}})
+	}
+	f.putOwned(dep, svc, cm)
+	f.change("web", false, func(u *unstructured.Unstructured) {
+		u.SetAnnotations(map[string]string{api.OnMissingStackAnnotation: api.OnMissingStackAdopt})
+		_ = unstructured.SetNestedField(u.Object, int64(3), "spec", "replicaCount")
+	})
+	f.events()
+	if err := f.reconcile("web"); err != nil {
+		t.Fatal(err)
+	}
+	want := []infra.Adopt{{}, {ConfigMap: true, Deployment: true, Service: true}}
+	if !slices.Equal(f.stacks.adopts, want) {
+		t.Fatalf("ups' imports %+v, want %+v", f.stacks.adopts, want)
+	}
+	if events := f.events(); !slices.Contains(events, "Normal "+api.ReasonStackRebuilt) {
+		t.Fatalf("events %q, want a Normal %s", events, api.ReasonStackRebuilt)
 	}
 }

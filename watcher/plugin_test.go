@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
@@ -123,13 +124,13 @@ type upRecord struct {
 	ended bool
 }
 
-func (r *recordingStacks) Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
+func (r *recordingStacks) Up(ctx context.Context, d api.Desired, adopt infra.Adopt, opts stack.RunOptions) (stack.Result, error) {
 	r.mu.Lock()
 	r.running++
 	i := len(r.ups)
 	r.ups = append(r.ups, upRecord{start: time.Now()})
 	r.mu.Unlock()
-	res, err := ManagerStacks{r.Manager}.Up(ctx, d, opts)
+	res, err := ManagerStacks{r.Manager}.Up(ctx, d, adopt, opts)
 	r.mu.Lock()
 	r.running--
 	r.ups[i].err, r.ups[i].ended = err, true

@@ -250,7 +250,8 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 	opCtx, cancel := context.WithTimeout(ctx, w.opts.OperationTimeout)
 	// Under a state budget the stack keeps as many updates as fit (Options.StateBudget).
 	keep := infra.HistoryWithin(w.opts.StateBudget, infra.EstimateStateBytes(d))
-	res, upErr := w.stacks.Up(opCtx, d, stack.RunOptions{Refresh: p.refresh, KeepHistory: keep})
+	adopt := w.adoption(u)
+	res, upErr := w.stacks.Up(opCtx, d, adoptOf(adopt), stack.RunOptions{Refresh: p.refresh, KeepHistory: keep})
 	upErr = w.timedOut(ctx, opCtx, "up", stackName, upErr)
 	cancel()
 	w.reportRecovered(u, stackName, res)
@@ -270,6 +271,9 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 			markFailed(st, gen, reason, msg)
 		})
 		return upErr
+	}
+	if res.Changes["import"] > 0 {
+		w.reportRebuilt(u, stackName, adopt, res)
 	}
 	if res.Changed() || p.why != ReasonUpdated {
 		w.recorder.Eventf(u, corev1.EventTypeNormal, p.why, "pulumi up of stack %s: %v", stackName, res.Changes)

@@ -312,9 +312,9 @@ type hangingUps struct {
 	release chan struct{}
 }
 
-func (h *hangingUps) Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
+func (h *hangingUps) Up(ctx context.Context, d api.Desired, adopt infra.Adopt, opts stack.RunOptions) (stack.Result, error) {
 	if !strings.Contains(d.Image, "hang") {
-		return h.programStacks.Up(ctx, d, opts)
+		return h.programStacks.Up(ctx, d, adopt, opts)
 	}
 	h.ups.Add(1)
 	name, err := h.StackName(d.Namespace, d.Name)

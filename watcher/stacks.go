@@ -10,15 +10,16 @@ import (
 
 // ManagerStacks is the Stacks of a *stack.Manager: the Manager runs operations on a named
 // stack with a program; the watcher speaks of a KindCustomHttp's Desired. Up runs
-// infra.Program(d) on the stack StackName gives d; everything else is the Manager's own.
+// infra.ProgramAdopting(d, adopt) on the stack StackName gives d; everything else is the
+// Manager's own.
 type ManagerStacks struct{ *stack.Manager }
 
-// Up brings d's stack up to date with infra.Program(d); errors are stack.Manager.Up's, or
+// Up brings d's stack up to date with infra.ProgramAdopting(d, adopt); errors are stack.Manager.Up's, or
 // StackName's when d's namespace/name make no stack name.
-func (m ManagerStacks) Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
+func (m ManagerStacks) Up(ctx context.Context, d api.Desired, adopt infra.Adopt, opts stack.RunOptions) (stack.Result, error) {
 	name, err := m.StackName(d.Namespace, d.Name)
 	if err != nil {
 		return stack.Result{Operation: "up"}, err
 	}
-	return m.Manager.Up(ctx, name, infra.Program(d), opts)
+	return m.Manager.Up(ctx, name, infra.ProgramAdopting(d, adopt), opts)
 }

@@ -42,7 +42,7 @@ type programStacks struct {
 	lastOpts stack.RunOptions
 }
 
-func (p *programStacks) Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
+func (p *programStacks) Up(ctx context.Context, d api.Desired, adopt infra.Adopt, opts stack.RunOptions) (stack.Result, error) {
 	p.ups.Add(1)
 	p.mu.Lock()
 	p.lastOpts = opts

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/stack"
@@ -53,8 +54,8 @@ type Stacks interface {
 	StackName(namespace, name string) (string, error)
 	// QualifiedName is the stack name as shown in status.
 	QualifiedName(stack string) string
-	// Up brings d's stack up to date.
-	Up(ctx context.Context, d api.Desired, opts stack.RunOptions) (stack.Result, error)
+	// Up brings d's stack up to date, importing the objects adopt names (infra.Adopt).
+	Up(ctx context.Context, d api.Desired, adopt infra.Adopt, opts stack.RunOptions) (stack.Result, error)
 	// Destroy destroys the stack and removes it from the backend; a missing stack is no error.
 	Destroy(ctx context.Context, stackName string, opts stack.RunOptions) (stack.Result, error)
 	// CancelLock removes exactly the locks ids names (stack.Lock.ID) of stackName, whose owners

@@ -70,6 +70,9 @@ const (
 	// objects it created still exist; the finalizer stays until the backend is restored or the
 	// groupsp.measutosh.dev/on-missing-stack annotation says what to do with them.
 	ReasonStackMissing = "StackMissing"
+	// ReasonStackRebuilt: an up imported objects of the KindCustomHttp that its stack did not
+	// hold (OnMissingStackAdopt). A Normal Event; the message names the objects.
+	ReasonStackRebuilt = "StackRebuilt"
 	// ReasonDeleteBlocked: a KindCustomHttp being deleted has its stack destroyed, but objects
 	// the destroy deleted have been going for longer than the operator waits in silence
 	// (something holds them: a finalizer of another controller, a pod that does not stop); the

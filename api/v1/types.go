@@ -160,13 +160,23 @@ const ReconcileRequestAnnotation = "groupsp.measutosh.dev/reconcile-requested-at
 // cluster name, a restored volume): without it the finalizer stays and Ready is False with
 // reason StackMissing; OnMissingStackOrphan leaves the objects where they are (their
 // ownerReference to the KindCustomHttp removed, so the garbage collector keeps them) and lets
-// the delete finish; OnMissingStackDelete deletes them (by their labels) and lets it finish.
+// the delete finish; OnMissingStackDelete deletes them (by their labels) and lets it finish;
+// OnMissingStackAdopt rebuilds the stack from them (Pulumi import) and destroys it as usual.
+//
+// OnMissingStackAdopt also acts while the object lives: every up of an object that carries it
+// imports those of its objects that exist (the Deployment, Service and ConfigMap of its names
+// that carry its labels and an ownerReference to it by UID) into a stack that does not hold
+// them yet, instead of creating them, so a lost stack is rebuilt without touching a pod (an
+// import changes no object; the up then applies only what differs from the spec). An up runs
+// on a change of the object or on a reconcile request (ReconcileRequestAnnotation,
+// `pulumi-operator reconcile`).
 const OnMissingStackAnnotation = "groupsp.measutosh.dev/on-missing-stack"
 
 // Values of OnMissingStackAnnotation.
 const (
 	OnMissingStackOrphan = "orphan"
 	OnMissingStackDelete = "delete"
+	OnMissingStackAdopt  = "adopt"
 )
 
 // EnvFromSource is one ConfigMap or Secret whose keys become environment variables: exactly
