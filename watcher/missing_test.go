@@ -39,8 +39,8 @@ func TestUnitStackMissing(t *testing.T) {
 		// normal: Normal Events wanted, in this order (Warning event above otherwise).
 		normal []string
 	}{
-		"no annotation: waits, says how":    {kept: true, event: api.ReasonStackMissing, msg: "on-missing-stack=adopt"},
-		"unknown value: waits, names it":    {annotation: "keep", kept: true, event: api.ReasonStackMissing, msg: `"keep" is none of orphan, delete and adopt`},
+		"no annotation: waits, says how": {kept: true, event: api.ReasonStackMissing, msg: "on-missing-stack=adopt"},
+		"unknown value: waits, names it": {annotation: "keep", kept: true, event: api.ReasonStackMissing, msg: `"keep" is none of orphan, delete and adopt`},
 		// The fake's destroy deletes nothing, so the objects are still there afterwards; the
 		// import is the up's infra.Adopt (checked below), the destroy the second Destroy.
 		"adopt: the stack is rebuilt by import, then destroyed": {annotation: api.OnMissingStackAdopt, finished: true, kept: true,
