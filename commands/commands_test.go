@@ -656,3 +656,44 @@ func TestPreviewAll(t *testing.T) {
 		t.Fatalf("preview --all -f: exit %d (want %d): %s", code, ExitInvalidInput, stderr)
 	}
 }
+
+// TestAdoptFromCommands: `pulumi-operator preview` and `up` of an object annotated
+// on-missing-stack=adopt, on a backend that lacks its stack (the backend URL changed), import
+// the object's own live objects: the preview shows 3 imports and creates only the stack
+// itself, the up imports the three, and a preview afterwards has no changes. Without the
+// annotation the same preview would create the three over the live objects (as before adopt).
+func TestAdoptFromCommands(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	c := testenv.Connect(t)
+	ns := c.Namespace(t)
+	objs := createCR(t, c, ns, "a")
+	if _, stderr, code := newRunner(t).run("up", "--from-cluster", ns+"/a"); code != 0 {
+		t.Fatalf("first up: exit %d: %s", code, stderr)
+	}
+	l := newRunner(t) // another backend: the stack is lost
+	changes := func(args ...string) map[string]int {
+		t.Helper()
+		out, stderr, code := l.run(append(args, "--from-cluster", ns+"/a", "--json")...)
+		var res struct{ Results []result }
+		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || len(res.Results) != 1 {
+			t.Fatalf("%v: exit %d (%v)\n%s\n%s", args, code, err, out, stderr)
+		}
+		return res.Results[0].Changes
+	}
+	if got := changes("preview"); got["create"] != 4 || got["import"] != 0 {
+		t.Fatalf("preview without the annotation: %v, want the 3 objects and the stack created", got)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, api.OnMissingStackAnnotation, api.OnMissingStackAdopt)
+	if _, err := objs.Patch(context.Background(), "a", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := changes("preview"); got["import"] != 3 || got["create"] != 1 {
+		t.Fatalf("preview with on-missing-stack=adopt: %v, want 3 imports and the stack created", got)
+	}
+	if got := changes("up"); got["import"] != 3 || got["create"] != 1 {
+		t.Fatalf("up with on-missing-stack=adopt: %v, want 3 imports and the stack created", got)
+	}
+	if out, stderr, code := l.run("preview", "--from-cluster", ns+"/a", "--expect-no-changes"); code != 0 {
+		t.Fatalf("preview after the adoption: exit %d\n%s\n%s", code, out, stderr)
+	}
+}

@@ -1,0 +1,146 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
+	"github.com/pulumi-operator/pulumi-operator/infra"
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
+	"github.com/pulumi-operator/pulumi-operator/stack"
+)
+
+// TestLostStackRebuilt: the stack of a Ready object is lost (its file removed from the backend,
+// as a restore of an older backup does). With on-missing-stack=adopt, a reconcile request's up
+// imports the three live objects into a new stack (Normal StackRebuilt): the Deployment keeps
+// its UID and generation and every pod its UID (0 pods restarted), and the rebuilt stack holds
+// the three objects. A delete then destroys them as usual. A second object whose stack is lost
+// is deleted with the annotation: the stack is rebuilt by an import that changes nothing and
+// destroyed, and the delete finishes with the objects gone. The real program and provider.
+// Fails on the code before adopt: the first up creates the objects over themselves (no import,
+// no StackRebuilt), and the delete stalls with StackMissing.
+func TestLostStackRebuilt(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	f := startWrapped(t, Options{Resync: time.Hour}, func(p *programStacks) Stacks { return realProgram{p} })
+	ctx := context.Background()
+	adopt := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, api.OnMissingStackAnnotation, api.OnMissingStackAdopt)
+
+	f.create(t, "kept", "  replicaCount: 2\n  port: 80\n")
+	f.waitFor(t, "kept", "Ready", readyAt(1))
+	dep, pods := f.deploymentAndPods(t, "kept", 2)
+	f.loseStack(t, "kept")
+
+	f.patch(t, "kept", adopt)
+	f.patch(t, "kept", fmt.Sprintf(`{"metadata":{"annotations":{%q:"rebuild"}}}`, api.ReconcileRequestAnnotation))
+	o := f.waitFor(t, "kept", "the reconcile request handled", func(o *api.KindCustomHttp) bool {
+		return o.Status.LastHandledReconcileAt == "rebuild" && readyAt(1)(o)
+	})
+	if lu := o.Status.LastUpdate; lu == nil || lu.ResourceChanges["import"] != 3 || lu.ResourceChanges["create"] != 0 {
+		t.Fatalf("status.lastUpdate %+v: want 3 imports and no create", lu)
+	}
+	f.waitEvent(t, "kept", api.ReasonStackRebuilt)
+	after, afterPods := f.deploymentAndPods(t, "kept", 2)
+	if after.UID != dep.UID || after.Generation != dep.Generation || !slices.Equal(afterPods, pods) {
+		t.Fatalf("after the rebuild: Deployment %s generation %d, pods %v; before: %s %d %v: want nothing touched",
+			after.UID, after.Generation, afterPods, dep.UID, dep.Generation, pods)
+	}
+	state := f.stackState(t, "kept")
+	for _, typ := range []string{"kubernetes:apps/v1:Deployment", "kubernetes:core/v1:Service", "kubernetes:core/v1:ConfigMap"} {
+		if !strings.Contains(state, typ) {
+			t.Errorf("the rebuilt stack holds no %s", typ)
+		}
+	}
+	if err := f.cr.Delete(ctx, "kept", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitGone(t, "kept")
+	f.objectsGone(t, "kept")
+
+	// Lost, then deleted with the annotation.
+	f.create(t, "deleted", "  replicaCount: 1\n  port: 80\n")
+	f.waitFor(t, "deleted", "Ready", readyAt(1))
+	f.loseStack(t, "deleted")
+	f.patch(t, "deleted", adopt)
+	if err := f.cr.Delete(ctx, "deleted", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitGone(t, "deleted")
+	f.waitEvent(t, "deleted", api.ReasonStackRebuilt)
+	f.waitEvent(t, "deleted", ReasonDestroyed)
+	f.objectsGone(t, "deleted")
+}
+
+// deploymentAndPods waits until name's Deployment has n pods and returns it with their UIDs,
+// sorted.
+func (f *fixture) deploymentAndPods(t *testing.T, name string, n int) (dep *metav1.ObjectMeta, uids []string) {
+	t.Helper()
+	ctx := context.Background()
+	poll(t, fmt.Sprintf("%d pods of %s", n, name), func() bool {
+		l, err := f.cluster.Kube.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{LabelSelector: infra.LabelInstance + "=" + name})
+		if err != nil {
+			return false
+		}
+		uids = uids[:0]
+		for _, p := range l.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				uids = append(uids, string(p.UID))
+			}
+		}
+		return len(uids) == n && len(l.Items) == n
+	})
+	slices.Sort(uids)
+	d, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &d.ObjectMeta, uids
+}
+
+// loseStack removes name's stack from the file backend, as a restore of a backup taken before
+// the stack existed does, and waits a moment so no up of it is still writing.
+func (f *fixture) loseStack(t *testing.T, name string) {
+	t.Helper()
+	stackName, _ := f.stacks.StackName(f.ns, name)
+	files, _ := filepath.Glob(filepath.Join(f.backend, ".pulumi", "stacks", "kindcustomhttp", stackName+".json*"))
+	if len(files) == 0 {
+		t.Fatalf("no state file of stack %s", stackName)
+	}
+	for _, p := range files {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// stackState is the text of name's stack state in the file backend.
+func (f *fixture) stackState(t *testing.T, name string) string {
+	t.Helper()
+	stackName, _ := f.stacks.StackName(f.ns, name)
+	b, err := os.ReadFile(filepath.Join(f.backend, ".pulumi", "stacks", "kindcustomhttp", stackName+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// objectsGone waits until name's Deployment, Service and ConfigMap no longer exist.
+func (f *fixture) objectsGone(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	poll(t, "the objects of "+name+" gone", func() bool {
+		_, e1 := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(ctx, name, metav1.GetOptions{})
+		_, e2 := f.cluster.Kube.CoreV1().Services(f.ns).Get(ctx, name, metav1.GetOptions{})
+		_, e3 := f.cluster.Kube.CoreV1().ConfigMaps(f.ns).Get(ctx, name+api.ConfigMapSuffix, metav1.GetOptions{})
+		return apierrors.IsNotFound(e1) && apierrors.IsNotFound(e2) && apierrors.IsNotFound(e3)
+	})
+}
