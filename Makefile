@@ -246,6 +246,17 @@ bench: tools build image helm
 bench-upgrade: tools build image helm
 	hack/bench/upgrade.sh $(BENCH_FLAGS)
 
+.PHONY: bench-wave
+
+## bench-wave: a program upgrade over 1000 stacks (hack/bench phase wave, outside `make bench`
+## and CI; about 40 minutes on 2 cores): the operator is replaced by this tree built with
+## infra.ProgramVersion one higher, which re-runs every stack at the default pace
+## (--program-upgrades-per-minute) while new objects are timed to Ready during the wave and
+## after it. Writes .local/bench-wave/results.json and the wave section of docs/benchmarks.md
+## (`make bench` keeps it). BENCH_WAVE_FLAGS passes flags (e.g. --wave-objects 200).
+bench-wave: tools build
+	BENCH_OUT=$(CURDIR)/.local/bench-wave hack/bench/run.sh --phases wave --budget 90m $(BENCH_WAVE_FLAGS)
+
 .PHONY: bench-scale
 
 ## bench-scale: the cost curve and sharded operators, outside `make bench` and CI (about an hour

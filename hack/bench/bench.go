@@ -187,6 +187,12 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 		}
 		b.load("scale, end")
 	}
+	if ph["wave"] && ctx.Err() == nil {
+		if err := b.phaseWave(ctx); err != nil {
+			b.broken("wave", err)
+		}
+		b.load("wave, end")
+	}
 	if ph["shards"] && ctx.Err() == nil {
 		if err := b.phaseShards(ctx); err != nil {
 			b.broken("shards", err)

@@ -49,7 +49,7 @@ const (
 var allPhases = []string{"latency", "drift", "change", "postgres", "profile", "burst", "idle"}
 
 // scalePhases run only when asked (`make bench-scale`): the cost curve and the shards.
-var scalePhases = []string{"scale", "shards"}
+var scalePhases = []string{"scale", "shards", "wave"}
 
 type options struct {
 	samples, warmup, burst, idle, idleWorkers int
@@ -64,6 +64,7 @@ type options struct {
 	scaleBursts, scaleIdle                    []int  // phase scale
 	scaleBackend                              string // phase scale: "postgres" or "file"
 	shards, shardObjects                      int    // phase shards
+	waveObjects                               int    // phase wave
 }
 
 // candidate is another operator build to measure over the idle objects.
@@ -103,6 +104,7 @@ func run() int {
 	scaleBackend := fs.String("scale-backend", "postgres", "phase scale: the operators' backend: postgres (--postgres-url, a table of its own) or file (the default backend, whose lookups list every stack: README, \"Which backend for a team\")")
 	shardCount := fs.Int("shards", 3, "phase shards: operators, one label selector each, on the PostgreSQL backend")
 	shardObjects := fs.Int("shard-objects", 1000, "phase shards: objects spread over the shards")
+	waveObjects := fs.Int("wave-objects", 1000, "phase wave: the objects whose stacks the program upgrade reaches")
 	idleCompare := fs.String("idle-compare", "", "LABEL=BINARY,...: after the idle windows, one more for each of these operator builds over the same objects")
 	postgresURL := fs.String("postgres-url", os.Getenv("PULUMI_TEST_POSTGRES_URL"), "postgres:// backend of the postgres phase (figures 1 and 5 again); run.sh starts one")
 	previous := fs.String("previous", "", "results.json of an earlier run: the doc shows how far apart the two runs are")
@@ -170,6 +172,11 @@ func run() int {
 		return exitUsage
 	}
 	o.shards, o.shardObjects = *shardCount, *shardObjects
+	o.waveObjects = *waveObjects
+	if o.waveObjects < 4 {
+		fmt.Fprintln(os.Stderr, "bench: --wave-objects must be at least 4 (the mid-wave objects come after a quarter)")
+		os.Exit(exitUsage)
+	}
 	if o.shards < 1 || o.shardObjects < o.shards {
 		fmt.Fprintln(os.Stderr, "bench: --shards must be positive and --shard-objects at least --shards")
 		return exitUsage
@@ -260,6 +267,14 @@ func run() int {
 				fmt.Println("docs:", *docs)
 			}
 		}
+		if *docs != "" && b.res.Wave != nil {
+			if err := writeWaveDoc(*docs, b.res); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: write docs:", err)
+				code = exitBroken
+			} else {
+				fmt.Println("docs (wave section):", *docs)
+			}
+		}
 		if *docs != "" && (b.res.Scale != nil || b.res.Shards != nil) {
 			if err := writeScaleDoc(*docs, b.res); err != nil {
 				fmt.Fprintln(os.Stderr, "bench: write docs:", err)
@@ -333,14 +348,14 @@ const (
 	tenantsEnd   = "<!-- /tenants -->"
 )
 
-// keepSections is content with the scale, soak, partition and tenants sections of old (the doc
+// keepSections is content with the scale, wave, soak, partition and tenants sections of old (the doc
 // as it was), those it has, appended: a bench run regenerates its own figures and keeps those of
 // `make bench-scale`, `make soak`, TestPartition and test/tenants, which take runs of their own.
 // A section is found by its begin marker's name (markerName), so that a marker whose
 // description was edited in the doc still keeps its section.
 func keepSections(old, content string) string {
 	content = strings.TrimRight(content, "\n") + "\n"
-	for _, m := range [][2]string{{scaleBegin, scaleEnd}, {soakBegin, soakEnd}, {partitionBegin, partitionEnd}, {tenantsBegin, tenantsEnd}} {
+	for _, m := range [][2]string{{scaleBegin, scaleEnd}, {waveBegin, waveEnd}, {soakBegin, soakEnd}, {partitionBegin, partitionEnd}, {tenantsBegin, tenantsEnd}} {
 		i, j := strings.Index(old, markerName(m[0])), strings.Index(old, m[1])
 		if i < 0 || j < i {
 			continue

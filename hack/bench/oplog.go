@@ -21,6 +21,8 @@ type logLine struct {
 	Msg        string    `json:"msg"`
 	Object     string    `json:"object"`
 	Generation int64     `json:"generation"`
+	// Why is a "running up"'s cause: the Event reason (Created, Updated, ProgramUpgraded, ...).
+	Why string `json:"why"`
 }
 
 // parseLog decodes the operator's log, one JSON object a line. A line that is not a record

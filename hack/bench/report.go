@@ -37,8 +37,10 @@ type Results struct {
 	Idle     *IdleResult   `json:"idle,omitempty"`
 	// Scale is the cost curve (phase scale) and Shards the run of sharded operators on one
 	// PostgreSQL backend (phase shards): `make bench-scale`, outside `make bench`.
-	Scale    *ScaleResult `json:"scale,omitempty"`
-	Shards   *ShardResult `json:"shards,omitempty"`
+	Scale  *ScaleResult `json:"scale,omitempty"`
+	Shards *ShardResult `json:"shards,omitempty"`
+	// Wave is a program upgrade over many stacks (phase wave): `make bench-wave`.
+	Wave     *WaveResult  `json:"wave,omitempty"`
 	Profile  []ProfileRun `json:"cliProfile,omitempty"`
 	CLIStart *CLIStart    `json:"cliStart,omitempty"`
 	// Previous is an earlier run's figures (--previous), to show how far apart two runs are.

@@ -32,7 +32,7 @@ func TestScaleGolden(t *testing.T) {
 // tenants sections; `make bench-scale` replaces its own section and leaves the rest of the doc
 // as it was.
 func TestSectionsKept(t *testing.T) {
-	kept := "\n" + scaleBegin + "\nscale v1\n" + scaleEnd + "\n\n" + soakBegin + "\nsoak\n" + soakEnd + "\n\n" +
+	kept := "\n" + scaleBegin + "\nscale v1\n" + scaleEnd + "\n\n" + waveBegin + "\nwave\n" + waveEnd + "\n\n" + soakBegin + "\nsoak\n" + soakEnd + "\n\n" +
 		partitionBegin + "\npartition\n" + partitionEnd + "\n\n" + tenantsBegin + "\ntenants\n" + tenantsEnd + "\n"
 	old := "# Benchmarks\nold figures\n" + kept
 	got := keepSections(old, "# Benchmarks\nnew figures\n")
