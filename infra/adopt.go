@@ -9,15 +9,15 @@ import (
 // Adopt names the objects of a Desired that exist in the cluster and that an up takes into its
 // stack by Pulumi import (the resource option `import`) instead of creating them: the engine
 // reads the live object into the stack's state, then updates it only where it differs from
-// what Declare declares, in the same up. An object the stack already holds under the same ID
-// is not imported again (the engine ignores the option then), so declaring an import is safe
-// on every up of an object that asks for it (api.OnMissingStackAdopt). The import ID is the
+// what Declare declares, in the same up (api.OnMissingStackAdopt). The import ID is the
 // Kubernetes provider's, "<namespace>/<name>".
 //
-// One rule of Pulumi's comes with it: a resource declared with an import ID may not be
-// replaced (the engine refuses the up, "previously-imported resources that still specify an
-// ID may not be replaced"). The program replaces an object only on a change its API forbids in
-// place (a Service's clusterIP), which no spec field of a KindCustomHttp makes.
+// An adopting program is for a stack that does not hold the objects: the watcher and the
+// commands run it only on a stack the operation creates (stack.RunOptions.Adopt). On a stack
+// that holds an object under the same ID the engine would ignore the import, but Pulumi also
+// refuses to replace a resource declared with an import ID ("previously-imported resources
+// that still specify an ID may not be replaced"), and a spec change replaces the Service (a
+// serviceType between Headless and the others changes its clusterIP).
 type Adopt struct {
 	ConfigMap, Deployment, Service bool
 	// Only leaves every imported object as it is (the resource option ignoreChanges on every

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
 // Result describes one finished operation.
@@ -27,6 +28,17 @@ type Result struct {
 	// update had left in the stack before this operation ran (see settlePending); nil when
 	// there were none.
 	Recovered []string
+	// created: this operation made the stack (RunOptions.Adopt applies).
+	created bool
+}
+
+// program is the program an Up or Preview runs: opts.Adopt on a stack the operation created
+// (res.created), otherwise program.
+func (res *Result) program(program pulumi.RunFunc, opts RunOptions) pulumi.RunFunc {
+	if res.created && opts.Adopt != nil {
+		return opts.Adopt
+	}
+	return program
 }
 
 // Changed reports whether the operation created, updated, replaced or deleted anything.
@@ -60,6 +72,13 @@ type RunOptions struct {
 	// after every such operation, not every Config.KeepHistory-th. 0, or not below a nonzero
 	// Config.KeepHistory: Config.KeepHistory.
 	KeepHistory int
+	// Adopt, when set, is the program Up and Preview run instead of theirs on a stack that did
+	// not exist before the operation (Up created it; Preview creates one for itself and removes
+	// it again): the program that takes the live objects into the new stack by import
+	// (infra.ProgramAdopting), which is how a lost stack is rebuilt. On a stack that exists it
+	// is never run, so an object the stack holds is never declared with an import ID (which
+	// would make Pulumi refuse any replacement of it). Refresh and Destroy ignore it.
+	Adopt pulumi.RunFunc
 }
 
 // keep is the history depth of an operation with opts (RunOptions.KeepHistory), and whether it
@@ -99,35 +118,35 @@ func colorOf(opts RunOptions) string {
 // create is set, and looks. With the engine host, creating is a request to it, no CLI
 // (initStack), and writes the stack's passphrase salt (writeSalt), and a stack the host finds
 // is selected without a `stack init` first.
-// found is false, with a nil error, when create is not set and the stack does not exist.
-// Errors are classified (*OperationError).
-func (m *Manager) ready(ctx context.Context, stackName string, create bool) (recovered []string, found bool, err error) {
+// found is false, with a nil error, when create is not set and the stack does not exist;
+// created is true when ready made the stack. Errors are classified (*OperationError).
+func (m *Manager) ready(ctx context.Context, stackName string, create bool) (recovered []string, found, created bool, err error) {
 	if m.isSettled(stackName) {
-		return nil, true, m.writeWorkspace(stackName)
+		return nil, true, false, m.writeWorkspace(stackName)
 	}
 	initCLI := create
 	if create {
 		created, exists := m.initStack(ctx, stackName)
 		if created {
 			if err := m.writeWorkspace(stackName); err != nil {
-				return nil, true, err
+				return nil, true, true, err
 			}
 			m.writeSalt(stackName)
 			// A new stack holds no pending operation.
 			m.recordSettled(stackName)
-			return nil, true, nil
+			return nil, true, true, nil
 		}
 		initCLI = !exists
 	}
-	st, err := m.open(ctx, stackName, initCLI)
+	st, created, err := m.openCreated(ctx, stackName, initCLI)
 	if err != nil {
 		if !create && auto.IsSelectStack404Error(err) {
-			return nil, false, nil
+			return nil, false, false, nil
 		}
-		return nil, false, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
+		return nil, false, false, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	recovered, err = m.settlePending(ctx, st, stackName)
-	return recovered, true, err
+	return recovered, true, created, err
 }
 
 // operate runs one engine operation on stackName once ready found it: run is the engine run.
@@ -150,7 +169,7 @@ func (m *Manager) operate(ctx context.Context, stackName string, create bool, re
 			return out, true, fmt.Errorf("%s stack %s: %w", res.Operation, stackName, err)
 		}
 	}
-	res.Recovered, found, err = m.ready(ctx, stackName, create)
+	res.Recovered, found, res.created, err = m.ready(ctx, stackName, create)
 	if err != nil || !found {
 		res.End = time.Now()
 		return out, found, err
@@ -159,7 +178,7 @@ func (m *Manager) operate(ctx context.Context, stackName string, create bool, re
 	if err != nil && stackNotFound(err) {
 		m.recordPending(stackName)
 		var again []string
-		again, found, err = m.ready(ctx, stackName, create)
+		again, found, res.created, err = m.ready(ctx, stackName, create)
 		res.Recovered = append(res.Recovered, again...)
 		if err != nil || !found {
 			res.End = time.Now()

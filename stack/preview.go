@@ -10,7 +10,8 @@ import (
 
 // Preview runs `pulumi preview` of program against the stack, changing nothing: one CLI run
 // on a stack that exists. A stack that does not exist yet is created for the preview and
-// removed again, so a preview leaves the backend as it found it; it previews as all creates.
+// removed again, so a preview leaves the backend as it found it; it previews as all creates, or
+// with opts.Adopt as that program's imports.
 func (m *Manager) Preview(ctx context.Context, stackName string, program pulumi.RunFunc, opts RunOptions) (Result, error) {
 	res := Result{Operation: "preview", Start: time.Now()}
 	// A stack named by the rule before Name's moves to its object's name first (migrate.go),
@@ -22,11 +23,12 @@ func (m *Manager) Preview(ctx context.Context, stackName string, program pulumi.
 		return res, err
 	}
 	run := func() (engineOutcome, error) {
-		return m.engine(ctx, stackName, "preview", program, engineArgs("preview", opts), opts)
+		return m.engine(ctx, stackName, "preview", res.program(program, opts), engineArgs("preview", opts), opts)
 	}
 	out, err := run()
 	if err != nil && stackNotFound(err) {
-		st, oerr := m.open(ctx, stackName, true)
+		st, created, oerr := m.openCreated(ctx, stackName, true)
+		res.created = created
 		if oerr != nil {
 			return res, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, oerr))
 		}

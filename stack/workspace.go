@@ -69,13 +69,19 @@ func (m *Manager) workspaceOptions(stackName string) ([]auto.LocalWorkspaceOptio
 // auto.IsSelectStack404Error), so callers classify it themselves; a workspace that cannot
 // be opened is classified here.
 func (m *Manager) open(ctx context.Context, stackName string, create bool) (auto.Stack, error) {
+	st, _, err := m.openCreated(ctx, stackName, create)
+	return st, err
+}
+
+// openCreated is open, also saying whether it created the stack.
+func (m *Manager) openCreated(ctx context.Context, stackName string, create bool) (_ auto.Stack, created bool, _ error) {
 	opts, err := m.workspaceOptions(stackName)
 	if err != nil {
-		return auto.Stack{}, err
+		return auto.Stack{}, false, err
 	}
 	ws, err := auto.NewLocalWorkspace(ctx, opts...)
 	if err != nil {
-		return auto.Stack{}, fmt.Errorf("open workspace of stack %s: %w", stackName, m.classifyStack(stackName, err))
+		return auto.Stack{}, false, fmt.Errorf("open workspace of stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	// auto.UpsertStack selects, then creates; written out the other way round when create is
 	// set: a stack this process has not seen is most often a new object's, so trying `stack
@@ -85,10 +91,10 @@ func (m *Manager) open(ctx context.Context, stackName string, create bool) (auto
 	if create {
 		if st, err = auto.NewStack(ctx, stackName, ws); err == nil {
 			m.recordSettled(stackName)
-			return st, nil
+			return st, true, nil
 		}
 		if !auto.IsCreateStack409Error(err) {
-			return auto.Stack{}, err
+			return auto.Stack{}, false, err
 		}
 	}
 	st, err = auto.SelectStack(ctx, stackName, ws)
@@ -97,9 +103,9 @@ func (m *Manager) open(ctx context.Context, stackName string, create bool) (auto
 			// Looking must not leave a workspace behind for a stack that does not exist.
 			_ = os.RemoveAll(filepath.Join(m.cfg.WorkRoot, stackName))
 		}
-		return auto.Stack{}, err
+		return auto.Stack{}, false, err
 	}
-	return st, nil
+	return st, false, nil
 }
 
 // writeWorkspace makes sure stackName's workspace directory holds this Manager's Pulumi.yaml

@@ -54,7 +54,8 @@ type Stacks interface {
 	StackName(namespace, name string) (string, error)
 	// QualifiedName is the stack name as shown in status.
 	QualifiedName(stack string) string
-	// Up brings d's stack up to date, importing the objects adopt names (infra.Adopt).
+	// Up brings d's stack up to date, importing the objects adopt names (infra.Adopt) into a
+	// stack that did not exist (stack.RunOptions.Adopt).
 	Up(ctx context.Context, d api.Desired, adopt infra.Adopt, opts stack.RunOptions) (stack.Result, error)
 	// Destroy destroys the stack and removes it from the backend; a missing stack is no error.
 	Destroy(ctx context.Context, stackName string, opts stack.RunOptions) (stack.Result, error)
