@@ -250,8 +250,8 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 	opCtx, cancel := context.WithTimeout(ctx, w.opts.OperationTimeout)
 	// Under a state budget the stack keeps as many updates as fit (Options.StateBudget).
 	keep := infra.HistoryWithin(w.opts.StateBudget, infra.EstimateStateBytes(d))
-	adopt := w.adoption(u)
-	res, upErr := w.stacks.Up(opCtx, d, adoptOf(adopt), stack.RunOptions{Refresh: p.refresh, KeepHistory: keep})
+	adoptable := w.adoption(u)
+	res, upErr := w.stacks.Up(opCtx, d, adoptOf(adoptable), stack.RunOptions{Refresh: p.refresh, KeepHistory: keep})
 	upErr = w.timedOut(ctx, opCtx, "up", stackName, upErr)
 	cancel()
 	w.reportRecovered(u, stackName, res)
@@ -273,7 +273,7 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 		return upErr
 	}
 	if res.Changes["import"] > 0 {
-		w.reportRebuilt(u, stackName, adopt, res)
+		w.reportRebuilt(u, stackName, adoptable, res)
 	}
 	if res.Changed() || p.why != ReasonUpdated {
 		w.recorder.Eventf(u, corev1.EventTypeNormal, p.why, "pulumi up of stack %s: %v", stackName, res.Changes)
