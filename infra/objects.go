@@ -1,12 +1,13 @@
 package infra
 
 import (
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"k8s.io/apimachinery/pkg/runtime"
 	k8sappsv1 "k8s.io/api/apps/v1"
 	k8scorev1 "k8s.io/api/core/v1"
 
@@ -32,11 +33,14 @@ func Build(d api.Desired) Objects {
 	return objs
 }
 
-// decode fills into, a client-go object, from args, SDK arguments of plain values.
+// decode fills into, a client-go object, from args, SDK arguments of plain values, by
+// apimachinery's converter from the JSON-shaped value plain makes (the JSON encoding and
+// decoding it replaces took most of Build's time).
 func decode(args, into any) {
-	b, err := json.Marshal(plain(reflect.ValueOf(args)))
-	if err == nil {
-		err = json.Unmarshal(b, into)
+	m, ok := plain(reflect.ValueOf(args)).(map[string]any)
+	err := fmt.Errorf("%T is no Args struct", args)
+	if ok {
+		err = runtime.DefaultUnstructuredConverter.FromUnstructured(m, into)
 	}
 	if err != nil {
 		panic(fmt.Sprintf("infra: the description does not decode into %T: %v", into, err))
@@ -53,25 +57,17 @@ func plain(v reflect.Value) any {
 		}
 		return plain(v.Elem())
 	case reflect.Struct:
-		// An Args struct's fields are untagged; its element type (the plain struct it stands
-		// for, as the SDK marshals it) has the same field names with the `pulumi` tags.
-		in, ok := v.Interface().(pulumi.Input)
+		names, ok := fieldNames(v)
 		if !ok {
 			break
 		}
-		elem := in.ElementType()
-		for elem.Kind() == reflect.Pointer {
-			elem = elem.Elem()
-		}
 		m := map[string]any{}
-		for i := range v.NumField() {
-			f, ok := elem.FieldByName(v.Type().Field(i).Name)
-			tag, _, _ := strings.Cut(f.Tag.Get("pulumi"), ",")
-			if !ok || tag == "" {
+		for i, name := range names {
+			if name == "" {
 				continue
 			}
 			if x := plain(v.Field(i)); x != nil {
-				m[tag] = x
+				m[name] = x
 			}
 		}
 		return m
@@ -103,4 +99,35 @@ func plain(v reflect.Value) any {
 		return v.Float()
 	}
 	panic(fmt.Sprintf("infra: %s is not a plain input", v.Type()))
+}
+
+// argFields holds, by Args type, fieldNames' answer: looking the names up by reflection on
+// every Build (FieldByName, tag parsing) was most of its time.
+var argFields sync.Map // reflect.Type -> []string
+
+// fieldNames gives, for v, an Args struct of the SDK, the JSON name of each of its fields by
+// index, "" for a field to leave out; false when v is no pulumi.Input. An Args struct's fields
+// are untagged; its element type (the plain struct it stands for, as the SDK marshals it) has
+// the same field names with the `pulumi` tags.
+func fieldNames(v reflect.Value) ([]string, bool) {
+	t := v.Type()
+	if names, ok := argFields.Load(t); ok {
+		return names.([]string), true
+	}
+	in, ok := v.Interface().(pulumi.Input)
+	if !ok {
+		return nil, false
+	}
+	elem := in.ElementType()
+	for elem.Kind() == reflect.Pointer {
+		elem = elem.Elem()
+	}
+	names := make([]string, t.NumField())
+	for i := range names {
+		if f, ok := elem.FieldByName(t.Field(i).Name); ok {
+			names[i], _, _ = strings.Cut(f.Tag.Get("pulumi"), ",")
+		}
+	}
+	argFields.Store(t, names)
+	return names, true
 }

@@ -38,8 +38,11 @@ func (o *ownedObjects) drift(ctx context.Context, digest string, d api.Desired) 
 	// stubs (ownedcache.go): a stub, or a ConfigMap whose data the cache does not have, is never
 	// compared there; the live read below decides.
 	cm, typed := cmMeta.(*corev1.ConfigMap)
+	// What the program declares, built once for both comparisons below (infra.Build reflects
+	// over the SDK's arguments: tens of microseconds).
+	want := infra.Build(d)
 	if typed && !isStub(dep) && !isStub(svc) && !isStub(cm) &&
-		len(compare(d, dep, svc, comparableConfigMap(cm, infra.Build(d).ConfigMap.Data))) == 0 {
+		len(compare(d, want, dep, svc, comparableConfigMap(cm, want.ConfigMap.Data))) == 0 {
 		if ok {
 			o.inSync.Store(key, at)
 		}
@@ -62,7 +65,7 @@ func (o *ownedObjects) drift(ctx context.Context, digest string, d api.Desired) 
 	} else if !apierrors.IsNotFound(err) {
 		return nil
 	}
-	diffs := compare(d, dep, svc, cm)
+	diffs := compare(d, want, dep, svc, cm)
 	if len(diffs) == 0 {
 		// In sync as read live: remembered by the live versions, which the cache shows once it
 		// has caught up, so that the next checks need no read (a cache that only holds a
@@ -75,16 +78,15 @@ func (o *ownedObjects) drift(ctx context.Context, digest string, d api.Desired) 
 }
 
 // compare is drift's pure part; nil objects are missing ones. It compares each live object with
-// what the program declares for d (infra.Build, which tests hold equal to Declare field for
-// field): the Deployment's and the Service's labels and spec, the ConfigMap's labels and data.
+// want, what the program declares for d (infra.Build(d), which tests hold equal to Declare field
+// for field): the Deployment's and the Service's labels and spec, the ConfigMap's labels and data.
 // Every field Declare sets counts, and only those (declaredDiff): what the apiserver defaults or
 // assigns (probe timeouts, a NodePort, the ClusterIP) and what others add beside the declared
 // fields (an annotation of `kubectl rollout restart`, a label) are not drift, because an up
 // would not change them either. The ConfigMap's data is the exception: it must hold exactly
 // the declared keys (undeclaredKey). The metadata beyond labels is left out: the provider keeps
 // its own annotations out of what it applies.
-func compare(d api.Desired, dep *appsv1.Deployment, svc *corev1.Service, cm *corev1.ConfigMap) []string {
-	want := infra.Build(d)
+func compare(d api.Desired, want infra.Objects, dep *appsv1.Deployment, svc *corev1.Service, cm *corev1.ConfigMap) []string {
 	var diffs []string
 	check := func(what string, live bool, pairs ...any) {
 		if !live {

@@ -117,18 +117,18 @@ func TestCompareFollowsDeclare(t *testing.T) {
 				return o
 			}
 			o := declared()
-			if diffs := compare(d, o.Deployment, o.Service, o.ConfigMap); len(diffs) != 0 {
+			if diffs := compare(d, infra.Build(d), o.Deployment, o.Service, o.ConfigMap); len(diffs) != 0 {
 				t.Fatalf("what Declare declares shows drift: %v", diffs)
 			}
 			o = declared()
 			defaulted(&o)
-			if diffs := compare(d, o.Deployment, o.Service, o.ConfigMap); len(diffs) != 0 {
+			if diffs := compare(d, infra.Build(d), o.Deployment, o.Service, o.ConfigMap); len(diffs) != 0 {
 				t.Fatalf("what Declare declares, with the apiserver's defaults and others' additions, shows drift: %v", diffs)
 			}
 			if d.ServiceType == api.ServiceTypeHeadless {
 				o := declared()
 				o.Service.Spec.ClusterIP = "10.0.0.9"
-				if diffs := compare(d, o.Deployment, o.Service, o.ConfigMap); len(diffs) != 1 || !strings.Contains(diffs[0], "spec.clusterIP is 10.0.0.9, want None") {
+				if diffs := compare(d, infra.Build(d), o.Deployment, o.Service, o.ConfigMap); len(diffs) != 1 || !strings.Contains(diffs[0], "spec.clusterIP is 10.0.0.9, want None") {
 					t.Errorf("headless Service with a ClusterIP: drift %v, want one naming spec.clusterIP", diffs)
 				}
 			}
@@ -137,7 +137,7 @@ func TestCompareFollowsDeclare(t *testing.T) {
 				if !change(&o) {
 					continue
 				}
-				if diffs := compare(d, o.Deployment, o.Service, o.ConfigMap); len(diffs) == 0 {
+				if diffs := compare(d, infra.Build(d), o.Deployment, o.Service, o.ConfigMap); len(diffs) == 0 {
 					t.Errorf("%s changed: no drift found", what)
 				}
 			}
@@ -249,7 +249,7 @@ func BenchmarkCompare(b *testing.B) {
 	defaulted(&o)
 	b.ReportAllocs()
 	for b.Loop() {
-		if diffs := compare(d, o.Deployment, o.Service, o.ConfigMap); len(diffs) != 0 {
+		if diffs := compare(d, infra.Build(d), o.Deployment, o.Service, o.ConfigMap); len(diffs) != 0 {
 			b.Fatal(diffs)
 		}
 	}
