@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
-	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/internal/desired"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
 	"github.com/pulumi-operator/pulumi-operator/internal/rollout"
@@ -202,19 +201,9 @@ func runOne(ctx context.Context, mgr *stack.Manager, kube kubeclient.Interface, 
 			return r
 		}
 	}
-	var adopt infra.Adopt
-	if (op == Up || op == Preview) && kube != nil && d.Object != nil && d.Object.Annotations[api.OnMissingStackAnnotation] == api.OnMissingStackAdopt {
-		// As the watcher does: the object's own live objects are imported into a stack that
-		// does not hold them, and a preview shows those imports.
-		var err error
-		if adopt, err = ownership.Adoptable(ctx, kube, d.Desired); err != nil {
-			r.err, r.Error = err, err.Error()
-			return r
-		}
-	}
 	for {
 		diff.Reset()
-		res, err := op.run(ctx, mgr, name, d.Desired, adopt, opts)
+		res, err := op.run(ctx, mgr, name, d.Desired, opts)
 		if who, ids, all := deadOwners(mgr, name, err); !cleared && len(ids) > 0 && ctx.Err() == nil {
 			// Nobody will release this lock: its pulumi process, one of this command's state
 			// directory, is gone (stack.Manager.HolderGone).

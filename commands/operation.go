@@ -28,14 +28,10 @@ func (op Operation) String() string { return string(op) }
 // refresh and destroy work on one object's stack at a time.
 func (op Operation) manyObjects() bool { return op == Up || op == Preview }
 
-// run runs op once on the stack name, built by infra.Program from d where op needs a program,
-// or by infra.ProgramAdopting from d and adopt on a stack the operation creates
-// (stack.RunOptions.Adopt). Its errors are stack.Manager's (stack.ErrLocked for a locked
-// stack); an Operation other than the four above is an error naming it.
-func (op Operation) run(ctx context.Context, mgr *stack.Manager, name string, d api.Desired, adopt infra.Adopt, opts stack.RunOptions) (stack.Result, error) {
-	if adopt.Any() {
-		opts.Adopt = infra.ProgramAdopting(d, adopt)
-	}
+// run runs op once on the stack name, built by infra.Program from d where op needs a program.
+// Its errors are stack.Manager's (stack.ErrLocked for a locked stack); an Operation other
+// than the four above is an error naming it.
+func (op Operation) run(ctx context.Context, mgr *stack.Manager, name string, d api.Desired, opts stack.RunOptions) (stack.Result, error) {
 	switch op {
 	case Up:
 		return mgr.Up(ctx, name, infra.Program(d), opts)

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
-	"github.com/pulumi-operator/pulumi-operator/infra"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -30,7 +29,7 @@ func TestOperation(t *testing.T) {
 
 // An unknown operation runs nothing and says so (no stack manager is needed to find out).
 func TestOperationRunUnknown(t *testing.T) {
-	res, err := Operation("import").run(context.Background(), nil, "s", api.Desired{}, infra.Adopt{}, stack.RunOptions{})
+	res, err := Operation("import").run(context.Background(), nil, "s", api.Desired{}, stack.RunOptions{})
 	if err == nil || !strings.Contains(err.Error(), `"import"`) || res.Changed() {
 		t.Fatalf("run of an unknown operation = %+v, %v; want an error naming it", res, err)
 	}

@@ -6,24 +6,21 @@ import (
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 )
 
-// Adopt names the objects of a Desired that exist in the cluster and that an up takes into its
-// stack by Pulumi import (the resource option `import`) instead of creating them: the engine
-// reads the live object into the stack's state, then updates it only where it differs from
-// what Declare declares, in the same up (api.OnMissingStackAdopt). The import ID is the
-// Kubernetes provider's, "<namespace>/<name>".
+// Adopt names the objects of a Desired that exist in the cluster and that an up takes into a
+// stack that lost them, by Pulumi import (the resource option `import`, with ignoreChanges on
+// every input): the engine reads each live object into the stack's state and changes nothing.
+// That is how a delete whose stack is missing rebuilds it before destroying it
+// (api.OnMissingStackAdopt). The import ID is the Kubernetes provider's, "<namespace>/<name>".
 //
-// An adopting program is for a stack that does not hold the objects: the watcher and the
-// commands run it only on a stack the operation creates (stack.RunOptions.Adopt). On a stack
-// that holds an object under the same ID the engine would ignore the import, but Pulumi also
-// refuses to replace a resource declared with an import ID ("previously-imported resources
-// that still specify an ID may not be replaced"), and a spec change replaces the Service (a
-// serviceType between Headless and the others changes its clusterIP).
+// Only for a stack about to be destroyed: the provider applies objects by server-side apply
+// under a field manager of its own, and an import reads an object with a new one, which owns
+// none of its fields, so the imported inputs hold only the object's name. The next up of the
+// program would then see every field added, and the Deployment's selector added is a
+// replacement (TestImportRebuildsLostStack shows Pulumi refusing it). A living object's lost
+// stack is rebuilt by its next up instead: the provider's upsert applies the same spec over the
+// live objects, which changes none of them.
 type Adopt struct {
 	ConfigMap, Deployment, Service bool
-	// Only leaves every imported object as it is (the resource option ignoreChanges on every
-	// input): the up imports and changes nothing, which is how a delete rebuilds a lost stack
-	// before destroying it.
-	Only bool
 }
 
 // Any reports whether a names at least one object.
@@ -37,16 +34,12 @@ func ProgramAdopting(d api.Desired, adopt Adopt) pulumi.RunFunc {
 	}
 }
 
-// importOpts are the resource options that import the object namespace/name when want is set:
-// none otherwise, so that a registration without adoption stays byte for byte what stacks
-// already hold.
-func importOpts(want, only bool, namespace, name string) []pulumi.ResourceOption {
+// importOpts are the resource options that import the object namespace/name and change nothing
+// of it when want is set; none otherwise, so that a registration without adoption stays byte for
+// byte what stacks already hold.
+func importOpts(want bool, namespace, name string) []pulumi.ResourceOption {
 	if !want {
 		return nil
 	}
-	opts := []pulumi.ResourceOption{pulumi.Import(pulumi.ID(namespace + "/" + name))}
-	if only {
-		opts = append(opts, pulumi.IgnoreChanges([]string{"*"}))
-	}
-	return opts
+	return []pulumi.ResourceOption{pulumi.Import(pulumi.ID(namespace + "/" + name)), pulumi.IgnoreChanges([]string{"*"})}
 }

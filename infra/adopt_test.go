@@ -13,9 +13,9 @@ import (
 )
 
 // TestDeclareAdopting: each object Adopt names is registered with the import ID the Kubernetes
-// provider reads ("<namespace>/<name>"), and with Only also with ignoreChanges ["*"]; the
-// objects it does not name, and every object under the zero Adopt, are registered exactly as
-// Declare registers them (TestRegistrationsGolden pins those).
+// provider reads ("<namespace>/<name>") and ignoreChanges ["*"]; the objects it does not name,
+// and every object under the zero Adopt, are registered exactly as Declare registers them
+// (TestRegistrationsGolden pins those).
 func TestDeclareAdopting(t *testing.T) {
 	d := declareBase
 	plain, _, err := registrations(d, false, Declare)
@@ -28,10 +28,9 @@ func TestDeclareAdopting(t *testing.T) {
 		"kubernetes:core/v1:Service":    d.Namespace + "/" + d.Name,
 	}
 	for name, a := range map[string]Adopt{
-		"none":             {},
-		"deployment":       {Deployment: true},
-		"all":              {ConfigMap: true, Deployment: true, Service: true},
-		"all, change none": {ConfigMap: true, Deployment: true, Service: true, Only: true},
+		"none":       {},
+		"deployment": {Deployment: true},
+		"all":        {ConfigMap: true, Deployment: true, Service: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, _, err := registrations(d, false, func(ctx *pulumi.Context, d api.Desired) (Declared, error) {
@@ -46,9 +45,7 @@ func TestDeclareAdopting(t *testing.T) {
 				want := proto.Clone(plain[token]).(*pulumirpc.RegisterResourceRequest)
 				if named[token] {
 					want.ImportId = ids[token]
-					if a.Only {
-						want.IgnoreChanges = []string{"*"}
-					}
+					want.IgnoreChanges = []string{"*"}
 				}
 				if !proto.Equal(req, want) {
 					t.Errorf("%s: import id %q ignoreChanges %q, want %q %q (and otherwise as Declare)",

@@ -140,19 +140,19 @@ func DeclareAdopting(ctx *pulumi.Context, d api.Desired, adopt Adopt) (Declared,
 	// Names are fixed (the original's), so a replacement must delete first.
 	opts := []pulumi.ResourceOption{pulumi.DeleteBeforeReplace(true)}
 	cm, err := corev1.NewConfigMap(ctx, resConfigMap, args.ConfigMap,
-		slices.Concat(opts, importOpts(adopt.ConfigMap, adopt.Only, d.Namespace, d.ConfigMapName()))...)
+		slices.Concat(opts, importOpts(adopt.ConfigMap, d.Namespace, d.ConfigMapName()))...)
 	if err != nil {
 		return Declared{}, err
 	}
 	// The ConfigMap exists before the pods that mount it.
 	depOpts := slices.Concat([]pulumi.ResourceOption{pulumi.DependsOn([]pulumi.Resource{cm})}, opts,
-		importOpts(adopt.Deployment, adopt.Only, d.Namespace, d.Name))
+		importOpts(adopt.Deployment, d.Namespace, d.Name))
 	dep, err := appsv1.NewDeployment(ctx, resDeployment, args.Deployment, depOpts...)
 	if err != nil {
 		return Declared{}, err
 	}
 	svc, err := corev1.NewService(ctx, resService, args.Service,
-		slices.Concat(opts, importOpts(adopt.Service, adopt.Only, d.Namespace, d.Name))...)
+		slices.Concat(opts, importOpts(adopt.Service, d.Namespace, d.Name))...)
 	if err != nil {
 		return Declared{}, err
 	}

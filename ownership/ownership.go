@@ -52,48 +52,6 @@ func Foreign(ctx context.Context, kube kubeclient.Interface, d api.Desired) ([]s
 	return out, nil
 }
 
-// Adoptable names, for an up that imports (infra.Adopt), d's Deployment, Service and
-// ConfigMap that exist and are d's own: Ours, and an ownerReference to d by UID, so that a
-// manifest without a UID (d.OwnerUID empty) and an object that only looks like d's adopt
-// nothing (api.OnMissingStackAdopt). Errors are read errors.
-func Adoptable(ctx context.Context, kube kubeclient.Interface, d api.Desired) (infra.Adopt, error) {
-	var a infra.Adopt
-	if d.OwnerUID == "" {
-		return a, nil
-	}
-	mine := func(m metav1.Object, err error, kind, name string) (bool, error) {
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("read %s %s/%s: %w", kind, d.Namespace, name, err)
-		}
-		if !Ours(m, d) {
-			return false, nil
-		}
-		for _, r := range m.GetOwnerReferences() {
-			if r.Kind == infra.OwnerKind && string(r.UID) == d.OwnerUID {
-				return true, nil
-			}
-		}
-		return false, nil
-	}
-	var err error
-	dep, getErr := kube.AppsV1().Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
-	if a.Deployment, err = mine(dep, getErr, "Deployment", d.Name); err != nil {
-		return infra.Adopt{}, err
-	}
-	svc, getErr := kube.CoreV1().Services(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
-	if a.Service, err = mine(svc, getErr, "Service", d.Name); err != nil {
-		return infra.Adopt{}, err
-	}
-	cm, getErr := kube.CoreV1().ConfigMaps(d.Namespace).Get(ctx, d.ConfigMapName(), metav1.GetOptions{})
-	if a.ConfigMap, err = mine(cm, getErr, "ConfigMap", d.ConfigMapName()); err != nil {
-		return infra.Adopt{}, err
-	}
-	return a, nil
-}
-
 // Ours reports whether m carries d's labels and no ownerReference to another KindCustomHttp
 // than d (when d's UID is known).
 func Ours(m metav1.Object, d api.Desired) bool {

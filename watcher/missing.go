@@ -203,17 +203,6 @@ func ptrUID(u types.UID) *types.UID { return &u }
 // errStackRebuilt is stackMissing's answer once rebuild has made the stack again: destroy it.
 var errStackRebuilt = errors.New("stack rebuilt from the live objects")
 
-// adoption lists the objects an up of u imports into its stack (adoptOf makes the
-// infra.Adopt): with api.OnMissingStackAdopt on u, each of its objects that exists and is its
-// own (leftBehind: its names, labels and an ownerReference to u by UID, so an object somebody
-// else made is never taken); none otherwise.
-func (w *Watcher) adoption(u *unstructured.Unstructured) []leftObject {
-	if u.GetAnnotations()[api.OnMissingStackAnnotation] != api.OnMissingStackAdopt {
-		return nil
-	}
-	return w.owned.leftBehind(u.GetNamespace(), u.GetName(), u.GetUID())
-}
-
 // adoptOf is the infra.Adopt that names the objects of left.
 func adoptOf(left []leftObject) infra.Adopt {
 	var a infra.Adopt
@@ -231,8 +220,8 @@ func adoptOf(left []leftObject) infra.Adopt {
 }
 
 // rebuild makes u's missing stack stackName again from left, u's live objects, by an up that
-// imports them and changes nothing (infra.Adopt.Only), so that the delete can destroy them as
-// a stack's (api.OnMissingStackAdopt). The program is u's spec as it stands (api.Resolve; no
+// imports them and changes nothing (infra.Adopt), so that the delete can destroy them as a
+// stack's (api.OnMissingStackAdopt). The program is u's spec as it stands (api.Resolve; no
 // envFrom source is read: nothing is applied). Errors: the spec does not resolve (a KindCustomHttp
 // written before a validation rule), or the up failed; both keep the finalizer and are retried
 // with backoff, reported like a failed destroy.
@@ -246,7 +235,6 @@ func (w *Watcher) rebuild(ctx context.Context, o *object, stackName string, left
 		return fmt.Errorf("rebuild stack %s from the live objects: %w", stackName, err)
 	}
 	adopt := adoptOf(left)
-	adopt.Only = true
 	w.log.Info("stack missing: rebuilding it from the live objects", "object", objectRef(u), "stack", stackName)
 	opCtx, cancel := context.WithTimeout(ctx, w.opts.OperationTimeout)
 	res, err := w.stacks.Up(opCtx, d, adopt, stack.RunOptions{})

@@ -98,7 +98,7 @@ func TestUnitStackMissing(t *testing.T) {
 			}
 			wantAdopt := []infra.Adopt(nil)
 			if tc.annotation == api.OnMissingStackAdopt {
-				wantAdopt = []infra.Adopt{{ConfigMap: true, Deployment: true, Service: true, Only: true}}
+				wantAdopt = []infra.Adopt{{ConfigMap: true, Deployment: true, Service: true}}
 			}
 			if !slices.Equal(f.stacks.adopts, wantAdopt) {
 				t.Errorf("ups' imports %+v, want %+v (only an adopting delete rebuilds, importing and changing nothing)", f.stacks.adopts, wantAdopt)
@@ -263,11 +263,10 @@ func TestUnitDeleteBlockedReported(t *testing.T) {
 	}
 }
 
-// An up of an object annotated on-missing-stack=adopt names each of its objects that exists
-// and is its own (an ownerReference to it by UID) for import, so a stack that lost them takes
-// them back without touching them; the up's imports are reported (Normal StackRebuilt). An
-// object without the annotation imports nothing, as before.
-func TestUnitAdoptNamesOwnObjects(t *testing.T) {
+// An up of an object annotated on-missing-stack=adopt imports nothing: a living object's lost
+// stack is rebuilt by its up over the live objects (infra.Adopt says why); only a delete whose
+// stack is missing imports (TestUnitStackMissing).
+func TestUnitAdoptOnlyForDelete(t *testing.T) {
 	f := newUnit(t, Options{})
 	u := kch("web", nil, Finalizer)
 	f.applied(u)
@@ -281,15 +280,10 @@ func TestUnitAdoptNamesOwnObjects(t *testing.T) {
 		u.SetAnnotations(map[string]string{api.OnMissingStackAnnotation: api.OnMissingStackAdopt})
 		_ = unstructured.SetNestedField(u.Object, int64(3), "spec", "replicaCount")
 	})
-	f.events()
 	if err := f.reconcile("web"); err != nil {
 		t.Fatal(err)
 	}
-	want := []infra.Adopt{{}, {ConfigMap: true, Deployment: true, Service: true}}
-	if !slices.Equal(f.stacks.adopts, want) {
-		t.Fatalf("ups' imports %+v, want %+v", f.stacks.adopts, want)
-	}
-	if events := f.events(); !slices.Contains(events, "Normal "+api.ReasonStackRebuilt) {
-		t.Fatalf("events %q, want a Normal %s", events, api.ReasonStackRebuilt)
+	if want := []infra.Adopt{{}, {}}; !slices.Equal(f.stacks.adopts, want) {
+		t.Fatalf("ups' imports %+v, want none", f.stacks.adopts)
 	}
 }

@@ -250,8 +250,7 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 	opCtx, cancel := context.WithTimeout(ctx, w.opts.OperationTimeout)
 	// Under a state budget the stack keeps as many updates as fit (Options.StateBudget).
 	keep := infra.HistoryWithin(w.opts.StateBudget, infra.EstimateStateBytes(d))
-	adoptable := w.adoption(u)
-	res, upErr := w.stacks.Up(opCtx, d, adoptOf(adoptable), stack.RunOptions{Refresh: p.refresh, KeepHistory: keep})
+	res, upErr := w.stacks.Up(opCtx, d, infra.Adopt{}, stack.RunOptions{Refresh: p.refresh, KeepHistory: keep})
 	upErr = w.timedOut(ctx, opCtx, "up", stackName, upErr)
 	cancel()
 	w.reportRecovered(u, stackName, res)
@@ -271,9 +270,6 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 			markFailed(st, gen, reason, msg)
 		})
 		return upErr
-	}
-	if res.Changes["import"] > 0 {
-		w.reportRebuilt(u, stackName, adoptable, res)
 	}
 	if res.Changed() || p.why != ReasonUpdated {
 		w.recorder.Eventf(u, corev1.EventTypeNormal, p.why, "pulumi up of stack %s: %v", stackName, res.Changes)

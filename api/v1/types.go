@@ -161,15 +161,10 @@ const ReconcileRequestAnnotation = "groupsp.measutosh.dev/reconcile-requested-at
 // reason StackMissing; OnMissingStackOrphan leaves the objects where they are (their
 // ownerReference to the KindCustomHttp removed, so the garbage collector keeps them) and lets
 // the delete finish; OnMissingStackDelete deletes them (by their labels) and lets it finish;
-// OnMissingStackAdopt rebuilds the stack from them (Pulumi import) and destroys it as usual.
-//
-// OnMissingStackAdopt also acts while the object lives: every up of an object that carries it
-// imports those of its objects that exist (the Deployment, Service and ConfigMap of its names
-// that carry its labels and an ownerReference to it by UID) into a stack that does not hold
-// them yet, instead of creating them, so a lost stack is rebuilt without touching a pod (an
-// import changes no object; the up then applies only what differs from the spec). An up runs
-// on a change of the object or on a reconcile request (ReconcileRequestAnnotation,
-// `pulumi-operator reconcile`).
+// OnMissingStackAdopt rebuilds the stack from them by a Pulumi import that changes nothing and
+// destroys it as usual. All three act only on objects with an ownerReference to that very
+// KindCustomHttp's UID. (While the object lives, no annotation is needed: its next up creates a
+// new stack over its live objects, infra.Adopt says why not by import.)
 const OnMissingStackAnnotation = "groupsp.measutosh.dev/on-missing-stack"
 
 // Values of OnMissingStackAnnotation.
