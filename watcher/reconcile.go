@@ -97,6 +97,7 @@ func (w *Watcher) reconcileFrom(ctx context.Context, key cache.ObjectName, fast 
 			// meanwhile the object is reported as it runs.
 			return w.updateReadiness(ctx, o, d)
 		}
+		defer w.upgrades.done()
 	}
 	if wait := w.refreshWait(key, p); wait > 0 {
 		// Drift repair or a requested refresh, too soon after the last: looked at again then.

@@ -22,12 +22,18 @@ const maxUpgradeDefer = 2 * time.Second
 // upgrade that changes the program does not run one up per stack at once: those objects wait
 // in a FIFO of their own, outside the workqueue, and are queued one at a time at the pace of a
 // token bucket (golang.org/x/time/rate), each once the workqueue is empty or maxUpgradeDefer has
-// passed. A queued key carries a grant that lets its next reconcile run the up. Safe for
-// concurrent use.
+// passed, and only while fewer than maxRunning of them run: one worker of two or more is always
+// left to creates, changes, deletes and drift repairs, which an upgrade would otherwise make
+// wait for a whole up (make bench-wave measured a create 3 s to Ready mid-wave with both
+// workers on upgrades). A queued key carries a grant that lets its next reconcile run the up.
+// Safe for concurrent use.
 type programUpgrades struct {
 	// limiter is the pace; nil runs every upgrade at once (unpaced).
 	limiter *rate.Limiter
-	mu      sync.Mutex
+	// maxRunning bounds the upgrades that run at once (admitted, not yet done); running counts
+	// them.
+	maxRunning, running int
+	mu                  sync.Mutex
 	waiting []cache.ObjectName // FIFO, each key once
 	queued  map[cache.ObjectName]bool
 	granted map[cache.ObjectName]bool
@@ -35,18 +41,20 @@ type programUpgrades struct {
 	wake chan struct{}
 }
 
-// newProgramUpgrades paces program upgrades at perMinute ups a minute (a burst of one); 0 or
-// less does not pace them.
+// newProgramUpgrades paces program upgrades at perMinute ups a minute (a burst of one), one at
+// a time until setWorkers says how many workers run; 0 or less does not pace them.
 func newProgramUpgrades(perMinute int) *programUpgrades {
-	u := &programUpgrades{queued: map[cache.ObjectName]bool{}, granted: map[cache.ObjectName]bool{}, wake: make(chan struct{}, 1)}
+	u := &programUpgrades{queued: map[cache.ObjectName]bool{}, granted: map[cache.ObjectName]bool{}, wake: make(chan struct{}, 1),
+		maxRunning: 1}
 	if perMinute > 0 {
 		u.limiter = rate.NewLimiter(rate.Limit(float64(perMinute)/60), 1)
 	}
 	return u
 }
 
-// admit reports whether key's program upgrade may run now, using up its grant. Otherwise key
-// waits for its turn (once, in arrival order) and run queues it then.
+// admit reports whether key's program upgrade may run now, using up its grant; the caller
+// calls done once that reconcile ends. Otherwise key waits for its turn (once, in arrival
+// order) and run queues it then.
 func (u *programUpgrades) admit(key cache.ObjectName) bool {
 	if u.limiter == nil {
 		return true
@@ -55,6 +63,7 @@ func (u *programUpgrades) admit(key cache.ObjectName) bool {
 	defer u.mu.Unlock()
 	if u.granted[key] {
 		delete(u.granted, key)
+		u.running++
 		return true
 	}
 	if !u.queued[key] {
@@ -66,6 +75,31 @@ func (u *programUpgrades) admit(key cache.ObjectName) bool {
 		}
 	}
 	return false
+}
+
+// setWorkers lets at most workers-1 upgrades run at once (1 with one worker).
+func (u *programUpgrades) setWorkers(workers int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.maxRunning = max(workers-1, 1)
+}
+
+// done ends an upgrade admit let run (paced upgrades only).
+func (u *programUpgrades) done() {
+	if u.limiter == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.running = max(u.running-1, 0)
+}
+
+// roomToRun reports whether fewer than maxRunning upgrades run, counting those granted and not
+// yet admitted.
+func (u *programUpgrades) roomToRun() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.running+len(u.granted) < u.maxRunning
 }
 
 // forget drops key's wait and grant (the object is gone).
@@ -100,8 +134,9 @@ func (u *programUpgrades) next() (key cache.ObjectName, ok bool) {
 }
 
 // run grants the waiting keys their turn at the limiter's pace until ctx ends: for each, it
-// waits for idle (the workqueue empty; polled) for at most maxUpgradeDefer, then for a token,
-// then hands the key to add. It returns at once when the upgrades are unpaced.
+// waits for idle (the workqueue empty; polled) for at most maxUpgradeDefer, then for room
+// (roomToRun: an upgrade ends in an up's time), then for a token, then hands the key to add. It
+// returns at once when the upgrades are unpaced.
 func (u *programUpgrades) run(ctx context.Context, idle func() bool, add func(cache.ObjectName)) {
 	if u.limiter == nil {
 		return
@@ -123,7 +158,14 @@ func (u *programUpgrades) run(ctx context.Context, idle func() bool, add func(ca
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
-		// The token last, so that none saved up during the wait for idle makes a burst.
+		for !u.roomToRun() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		// The token last, so that none saved up during the waits makes a burst.
 		if err := u.limiter.Wait(ctx); err != nil {
 			return // ctx ended
 		}

@@ -140,6 +140,7 @@ func TestUnitProgramUpgradeNotForOtherChanges(t *testing.T) {
 // Only lower bounds on time are asserted: a slow machine may grant later, never sooner.
 func TestProgramUpgradesPace(t *testing.T) {
 	u := newProgramUpgrades(120) // one every 0.5 s
+	u.setWorkers(4)              // room for the three granted keys: none is admitted until the end
 	keys := []cache.ObjectName{{Namespace: "a", Name: "1"}, {Namespace: "b", Name: "2"}, {Namespace: "a", Name: "3"}}
 	for _, k := range keys {
 		if u.admit(k) {
@@ -217,5 +218,48 @@ func TestProgramUpgradesForget(t *testing.T) {
 	}
 	if unpaced := newProgramUpgrades(-1); !unpaced.admit(a) || unpaced.pending() != 0 {
 		t.Error("an unpaced upgrade was held back")
+	}
+}
+
+// TestProgramUpgradesLeaveAWorker: with 2 workers at most one program upgrade runs at a time, a
+// grant not yet taken counting as running, so that the other worker is free for creates,
+// changes, deletes and drift repairs; the next is granted once the running one is done. With one
+// worker, one runs at a time too.
+func TestProgramUpgradesLeaveAWorker(t *testing.T) {
+	for _, workers := range []int{2, 1} {
+		u := newProgramUpgrades(6000) // the pace is not what is tested
+		u.setWorkers(workers)
+		a, b := cache.ObjectName{Namespace: "n", Name: "a"}, cache.ObjectName{Namespace: "n", Name: "b"}
+		u.admit(a)
+		u.admit(b)
+		ctx, cancel := context.WithCancel(context.Background())
+		granted := make(chan cache.ObjectName, 2)
+		go u.run(ctx, func() bool { return true }, func(k cache.ObjectName) { granted <- k })
+		if k := <-granted; k != a {
+			t.Fatalf("workers %d: first grant %v, want %v", workers, k, a)
+		}
+		select {
+		case k := <-granted:
+			t.Fatalf("workers %d: %v granted while %v's grant is not taken", workers, k, a)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if !u.admit(a) {
+			t.Fatalf("workers %d: %v granted, not admitted", workers, a)
+		}
+		select {
+		case k := <-granted:
+			t.Fatalf("workers %d: %v granted while %v runs", workers, k, a)
+		case <-time.After(300 * time.Millisecond):
+		}
+		u.done()
+		select {
+		case k := <-granted:
+			if k != b {
+				t.Fatalf("workers %d: second grant %v, want %v", workers, k, b)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("workers %d: %v not granted after %v was done", workers, b, a)
+		}
+		cancel()
 	}
 }

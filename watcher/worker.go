@@ -92,6 +92,7 @@ func (w *Watcher) run(ctx context.Context, lost <-chan struct{}, workers int) er
 	opCtx, cancelOps := context.WithCancel(context.WithoutCancel(work))
 	defer cancelOps()
 	go wait.UntilWithContext(work, w.requeueIfPluginAppeared, w.opts.PluginPoll)
+	w.upgrades.setWorkers(workers)
 	go w.upgrades.run(work, func() bool { return w.queue.Len() == 0 }, w.queue.Add)
 	if w.opts.Namespace == "" && w.opts.LabelSelector == "" {
 		// This process owns every stack of its cluster name: it may tell dead workspaces.
