@@ -34,9 +34,9 @@ type programUpgrades struct {
 	// them.
 	maxRunning, running int
 	mu                  sync.Mutex
-	waiting []cache.ObjectName // FIFO, each key once
-	queued  map[cache.ObjectName]bool
-	granted map[cache.ObjectName]bool
+	waiting             []cache.ObjectName // FIFO, each key once
+	queued              map[cache.ObjectName]bool
+	granted             map[cache.ObjectName]bool
 	// wake is signalled when a key starts to wait.
 	wake chan struct{}
 }
