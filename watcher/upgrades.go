@@ -36,7 +36,8 @@ type programUpgrades struct {
 	mu                  sync.Mutex
 	waiting             []cache.ObjectName // FIFO, each key once
 	queued              map[cache.ObjectName]bool
-	granted             map[cache.ObjectName]bool
+	// granted holds when each queued key got its turn.
+	granted map[cache.ObjectName]time.Time
 	// wake is signalled when a key starts to wait.
 	wake chan struct{}
 }
@@ -44,7 +45,7 @@ type programUpgrades struct {
 // newProgramUpgrades paces program upgrades at perMinute ups a minute (a burst of one), one at
 // a time until setWorkers says how many workers run; 0 or less does not pace them.
 func newProgramUpgrades(perMinute int) *programUpgrades {
-	u := &programUpgrades{queued: map[cache.ObjectName]bool{}, granted: map[cache.ObjectName]bool{}, wake: make(chan struct{}, 1),
+	u := &programUpgrades{queued: map[cache.ObjectName]bool{}, granted: map[cache.ObjectName]time.Time{}, wake: make(chan struct{}, 1),
 		maxRunning: 1}
 	if perMinute > 0 {
 		u.limiter = rate.NewLimiter(rate.Limit(float64(perMinute)/60), 1)
@@ -61,7 +62,7 @@ func (u *programUpgrades) admit(key cache.ObjectName) bool {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.granted[key] {
+	if _, ok := u.granted[key]; ok {
 		delete(u.granted, key)
 		u.running++
 		return true
@@ -94,12 +95,22 @@ func (u *programUpgrades) done() {
 	u.running = max(u.running-1, 0)
 }
 
-// roomToRun reports whether fewer than maxRunning upgrades run, counting those granted and not
-// yet admitted.
+// grantHeld is how long a grant not yet taken counts as a running upgrade: a key whose reconcile
+// ends before it asks (its envFrom source missing, say) must not hold the others back.
+const grantHeld = 30 * time.Second
+
+// roomToRun reports whether fewer than maxRunning upgrades run, counting those granted within
+// grantHeld and not yet admitted.
 func (u *programUpgrades) roomToRun() bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.running+len(u.granted) < u.maxRunning
+	n := u.running
+	for _, at := range u.granted {
+		if time.Since(at) < grantHeld {
+			n++
+		}
+	}
+	return n < u.maxRunning
 }
 
 // forget drops key's wait and grant (the object is gone).
@@ -125,7 +136,7 @@ func (u *programUpgrades) next() (key cache.ObjectName, ok bool) {
 		key, u.waiting = u.waiting[0], u.waiting[1:]
 		if u.queued[key] {
 			delete(u.queued, key)
-			u.granted[key] = true
+			u.granted[key] = time.Now()
 			return key, true
 		}
 	}

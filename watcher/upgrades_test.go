@@ -263,3 +263,24 @@ func TestProgramUpgradesLeaveAWorker(t *testing.T) {
 		cancel()
 	}
 }
+
+// A grant nobody took within grantHeld (its key's reconcile ended before it asked: an envFrom
+// source missing, say) stops counting as a running upgrade, so it cannot stall the wave.
+func TestProgramUpgradesStaleGrant(t *testing.T) {
+	u := newProgramUpgrades(60)
+	u.setWorkers(2)
+	a := cache.ObjectName{Namespace: "n", Name: "a"}
+	u.admit(a)
+	if k, ok := u.next(); !ok || k != a {
+		t.Fatalf("next = %v, %v", k, ok)
+	}
+	if u.roomToRun() {
+		t.Fatal("room to run while a fresh grant is not taken")
+	}
+	u.mu.Lock()
+	u.granted[a] = time.Now().Add(-grantHeld)
+	u.mu.Unlock()
+	if !u.roomToRun() {
+		t.Fatal("a grant older than grantHeld still holds the room")
+	}
+}
