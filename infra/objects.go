@@ -34,8 +34,7 @@ func Build(d api.Desired) Objects {
 }
 
 // decode fills into, a client-go object, from args, SDK arguments of plain values, by
-// apimachinery's converter from the JSON-shaped value plain makes (the JSON encoding and
-// decoding it replaces took most of Build's time).
+// apimachinery's converter from the JSON-shaped value plain makes: no JSON text in between.
 func decode(args, into any) {
 	m, ok := plain(reflect.ValueOf(args)).(map[string]any)
 	err := fmt.Errorf("%T is no Args struct", args)
@@ -101,8 +100,8 @@ func plain(v reflect.Value) any {
 	panic(fmt.Sprintf("infra: %s is not a plain input", v.Type()))
 }
 
-// argFields holds, by Args type, fieldNames' answer: looking the names up by reflection on
-// every Build (FieldByName, tag parsing) was most of its time.
+// argFields holds, by Args type, fieldNames' answer, so that a Build looks no field up by name
+// and parses no tag.
 var argFields sync.Map // reflect.Type -> []string
 
 // fieldNames gives, for v, an Args struct of the SDK, the JSON name of each of its fields by

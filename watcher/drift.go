@@ -39,7 +39,7 @@ func (o *ownedObjects) drift(ctx context.Context, digest string, d api.Desired) 
 	// compared there; the live read below decides.
 	cm, typed := cmMeta.(*corev1.ConfigMap)
 	// What the program declares, built once for both comparisons below (infra.Build reflects
-	// over the SDK's arguments: tens of microseconds).
+	// over the SDK's arguments, the costliest step of a check that reads no object).
 	want := infra.Build(d)
 	if typed && !isStub(dep) && !isStub(svc) && !isStub(cm) &&
 		len(compare(d, want, dep, svc, comparableConfigMap(cm, want.ConfigMap.Data))) == 0 {

@@ -24,9 +24,8 @@ const maxUpgradeDefer = 2 * time.Second
 // token bucket (golang.org/x/time/rate), each once the workqueue is empty or maxUpgradeDefer has
 // passed, and only while fewer than maxRunning of them run: one worker of two or more is always
 // left to creates, changes, deletes and drift repairs, which an upgrade would otherwise make
-// wait for a whole up (make bench-wave measured a create 3 s to Ready mid-wave with both
-// workers on upgrades). A queued key carries a grant that lets its next reconcile run the up.
-// Safe for concurrent use.
+// wait for a whole up (docs/benchmarks.md, "A program upgrade"). A queued key carries a grant
+// that lets its next reconcile run the up. Safe for concurrent use.
 type programUpgrades struct {
 	// limiter is the pace; nil runs every upgrade at once (unpaced).
 	limiter *rate.Limiter
