@@ -18,7 +18,8 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
-// Event reasons of the on-missing-stack annotation's two ways out.
+// Event reasons of the on-missing-stack annotation's ways out that leave the stack missing
+// (adopt's is api.ReasonStackRebuilt).
 const (
 	ReasonObjectsOrphaned = "ObjectsOrphaned"
 	ReasonObjectsDeleted  = "ObjectsDeleted"
@@ -84,8 +85,8 @@ func (o *ownedObjects) terminating(namespace, name string) []leftObject {
 // stackMissing handles the delete of u whose stack Destroy found missing. With no object of u
 // left it returns true: the finalizer may go. Otherwise it follows u's OnMissingStackAnnotation:
 // orphan (remove the objects' ownerReference to u) or delete (delete them), then true; adopt
-// (rebuild the stack from them, rebuild) then false with errStackRebuilt: the caller destroys
-// the rebuilt stack as usual; without
+// (import them into the stack again: rebuild), then false with errStackRebuilt, and the caller
+// destroys the rebuilt stack as usual; without
 // it, or with a value it does not know, it reports StackMissing (Ready False, Stalled, a
 // Warning Event when the message changes) and returns false: the finalizer stays, and the next
 // change of u (the annotation) or resync looks again (a restored backend then destroys the
@@ -223,16 +224,19 @@ func adoptOf(left []leftObject) infra.Adopt {
 // imports them and changes nothing (infra.Adopt), so that the delete can destroy them as a
 // stack's (api.OnMissingStackAdopt). The program is u's spec as it stands (api.Resolve; no
 // envFrom source is read: nothing is applied). Errors: the spec does not resolve (a KindCustomHttp
-// written before a validation rule), or the up failed; both keep the finalizer and are retried
-// with backoff, reported like a failed destroy.
+// written before a validation rule; the message names the other ways out), or the up failed;
+// both keep the finalizer and are retried with backoff, reported like a failed destroy (Ready
+// False DestroyFailed, a Warning Event).
 func (w *Watcher) rebuild(ctx context.Context, o *object, stackName string, left []leftObject) error {
 	u := o.u
-	if o.convErr != nil {
-		return fmt.Errorf("rebuild stack %s from the live objects: %w", stackName, o.convErr)
+	err := o.convErr
+	var d api.Desired
+	if err == nil {
+		d, err = api.Resolve(o.cr)
 	}
-	d, err := api.Resolve(o.cr)
 	if err != nil {
-		return fmt.Errorf("rebuild stack %s from the live objects: %w", stackName, err)
+		return w.fail(o, api.ReasonDestroyFailed, fmt.Errorf("rebuild stack %s from the live objects: %w; or annotate this object with %s=%s or %s",
+			stackName, err, api.OnMissingStackAnnotation, api.OnMissingStackOrphan, api.OnMissingStackDelete))
 	}
 	adopt := adoptOf(left)
 	w.log.Info("stack missing: rebuilding it from the live objects", "object", objectRef(u), "stack", stackName)

@@ -287,3 +287,52 @@ func TestUnitAdoptOnlyForDelete(t *testing.T) {
 		t.Fatalf("ups' imports %+v, want none", f.stacks.adopts)
 	}
 }
+
+// A delete with on-missing-stack=adopt whose rebuild cannot run keeps the finalizer, says why
+// (Ready False DestroyFailed) and is retried: the up of the import failed, or the object's spec
+// does not resolve into a program (an object stored before a validation rule). Nothing is
+// destroyed or deleted.
+func TestUnitAdoptRebuildFails(t *testing.T) {
+	for name, tc := range map[string]struct {
+		upErr error
+		spec  map[string]any
+		want  string
+	}{
+		"the import's up fails": {upErr: errors.New("injected: backend unreachable"), want: "backend unreachable"},
+		"the spec does not resolve": {spec: map[string]any{"replicaCount": int64(-1), "port": int64(80)},
+			want: "rebuild stack"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newUnit(t, Options{})
+			u := kch("web", nil, Finalizer)
+			f.applied(u)
+			dep, svc, cm := owned(t, u)
+			for _, o := range []metav1.Object{dep, svc, cm} {
+				o.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: infra.OwnerAPIVersion, Kind: infra.OwnerKind,
+					Name: "web", UID: u.GetUID()}})
+			}
+			f.putOwned(dep, svc, cm)
+			f.change("web", false, func(u *unstructured.Unstructured) {
+				u.SetAnnotations(map[string]string{api.OnMissingStackAnnotation: api.OnMissingStackAdopt})
+				if tc.spec != nil {
+					u.Object["spec"] = tc.spec
+				}
+			})
+			f.stacks.destroyMissing = true
+			f.stacks.upErr = tc.upErr
+			f.markDeleted("web")
+			err := f.reconcile("web")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("reconcile = %v, want an error with %q (retried)", err, tc.want)
+			}
+			cr := f.storedCR("web")
+			if !slices.Contains(cr.Finalizers, Finalizer) {
+				t.Fatal("the finalizer went although nothing was destroyed")
+			}
+			wantCondition(t, cr, api.ConditionReady, metav1.ConditionFalse, api.ReasonDestroyFailed)
+			if _, err := f.kube.AppsV1().Deployments(unitNS).Get(context.Background(), "web", metav1.GetOptions{}); err != nil {
+				t.Fatalf("the Deployment after a failed rebuild: %v, want it kept", err)
+			}
+		})
+	}
+}
