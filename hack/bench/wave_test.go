@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,5 +28,29 @@ func TestWaveSection(t *testing.T) {
 	w.Quiet = nil
 	if got := (&Results{Wave: w}).waveSection(); !strings.Contains(got, "0.00x, NOT MET") {
 		t.Errorf("without quiet times:\n%s", got)
+	}
+}
+
+// TestProgramVersionLine: the wave's overlay finds infra.ProgramVersion in the repository's
+// infra/program.go (a changed declaration would break make bench-wave, not this test's
+// silence), and a program.go without it is an error naming the file, before any build.
+func TestProgramVersionLine(t *testing.T) {
+	text, err := os.ReadFile(filepath.Join("..", "..", "infra", "program.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if programVersionLine.Find(text) == nil {
+		t.Fatalf("infra/program.go has no line matching %s", programVersionLine)
+	}
+	repo := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(repo, "infra"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "infra", "program.go"), []byte("package infra\n\nconst ProgramVersion = 6\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{repo: repo}
+	if _, _, _, err := b.bumpedOperator(context.Background(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "program.go") {
+		t.Fatalf("bumpedOperator = %v, want an error naming program.go", err)
 	}
 }
