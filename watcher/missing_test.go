@@ -268,14 +268,7 @@ func TestUnitDeleteBlockedReported(t *testing.T) {
 // stack is missing imports (TestUnitStackMissing).
 func TestUnitAdoptOnlyForDelete(t *testing.T) {
 	f := newUnit(t, Options{})
-	u := kch("web", nil, Finalizer)
-	f.applied(u)
-	dep, svc, cm := owned(t, u)
-	for _, o := range []metav1.Object{dep, svc, cm} {
-		o.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: infra.OwnerAPIVersion, Kind: infra.OwnerKind,
-			Name: "web", UID: u.GetUID()}})
-	}
-	f.putOwned(dep, svc, cm)
+	appliedAndOwned(f, "web")
 	f.change("web", false, func(u *unstructured.Unstructured) {
 		u.SetAnnotations(map[string]string{api.OnMissingStackAnnotation: api.OnMissingStackAdopt})
 		_ = unstructured.SetNestedField(u.Object, int64(3), "spec", "replicaCount")
@@ -304,14 +297,7 @@ func TestUnitAdoptRebuildFails(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newUnit(t, Options{})
-			u := kch("web", nil, Finalizer)
-			f.applied(u)
-			dep, svc, cm := owned(t, u)
-			for _, o := range []metav1.Object{dep, svc, cm} {
-				o.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: infra.OwnerAPIVersion, Kind: infra.OwnerKind,
-					Name: "web", UID: u.GetUID()}})
-			}
-			f.putOwned(dep, svc, cm)
+			appliedAndOwned(f, "web")
 			f.change("web", false, func(u *unstructured.Unstructured) {
 				u.SetAnnotations(map[string]string{api.OnMissingStackAnnotation: api.OnMissingStackAdopt})
 				if tc.spec != nil {
@@ -335,4 +321,18 @@ func TestUnitAdoptRebuildFails(t *testing.T) {
 			}
 		})
 	}
+}
+
+// appliedAndOwned creates KindCustomHttp name, runs its first up, and gives its Deployment,
+// Service and ConfigMap the ownerReference to it that the program sets.
+func appliedAndOwned(f *unitFixture, name string) {
+	f.t.Helper()
+	u := kch(name, nil, Finalizer)
+	f.applied(u)
+	dep, svc, cm := owned(f.t, u)
+	for _, o := range []metav1.Object{dep, svc, cm} {
+		o.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: infra.OwnerAPIVersion, Kind: infra.OwnerKind,
+			Name: name, UID: u.GetUID()}})
+	}
+	f.putOwned(dep, svc, cm)
 }
