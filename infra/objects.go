@@ -36,10 +36,11 @@ func Build(d api.Desired) Objects {
 // decode fills into, a client-go object, from args, SDK arguments of plain values, by
 // apimachinery's converter from the JSON-shaped value plain makes: no JSON text in between.
 func decode(args, into any) {
-	m, ok := plain(reflect.ValueOf(args)).(map[string]any)
-	err := fmt.Errorf("%T is no Args struct", args)
-	if ok {
+	var err error
+	if m, ok := plain(reflect.ValueOf(args)).(map[string]any); ok {
 		err = runtime.DefaultUnstructuredConverter.FromUnstructured(m, into)
+	} else {
+		err = fmt.Errorf("%T is no Args struct", args)
 	}
 	if err != nil {
 		panic(fmt.Sprintf("infra: the description does not decode into %T: %v", into, err))

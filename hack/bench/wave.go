@@ -53,7 +53,7 @@ type WaveResult struct {
 }
 
 // waveRatioTarget: an object created during the wave is Ready within this many times its
-// quiet time (issue 47).
+// quiet time: new objects must not wait behind the wave.
 const waveRatioTarget = 2.0
 
 // waveProbes is how many objects are created and timed during the wave, and again after it.
@@ -209,7 +209,8 @@ func (b *bench) phaseWave(ctx context.Context) error {
 	return nil
 }
 
-// ratio is the median mid-wave time over the median quiet one; 0 without both.
+// ratio divides the median mid-wave time by the median quiet time; it is zero when either
+// list is empty (no ratio to judge).
 func (w *WaveResult) ratio() float64 {
 	q := median(w.Quiet)
 	if q == 0 || len(w.MidWave) == 0 {
