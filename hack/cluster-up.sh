@@ -18,6 +18,7 @@
 #   CLUSTER_SERVICE_CIDR             virtual Service range          [10.96.0.0/16]
 #   CLUSTER_POD_CIDR                 virtual Pod IPs handed out by kwok [10.244.0.1/16]
 #   CLUSTER_TIMEOUT                  seconds to wait for each step  [60]
+#   CLUSTER_CONTROLLER_MANAGER_QPS   kube-controller-manager's --kube-api-qps (burst twice it) [100]
 #   CLUSTER_KEEP_ON_FAILURE=1        leave processes running when up fails (default: stop them)
 #
 # Output: $CLUSTER_DIR/kubeconfig (admin token, group system:masters, verified against the
@@ -40,6 +41,12 @@ NODE_NAME="${CLUSTER_NODE_NAME:-kwok-node-0}"
 SERVICE_CIDR="${CLUSTER_SERVICE_CIDR:-10.96.0.0/16}"
 POD_CIDR="${CLUSTER_POD_CIDR:-10.244.0.1/16}"
 TIMEOUT="${CLUSTER_TIMEOUT:-60}"
+# kube-controller-manager's client-side rate limit is one budget for every namespace: at its
+# default (20 requests a second) one namespace whose Deployments scale in a loop fills it, and
+# every other namespace's rollouts queue behind that churn, with no operator involved
+# (test/tenants TestFairShare's control run; docs/benchmarks.md "Tenants" has the figures).
+# Clusters shared by tenants raise it, as this one does.
+KCM_API_QPS="${CLUSTER_CONTROLLER_MANAGER_QPS:-100}"
 
 mkdir -p "${CLUSTER_DIR}"
 CLUSTER_DIR="$(cd "${CLUSTER_DIR}" && pwd)"
@@ -284,7 +291,9 @@ start kube-controller-manager \
 	--root-ca-file="${PKI}/ca.crt" \
 	--cluster-signing-cert-file="${PKI}/ca.crt" \
 	--cluster-signing-key-file="${PKI}/ca.key" \
-	--service-cluster-ip-range="${SERVICE_CIDR}"
+	--service-cluster-ip-range="${SERVICE_CIDR}" \
+	--kube-api-qps="${KCM_API_QPS}" \
+	--kube-api-burst="$((KCM_API_QPS * 2))"
 
 start kube-scheduler \
 	--kubeconfig="${KUBECONFIG_FILE}" \

@@ -279,14 +279,22 @@ func ready(ctx context.Context, c *testenv.Cluster, ns, name string) bool {
 	return false
 }
 
+// maxFairShareRatio bounds TestFairShare's time to Ready under the busy namespace's load against
+// that on a quiet cluster. On a 2-core machine that runs the cluster too, the control run (no
+// operator work for the busy namespace) already loses a good part of that, and CI runs other
+// packages beside this one; docs/benchmarks.md "Tenants" has the figures of dedicated runs.
+const maxFairShareRatio = 4.0
+
 // TestFairShare: one namespace scales 20 Deployments of its objects in a loop (drift, repaired)
-// and annotates 200 objects with new reconcile requests (each a refresh up) while a new object
-// is created in another namespace, with the operator as a multi-tenant cluster runs it
-// (--max-ups-per-namespace 1 of 2 workers), through the engine host and as `pulumi up` CLI
-// processes (--engine-host none): the new object's up starts after at most one up of the busy
-// namespace and within its quiet-cluster time to Ready; its time to Ready under the load and on
-// a quiet cluster (the middle of three creates) are logged with their ratio, and so are those
-// of a control run with the same load and an operator that watches the quiet namespace only.
+// and annotates 200 objects with new reconcile requests (each a refresh up) while three new
+// objects are created, one at a time, in another namespace, with the operator as a multi-tenant
+// cluster runs it (--max-ups-per-namespace 1 of 2 workers), through the engine host and as
+// `pulumi up` CLI processes (--engine-host none): each new object's up starts after at most one
+// up of the busy namespace and within its quiet-cluster time to Ready, and their time to Ready
+// under the load (the middle of three) is within maxFairShareRatio of that on a quiet cluster
+// (the middle of three creates just before the load). A control run puts the same load on the
+// cluster with an operator that watches the quiet namespace only; its figures are logged, not
+// bounded.
 func TestFairShare(t *testing.T) {
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
 	c := testenv.Connect(t)
@@ -340,50 +348,68 @@ func TestFairShare(t *testing.T) {
 
 			stop := load(t, c, busy, objects, scaled)
 			time.Sleep(10 * time.Second) // the load has the workers and a queue
-			from := len(op.logs.String())
-			created := time.Now()
-			loaded := readyAfter(t, c, quiet, prefix+"-new", 2*time.Minute)
+			var loadedTimes []time.Duration
+			for i := range 3 {
+				loadedTimes = append(loadedTimes, createUnderLoad(t, c, op, busy, quiet, fmt.Sprintf("%s-new-%d", prefix, i), quietTime))
+			}
 			ups := stop()
-			// What the operator decides: how soon the new object's up starts, and how many of
-			// the busy namespace's ups start before it (the operator's log, in order).
-			log := op.logs.String()[from:]
-			newUp := strings.Index(log, `msg="running up" object=`+quiet+"/"+prefix+"-new ")
-			if newUp < 0 {
-				t.Fatalf("the operator's log has no up of %s/%s-new", quiet, prefix)
-			}
-			busyUps := strings.Count(log[:newUp], `msg="running up" object=`+busy+"/")
-			upAt, err := logTime(log[strings.LastIndex(log[:newUp], "\n")+1:])
-			if err != nil {
-				t.Fatal(err)
-			}
-			startedAfter := upAt.Sub(created)
-			// How long the up itself took ("stack up to date ... seconds=S"); the rest of the
-			// time to Ready is the rollout (the Deployment controller and kwok) and the status.
-			var upTook time.Duration
-			if i := strings.Index(log, `msg="stack up to date" object=`+quiet+"/"+prefix+"-new "); i >= 0 {
-				line := log[i:]
-				line = line[:strings.IndexByte(line+"\n", '\n')]
-				if _, after, ok := strings.Cut(line, " seconds="); ok {
-					secs, _ := strconv.ParseFloat(strings.Fields(after)[0], 64)
-					upTook = time.Duration(secs * float64(time.Second))
-				}
-			}
-			t.Logf("%s: a new object in another namespace: its up started %s after its create, after %d of the busy namespace's ups, and took %s; Ready %s after its create with the busy namespace's load (%d scale patches, %d reconcile requests), %s on a quiet cluster (median of 3): %.2fx",
-				path, startedAfter.Round(10*time.Millisecond), busyUps, upTook.Round(10*time.Millisecond), loaded.Round(10*time.Millisecond), ups.scales, ups.requests, quietTime.Round(10*time.Millisecond), float64(loaded)/float64(quietTime))
-			// Fair share: the new object waits for no more than the one busy up that may be
-			// running (--max-ups-per-namespace 1) and starts within its quiet-cluster time to
-			// Ready. The time to Ready itself is logged, not bounded: on a 2-core machine the
-			// busy namespace's ups, its Deployments' churn in kube-controller-manager and kwok,
-			// and the API server share the cores with the new object's up and rollout
-			// (docs/benchmarks.md "Tenants").
-			if busyUps > 1 {
-				t.Errorf("%d ups of the busy namespace started between the new object's create and its up, want at most 1", busyUps)
-			}
-			if startedAfter > quietTime {
-				t.Errorf("the new object's up started %s after its create under load, later than the %s it takes to Ready on a quiet cluster", startedAfter, quietTime)
+			slices.Sort(loadedTimes)
+			loaded := loadedTimes[1]
+			ratio := float64(loaded) / float64(quietTime)
+			t.Logf("%s: new objects in another namespace: Ready %s after their create with the busy namespace's load (median of 3; %d scale patches, %d reconcile requests in all), %s on a quiet cluster (median of 3): %.2fx",
+				path, loaded.Round(10*time.Millisecond), ups.scales, ups.requests, quietTime.Round(10*time.Millisecond), ratio)
+			// The control run has no operator work for the busy namespace: what it loses is the
+			// cluster's own (its rollouts behind the busy namespace's churn, on the cores the
+			// operator's ups use too), logged, not bounded. The operator's runs are bounded at
+			// maxFairShareRatio, which an unfair queue, or a cluster whose controller-manager
+			// throttles every namespace behind one, exceeds.
+			if path != "control" && ratio > maxFairShareRatio {
+				t.Errorf("%s: a new object in another namespace took %s to Ready with the busy namespace's load, %.2fx its %s on a quiet cluster; want at most %gx", path, loaded, ratio, quietTime, maxFairShareRatio)
 			}
 		})
 	}
+}
+
+// createUnderLoad creates kch quiet/name while the busy namespace's load runs and returns its
+// time to Ready. What the operator decides is checked on its log: the object's up starts after
+// at most the one busy up that may be running (--max-ups-per-namespace 1), and within quietTime,
+// its time to Ready on a quiet cluster.
+func createUnderLoad(t *testing.T, c *testenv.Cluster, op *operator, busy, quiet, name string, quietTime time.Duration) time.Duration {
+	t.Helper()
+	from := len(op.logs.String())
+	created := time.Now()
+	loaded := readyAfter(t, c, quiet, name, 2*time.Minute)
+	log := op.logs.String()[from:]
+	newUp := strings.Index(log, `msg="running up" object=`+quiet+"/"+name+" ")
+	if newUp < 0 {
+		t.Fatalf("the operator's log has no up of %s/%s", quiet, name)
+	}
+	busyUps := strings.Count(log[:newUp], `msg="running up" object=`+busy+"/")
+	upAt, err := logTime(log[strings.LastIndex(log[:newUp], "\n")+1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	startedAfter := upAt.Sub(created)
+	// How long the up itself took ("stack up to date ... seconds=S"); the rest of the time to
+	// Ready is the rollout (the Deployment controller and kwok) and the status.
+	var upTook time.Duration
+	if i := strings.Index(log, `msg="stack up to date" object=`+quiet+"/"+name+" "); i >= 0 {
+		line := log[i:]
+		line = line[:strings.IndexByte(line+"\n", '\n')]
+		if _, after, ok := strings.Cut(line, " seconds="); ok {
+			secs, _ := strconv.ParseFloat(strings.Fields(after)[0], 64)
+			upTook = time.Duration(secs * float64(time.Second))
+		}
+	}
+	t.Logf("%s/%s: its up started %s after its create, after %d of the busy namespace's ups, and took %s; Ready after %s",
+		quiet, name, startedAfter.Round(10*time.Millisecond), busyUps, upTook.Round(10*time.Millisecond), loaded.Round(10*time.Millisecond))
+	if busyUps > 1 {
+		t.Errorf("%d ups of the busy namespace started between the create of %s and its up, want at most 1", busyUps, name)
+	}
+	if startedAfter > quietTime {
+		t.Errorf("the up of %s started %s after its create under load, later than the %s it takes to Ready on a quiet cluster", name, startedAfter, quietTime)
+	}
+	return loaded
 }
 
 // logTime is the time of the slog text line that line starts with ("time=<RFC 3339> ...").
