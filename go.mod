@@ -16,7 +16,7 @@ require (
 	github.com/prometheus/procfs v0.22.0
 	github.com/pulumi-operator/pulumi-operator/agent/protocol v0.0.0-00010101000000-000000000000
 	github.com/pulumi/pulumi-kubernetes/sdk/v4 v4.33.0
-	github.com/pulumi/pulumi/sdk/v3 v3.274.1
+	github.com/pulumi/pulumi/sdk/v3 v3.275.0
 	github.com/urfave/cli/v2 v2.27.7
 	github.com/yuin/gopher-lua v1.1.2
 	golang.org/x/net v0.62.0

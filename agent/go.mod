@@ -14,8 +14,8 @@ tool github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 
 require (
 	github.com/pulumi-operator/pulumi-operator/agent/protocol v0.0.0-00010101000000-000000000000
-	github.com/pulumi/pulumi/pkg/v3 v3.274.1
-	github.com/pulumi/pulumi/sdk/v3 v3.274.1
+	github.com/pulumi/pulumi/pkg/v3 v3.275.0
+	github.com/pulumi/pulumi/sdk/v3 v3.275.0
 )
 
 require (

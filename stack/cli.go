@@ -15,7 +15,7 @@ import (
 // PinnedCLIVersion is the pulumi CLI version the project builds (agent/go.mod) and tests
 // against. A different CLI works if it is at least the Automation API's minimum; New logs
 // nothing about it, callers may compare Manager.CLIVersion.
-const PinnedCLIVersion = "3.274.1"
+const PinnedCLIVersion = "3.275.0"
 
 // pulumiCommand wraps the CLI at path. The Automation API expects the binary at
 // <root>/bin/pulumi; when path is laid out otherwise, a symlink under workRoot provides that

@@ -9,7 +9,7 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/prometheus/procfs v0.22.0
 	github.com/pulumi-operator/pulumi-operator v0.0.0-00010101000000-000000000000
-	github.com/pulumi/pulumi/sdk/v3 v3.274.1
+	github.com/pulumi/pulumi/sdk/v3 v3.275.0
 	gonum.org/v1/plot v0.17.0
 	k8s.io/api v0.35.4
 	k8s.io/apimachinery v0.35.4
