@@ -107,26 +107,34 @@ func TestKstatus(t *testing.T) {
 	f.patch(t, "web", `{"spec":{"replicaCount":3}}`)
 	expect("change", status.InProgressStatus, status.CurrentStatus)
 
-	// An image whose pods cannot be placed, and a Deployment that gives up after 2 s without
-	// progress instead of the default 10 minutes (the program declares no deadline, so this is
-	// no drift to repair).
+	// A Deployment that gives up after 2 s without progress instead of the default 10 minutes
+	// (the program declares no deadline, so this is no drift to repair), set and seen by the
+	// Deployment controller before the rollout starts: the controller does not time out a
+	// rollout whose Progressing condition still says NewReplicaSetAvailable (its own guard
+	// against a cache that lags), and a spec write of ours racing its "Created new replica set"
+	// status write could leave the condition there for good. Then an image whose pods cannot be
+	// placed.
+	if _, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Patch(ctx, "web", types.MergePatchType,
+		[]byte(`{"spec":{"progressDeadlineSeconds":2}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, 60*time.Second, "the progress deadline observed", func() bool {
+		d, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(ctx, "web", metav1.GetOptions{})
+		return err == nil && d.Status.ObservedGeneration == d.Generation && d.Spec.ProgressDeadlineSeconds != nil && *d.Spec.ProgressDeadlineSeconds == 2
+	})
 	f.patch(t, "web", `{"spec":{"image":"example.com/pending:1"}}`)
 	expect("rollout started", status.InProgressStatus)
 	pollFor(t, 60*time.Second, "the stuck image applied", func() bool {
 		d, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(ctx, "web", metav1.GetOptions{})
 		return err == nil && d.Spec.Template.Spec.NodeSelector != nil
 	})
-	if _, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Patch(ctx, "web", types.MergePatchType,
-		[]byte(`{"spec":{"progressDeadlineSeconds":2}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	ups := f.stacks.ups.Load()
 	expectOr("rollout gave up", func() string {
 		d, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return err.Error()
 		}
-		return fmt.Sprintf("%d ups since the deadline was set; the Deployment at generation %d (observed %d), progressDeadlineSeconds %v, conditions %+v",
+		return fmt.Sprintf("%d ups since the stuck image was applied; the Deployment at generation %d (observed %d), progressDeadlineSeconds %v, conditions %+v",
 			f.stacks.ups.Load()-ups, d.Generation, d.Status.ObservedGeneration, ptrValue(d.Spec.ProgressDeadlineSeconds), d.Status.Conditions)
 	}, status.FailedStatus)
 	if d, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(ctx, "web", metav1.GetOptions{}); err != nil || !progressDeadlineExceeded(d) {
