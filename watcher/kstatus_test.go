@@ -101,6 +101,37 @@ func TestKstatus(t *testing.T) {
 		}
 	}
 
+	// settle reads the watch without recording until it has been quiet for 2 s with the object
+	// Current: a change of the Deployment that the program does not declare may show a short
+	// InProgress (the Deployment's new generation not yet observed), which is not part of the
+	// life being checked.
+	settle := func(what string) {
+		t.Helper()
+		timeout := time.After(60 * time.Second)
+		last := status.CurrentStatus
+		for {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					t.Fatalf("%s: the watch ended; kstatus so far %v", what, history)
+				}
+				if u, isU := ev.Object.(*unstructured.Unstructured); isU && ev.Type != watch.Deleted {
+					r, err := status.Compute(u)
+					if err != nil {
+						t.Fatalf("%s: kstatus: %v", what, err)
+					}
+					last = r.Status
+				}
+			case <-time.After(2 * time.Second):
+				if last == status.CurrentStatus {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("%s: the object did not settle Current; it last read %v", what, last)
+			}
+		}
+	}
+
 	f.create(t, "web", "  replicaCount: 2\n  port: 80\n")
 	expect("create", status.InProgressStatus, status.CurrentStatus)
 
@@ -122,6 +153,7 @@ func TestKstatus(t *testing.T) {
 		d, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(ctx, "web", metav1.GetOptions{})
 		return err == nil && d.Status.ObservedGeneration == d.Generation && d.Spec.ProgressDeadlineSeconds != nil && *d.Spec.ProgressDeadlineSeconds == 2
 	})
+	settle("the progress deadline set")
 	f.patch(t, "web", `{"spec":{"image":"example.com/pending:1"}}`)
 	expect("rollout started", status.InProgressStatus)
 	pollFor(t, 60*time.Second, "the stuck image applied", func() bool {
