@@ -73,6 +73,9 @@ type config struct {
 	// minRefresh and maxUpsPerNS are watch's --min-refresh-interval and --max-ups-per-namespace.
 	minRefresh  time.Duration
 	maxUpsPerNS int
+	// adoptOriginal and handoverDrain are watch's --adopt-original and --handover-drain.
+	adoptOriginal bool
+	handoverDrain time.Duration
 	// programUpgrades is watch's --program-upgrades-per-minute.
 	programUpgrades int
 	// stateBudget is --state-budget: watcher.Options.StateBudget as a quantity, checked by

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/internal/desired"
 	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
@@ -75,6 +76,10 @@ func watchCommand(cfg *config) *cli.Command {
 				Usage: "least `DURATION` between two ups of one object that only repair drift or answer a reconcile request (a spec change is never held back); negative: no limit"},
 			&cli.IntFlag{Name: "max-ups-per-namespace", EnvVars: []string{"PULUMI_OPERATOR_MAX_UPS_PER_NAMESPACE"}, Destination: &cfg.maxUpsPerNS,
 				Usage: "at most `N` ups at once for the objects of one namespace, so that one namespace's work leaves workers to the others (below --workers); 0: no cap"},
+			&cli.BoolFlag{Name: "adopt-original", EnvVars: []string{"PULUMI_OPERATOR_ADOPT_ORIGINAL"}, Destination: &cfg.adoptOriginal,
+				Usage: "take over the Deployment, Service and ConfigMap the original operator (http-go-operator) made for any object, without a failed request (README \"Switching from http-go-operator\"); the annotation " + api.AdoptOriginalAnnotation + "=true says it for one object"},
+			&cli.DurationFlag{Name: "handover-drain", EnvVars: []string{"PULUMI_OPERATOR_HANDOVER_DRAIN"}, Value: watcher.DefaultHandoverDrain, Destination: &cfg.handoverDrain,
+				Usage: "during a takeover of the original operator's objects, how long its pods keep running after they left the Service (`DURATION`: at least the cluster DNS's TTL, twice it when clients cache too)"},
 			&cli.IntFlag{Name: "program-upgrades-per-minute", EnvVars: []string{"PULUMI_OPERATOR_PROGRAM_UPGRADES_PER_MINUTE"}, Value: 60, Destination: &cfg.programUpgrades,
 				Usage: "at most `N` ups a minute whose only cause is this operator's newer program version, each after the other work queued (so an upgrade of the operator does not run one up per stack at once); 0 or less: all at once"},
 			&cli.BoolFlag{Name: "require-admission-policy", EnvVars: []string{"PULUMI_OPERATOR_REQUIRE_ADMISSION_POLICY"}, Destination: &cfg.requireAdmission,
@@ -153,7 +158,8 @@ func runWatch(parent context.Context, cfg *config) error {
 	w := watcher.New(client, kube, watcher.ManagerStacks{Manager: mgr}, watcher.Options{
 		Namespace: cfg.namespace, LabelSelector: cfg.selector, Resync: cfg.resync, DigestSalt: salt,
 		ShutdownGrace: cfg.grace, OperationTimeout: cfg.operationTimeout, StaleLockTimeout: cfg.staleLock, Registry: reg, Metadata: meta,
-		MinRefreshInterval: cfg.minRefresh, MaxUpsPerNamespace: cfg.maxUpsPerNS, ProgramUpgradesPerMinute: unpacedIfNone(cfg.programUpgrades),
+		MinRefreshInterval: cfg.minRefresh, MaxUpsPerNamespace: cfg.maxUpsPerNS,
+		AdoptOriginal: cfg.adoptOriginal, HandoverDrain: cfg.handoverDrain, ProgramUpgradesPerMinute: unpacedIfNone(cfg.programUpgrades),
 		SecretNamespaces: cfg.secretNamespaces.Value(), EnvDigestKey: envKey,
 		FindPlugin:             mgr.KubernetesPlugin,
 		RequireAdmissionPolicy: cfg.requireAdmission, AllowServiceTypes: allowTypes,

@@ -10,6 +10,7 @@ package ownership
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,9 +72,16 @@ func Ours(m metav1.Object, d api.Desired) bool {
 type Error struct {
 	Namespace, Name string
 	Objects         []string
+	// Original is set when every one of Objects is in the shape the original operator made
+	// (FindOriginal): those can be adopted (api.AdoptOriginalAnnotation).
+	Original bool
 }
 
 func (e *Error) Error() string {
+	if e.Original {
+		return fmt.Sprintf("%v in namespace %s were made by the original operator (http-go-operator) for KindCustomHttp %s: to take them over without downtime, annotate this object %s=%q (or run the operator with --adopt-original); see README \"Switching from http-go-operator\"",
+			e.Objects, e.Namespace, e.Name, api.AdoptOriginalAnnotation, "true")
+	}
 	return fmt.Sprintf("%v in namespace %s already exist and were not made for KindCustomHttp %s (they lack its labels %s=%s, %s=%s): delete or rename them, or give this object another name; the operator does not take over objects it did not make",
 		e.Objects, e.Namespace, e.Name, infra.LabelManagedBy, infra.ManagedBy, infra.LabelInstance, e.Name)
 }
@@ -81,11 +89,17 @@ func (e *Error) Error() string {
 // Check is Foreign as an error: an *Error when there is a foreign object, a read error, or nil.
 func Check(ctx context.Context, kube kubeclient.Interface, d api.Desired) error {
 	objs, err := Foreign(ctx, kube, d)
+	if err != nil || len(objs) == 0 {
+		return err
+	}
+	orig, err := FindOriginal(ctx, kube, d)
 	if err != nil {
 		return err
 	}
-	if len(objs) > 0 {
-		return &Error{Namespace: d.Namespace, Name: d.Name, Objects: objs}
+	names := orig.Names()
+	all := true
+	for _, o := range objs {
+		all = all && slices.Contains(names, o)
 	}
-	return nil
+	return &Error{Namespace: d.Namespace, Name: d.Name, Objects: objs, Original: all}
 }

@@ -25,9 +25,13 @@ package watcher
 // +kubebuilder:rbac:groups=core,resources=services;configmaps,verbs=get;list;watch;create;patch;delete
 
 // The provider's Deployment await (up returns once the new pods are available) runs informers on
-// the Deployment's ReplicaSets, Pods and PersistentVolumeClaims; it never changes them.
-// +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=list;watch
-// +kubebuilder:rbac:groups=core,resources=pods;persistentvolumeclaims,verbs=list;watch
+// the Deployment's ReplicaSets, Pods and PersistentVolumeClaims; it never changes them. The
+// takeover of the original operator's objects (handover.go) labels that operator's ReplicaSets
+// and pods (patch) and deletes its ReplicaSets once their pods left the Service (delete); the
+// patch on pods gives nothing the patch on Deployments does not already give.
+// +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=list;watch;patch;delete
+// +kubebuilder:rbac:groups=core,resources=pods,verbs=list;watch;patch
+// +kubebuilder:rbac:groups=core,resources=persistentvolumeclaims,verbs=list;watch
 
 // Events on the KindCustomHttp through client-go's recorder: core/v1 Events, created, and
 // patched when an Event repeats. Not events.k8s.io.

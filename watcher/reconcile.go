@@ -81,6 +81,9 @@ func (w *Watcher) reconcileFrom(ctx context.Context, key cache.ObjectName, fast 
 		w.metrics.setOutdated(key, false)
 	}
 	if !p.run {
+		if err := w.handOver(ctx, o, d); err != nil {
+			return err
+		}
 		return w.updateReadiness(ctx, o, d)
 	}
 	if err := w.withinStateBudget(d); err != nil {
@@ -121,6 +124,11 @@ func (w *Watcher) reconcileFrom(ctx context.Context, key cache.ObjectName, fast 
 	if err := w.volumeHasRoom(d); err != nil {
 		return w.fail(o, api.ReasonStateVolumeFull, err)
 	}
+	if w.adoptsOriginal(u.GetAnnotations()) {
+		if err := w.takeOverOriginal(ctx, o, d); err != nil {
+			return w.fail(o, api.ReasonAdoptionFailed, err)
+		}
+	}
 	if err := ownership.Check(ctx, w.kube, d); err != nil {
 		// An up would take over objects somebody else made (the provider upserts): never.
 		return w.fail(o, api.ReasonObjectConflict, err)
@@ -131,7 +139,24 @@ func (w *Watcher) reconcileFrom(ctx context.Context, key cache.ObjectName, fast 
 			"%s: the operator may not read it (its namespace is not in --secret-namespaces), so a change of its data does not roll the pods; the pods still receive it. To roll on change, grant the operator read access in %s (README \"Security\")",
 			strings.Join(r.Unread, ", "), u.GetNamespace())
 	}
-	return w.apply(ctx, o, d, stackName, p)
+	if err := w.apply(ctx, o, d, stackName, p); err != nil {
+		return err
+	}
+	return w.handOver(ctx, o, d)
+}
+
+// handOver runs the rest of a handover from the original operator's objects when the object
+// may adopt them (continueHandover), and queues the object again for its next step.
+func (w *Watcher) handOver(ctx context.Context, o *object, d api.Desired) error {
+	if !w.adoptsOriginal(o.u.GetAnnotations()) {
+		return nil
+	}
+	wait, err := w.continueHandover(ctx, o, d)
+	if err != nil {
+		return w.fail(o, api.ReasonAdoptionFailed, err)
+	}
+	w.requeueHandover(cache.MetaObjectToName(o.u), wait)
+	return nil
 }
 
 // forget drops everything the watcher keeps per object once the object is gone: its metrics

@@ -111,6 +111,13 @@ type Options struct {
 	// up per object per interval; a spec change is never held back. Zero takes the default,
 	// 10 s; negative turns the limit off.
 	MinRefreshInterval time.Duration
+	// AdoptOriginal lets every object take over the objects the original operator made for it
+	// (api.AdoptOriginalAnnotation says it for one object).
+	AdoptOriginal bool
+	// HandoverDrain is how long the original operator's pods keep running after they left the
+	// Service during a handover, so that no resolver still hands out their addresses
+	// (DefaultHandoverDrain when 0).
+	HandoverDrain time.Duration
 	// MaxUpsPerNamespace caps the ups running at once for the objects of one namespace (0: no
 	// cap), so that with it below the worker count one namespace's work always leaves a worker
 	// to the others. An object over the cap is parked until an up of its namespace ends.

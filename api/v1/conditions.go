@@ -64,6 +64,10 @@ const (
 	// KindCustomHttp's objects (stack.ErrStackOfAnother); nothing runs until it is gone
 	// (retried with backoff). The message names it.
 	ReasonObjectConflict = "ObjectConflict"
+	// ReasonAdoptionFailed: taking over the original operator's objects
+	// (AdoptOriginalAnnotation) failed at an API call; retried with backoff, and every step
+	// resumes from what the cluster holds. The message names the call.
+	ReasonAdoptionFailed = "AdoptionFailed"
 	// ReasonSuspended: spec.suspend is true.
 	ReasonSuspended = "Suspended"
 	// ReasonStackMissing: a KindCustomHttp being deleted has no stack in the backend, but

@@ -167,6 +167,13 @@ const ReconcileRequestAnnotation = "groupsp.measutosh.dev/reconcile-requested-at
 // new stack over its live objects, infra.Adopt says why not by import.)
 const OnMissingStackAnnotation = "groupsp.measutosh.dev/on-missing-stack"
 
+// AdoptOriginalAnnotation, set to "true" on a KindCustomHttp, lets the operator take over the
+// Deployment, Service and ConfigMap that the original operator (http-go-operator) made for it,
+// without a failed request (README "Switching from http-go-operator"); the operator's
+// --adopt-original flag does the same for every object. Without either, such objects are
+// refused as any object the operator did not make (reason ObjectConflict).
+const AdoptOriginalAnnotation = "groupsp.measutosh.dev/adopt-original"
+
 // Values of OnMissingStackAnnotation.
 const (
 	OnMissingStackOrphan = "orphan"
