@@ -25,10 +25,10 @@ const (
 
 // installChart installs the chart (release "e2e") with the built image into namespace
 // pulumi-operator-e2e, enforcing Pod Security restricted, with its state on a volume of the
-// node, and waits for the operator pod to be Ready; the release is uninstalled when the test
-// ends. It returns the namespace, the operator pods' label selector, the state volume's
-// directory on the host and the pod's name.
-func installChart(t testing.TB, n *node) (opNS, sel, stateDir, pod string) {
+// node, and more helm flags set (--set name=value), and waits for the operator pod to be
+// Ready; the release is uninstalled when the test ends. It returns the namespace, the operator
+// pods' label selector, the state volume's directory on the host and the pod's name.
+func installChart(t testing.TB, n *node, set ...string) (opNS, sel, stateDir, pod string) {
 	t.Helper()
 	const release = "e2e"
 	opNS = "pulumi-operator-e2e"
@@ -36,9 +36,10 @@ func installChart(t testing.TB, n *node) (opNS, sel, stateDir, pod string) {
 	n.restrictedNamespace(t, opNS)
 	stateDir = n.stateVolume(t, opNS, "e2e-state", true)
 	helm := filepath.Join(testenv.RepoRoot(), "bin", "helm")
-	t.Logf("helm install:\n%s", run(t, nil, helm, "install", release, "charts/pulumi-operator", "--kubeconfig", n.kubeconfig,
+	args := append([]string{"install", release, "charts/pulumi-operator", "--kubeconfig", n.kubeconfig,
 		"--namespace", opNS, "--set", "passphrase=e2e-real", "--set", "persistence.existingClaim=e2e-state",
-		"--set", "clusterName=realnode", "--set", "logFormat=text"))
+		"--set", "clusterName=realnode", "--set", "logFormat=text"}, set...)
+	t.Logf("helm install:\n%s", run(t, nil, helm, args...))
 	t.Cleanup(func() {
 		if t.Failed() {
 			n.dumpOperator(t, opNS, sel)
