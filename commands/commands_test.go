@@ -656,3 +656,28 @@ func TestPreviewAll(t *testing.T) {
 		t.Fatalf("preview --all -f: exit %d (want %d): %s", code, ExitInvalidInput, stderr)
 	}
 }
+
+// A preview of an object whose objects the original operator made says, in the table's notes and
+// the Markdown summary, which of them the operator in the cluster takes over (the table counts
+// them as creates); a preview cannot run over them unnoticed.
+func TestPreviewNamesOriginalObjects(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	ns := c.Namespace(t)
+	testenv.CreateOriginal(t, c.Kube, ns, "legacy", 1, 80, map[string]string{"hostports": "a,1"}, api.DefaultImage)
+	l := newRunner(t)
+	md := filepath.Join(t.TempDir(), "summary.md")
+	out, stderr, code := l.run("preview", "-f", writeCR(t, ns, "legacy"), "--summary-markdown", md)
+	if code != 0 {
+		t.Fatalf("preview: exit %d\n%s\n%s", code, out, stderr)
+	}
+	want := ns + "/legacy: takes over Deployment/legacy, Service/legacy, ConfigMap/legacy-configmap from the original operator"
+	if !strings.Contains(out, want) {
+		t.Fatalf("preview output does not say %q:\n%s", want, out)
+	}
+	b, err := os.ReadFile(md)
+	if err != nil || !strings.Contains(string(b), "**"+ns+"/legacy takes over from the original operator:** Deployment/legacy, Service/legacy, ConfigMap/legacy-configmap") {
+		t.Fatalf("summary (%v):\n%s", err, b)
+	}
+}

@@ -194,6 +194,14 @@ func runOne(ctx context.Context, mgr *stack.Manager, kube kubeclient.Interface, 
 	}
 	deadline := time.Now().Add(of.waitForLock)
 	cleared := false
+	if op == Preview && kube != nil {
+		// What the operator in the cluster would take over (a preview may lack the read).
+		if orig, err := ownership.FindOriginal(ctx, kube, d.Desired); err != nil {
+			fmt.Fprintf(progress, "warning: %s: could not look for the original operator's objects: %v\n", r.Object, err)
+		} else {
+			r.Adopts = orig.Names()
+		}
+	}
 	if op == Up && kube != nil {
 		// The provider upserts (see ownership): never over somebody else's object.
 		if err := ownership.Check(ctx, kube, d.Desired); err != nil {

@@ -22,6 +22,10 @@ type result struct {
 	Changes   map[string]int    `json:"changes,omitempty"`
 	Outputs   map[string]string `json:"outputs,omitempty"`
 	Error     string            `json:"error,omitempty"`
+	// Adopts lists, for a preview, the objects of the original operator (http-go-operator)
+	// that the operator in the cluster takes over for this object (ownership.FindOriginal):
+	// the preview counts them as creates.
+	Adopts []string `json:"adopts,omitempty"`
 	diff      string            // the preview's output (preview only)
 	streamed  bool              // diff was shown as the preview ran
 	err       error             // the operation's error, for errors.Is; Error is its message
@@ -101,6 +105,9 @@ func printTable(out io.Writer, results []result) {
 		if r.Error != "" {
 			fmt.Fprintf(out, "%s: %s\n", r.Object, r.Error)
 		}
+		if len(r.Adopts) > 0 {
+			fmt.Fprintf(out, "%s: takes over %s from the original operator (counted as creates)\n", r.Object, strings.Join(r.Adopts, ", "))
+		}
 	}
 }
 
@@ -136,6 +143,10 @@ func appendMarkdown(path string, op Operation, results []result, withDiff bool) 
 	for _, r := range results {
 		if r.Error != "" {
 			fmt.Fprintf(&b, "\n**%s failed:** %s\n", r.Object, r.Error)
+		}
+		if len(r.Adopts) > 0 {
+			fmt.Fprintf(&b, "\n**%s takes over from the original operator:** %s (counted as creates above: the Service and ConfigMap are kept, the Deployment is replaced by one whose pods serve before the original pods go; README \"Switching from http-go-operator\").\n",
+				r.Object, strings.Join(r.Adopts, ", "))
 		}
 		if withDiff && r.changed() && r.diff != "" {
 			fmt.Fprintf(&b, "\n<details><summary>%s</summary>\n\n```diff\n%s```\n</details>\n", r.Object, r.diff)

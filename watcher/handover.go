@@ -102,7 +102,7 @@ func (w *Watcher) takeOverOriginal(ctx context.Context, o *object, d api.Desired
 		// Deployment: the program's Deployment of the same name can be created only after that.
 		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 			_, err := w.kube.AppsV1().Deployments(d.Namespace).Get(ctx, dep.Name, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), client(err)
+			return apierrors.IsNotFound(err), ignoreNotFound(err)
 		})
 		if err != nil {
 			return fmt.Errorf("wait for the original Deployment %s/%s to go: %w", d.Namespace, dep.Name, err)
@@ -122,8 +122,8 @@ func (w *Watcher) takeOverOriginal(ctx context.Context, o *object, d api.Desired
 	return nil
 }
 
-// client is err unless it is NotFound (nil then).
-func client(err error) error {
+// ignoreNotFound is err, or nil when err is NotFound.
+func ignoreNotFound(err error) error {
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -191,6 +191,19 @@ func (w *Watcher) continueHandover(ctx context.Context, o *object, d api.Desired
 	if len(rsets.Items) == 0 {
 		return 0, nil
 	}
+	for _, rs := range rsets.Items {
+		if len(rs.OwnerReferences) > 0 || rs.DeletionTimestamp != nil {
+			continue
+		}
+		// Orphaned by the Deployment's delete: owned by the KindCustomHttp (not as its
+		// controller), so that the garbage collector removes it if the object is deleted
+		// before the handover ends.
+		owner := ownerOf(d)
+		owner[0].Controller = nil
+		if _, err := w.kube.AppsV1().ReplicaSets(d.Namespace).Patch(ctx, rs.Name, types.MergePatchType, claimPatch(nil, owner), metav1.PatchOptions{}); ignoreNotFound(err) != nil {
+			return 0, fmt.Errorf("own the original ReplicaSet %s/%s: %w", d.Namespace, rs.Name, err)
+		}
+	}
 	dep, err := w.kube.AppsV1().Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
 	if err != nil {
 		return 0, fmt.Errorf("read Deployment %s/%s: %w", d.Namespace, d.Name, err)
@@ -226,7 +239,7 @@ func (w *Watcher) continueHandover(ctx context.Context, o *object, d api.Desired
 		background := metav1.DeletePropagationBackground
 		err = w.kube.AppsV1().ReplicaSets(d.Namespace).Delete(ctx, rs.Name, metav1.DeleteOptions{
 			PropagationPolicy: &background, Preconditions: &metav1.Preconditions{UID: &rs.UID}})
-		if client(err) != nil {
+		if ignoreNotFound(err) != nil {
 			return 0, fmt.Errorf("delete the original ReplicaSet %s/%s: %w", d.Namespace, rs.Name, err)
 		}
 	}
@@ -249,7 +262,7 @@ func (w *Watcher) unlabelPods(ctx context.Context, d api.Desired, uid types.UID,
 		if c := metav1.GetControllerOf(&p); c == nil || c.UID != uid {
 			continue
 		}
-		if _, err := w.kube.CoreV1().Pods(d.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); client(err) != nil {
+		if _, err := w.kube.CoreV1().Pods(d.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); ignoreNotFound(err) != nil {
 			return fmt.Errorf("take the original pod %s/%s out of the Service: %w", d.Namespace, p.Name, err)
 		}
 	}
@@ -281,9 +294,13 @@ func ownerOf(d api.Desired) []metav1.OwnerReference {
 		UID: types.UID(d.OwnerUID), Controller: ptrTo(true)}}
 }
 
-// claimPatch is a JSON merge patch that sets labels set and, when not nil, ownerReferences.
+// claimPatch is a JSON merge patch that sets labels set and ownerReferences owners, each when
+// not nil.
 func claimPatch(set map[string]string, owners []metav1.OwnerReference) []byte {
-	meta := map[string]any{"labels": set}
+	meta := map[string]any{}
+	if set != nil {
+		meta["labels"] = set
+	}
 	if owners != nil {
 		meta["ownerReferences"] = owners
 	}

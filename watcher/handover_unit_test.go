@@ -82,7 +82,13 @@ func TestUnitAdoptionSteps(t *testing.T) {
 			// The fake stacks make no objects: the program's Deployment, available, as the up
 			// would leave it once rolled out.
 			dep, _, _ := owned(t, u)
-			f.stacks.onUp = func() { f.putOwned(dep.DeepCopy()) }
+			f.stacks.onUp = func() {
+				f.putOwned(dep.DeepCopy())
+				// The garbage collector's part of the orphaning delete.
+				r, _ := f.kube.AppsV1().ReplicaSets(unitNS).Get(ctx, rs.Name, metav1.GetOptions{})
+				r.OwnerReferences = nil
+				_ = f.kube.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("replicasets"), r, unitNS)
+			}
 
 			if err := f.reconcile("web"); err != nil {
 				t.Fatalf("reconcile: %v", err)
@@ -97,6 +103,9 @@ func TestUnitAdoptionSteps(t *testing.T) {
 			r, _ := f.kube.AppsV1().ReplicaSets(unitNS).Get(ctx, rs.Name, metav1.GetOptions{})
 			if r.Labels[HandoverLabel] != "web" || r.Annotations[DrainedAtAnnotation] == "" {
 				t.Fatalf("original ReplicaSet after the up: labels %v annotations %v: want marked and stamped", r.Labels, r.Annotations)
+			}
+			if o := r.OwnerReferences; len(o) != 1 || o[0].UID != u.GetUID() || o[0].Controller != nil {
+				t.Fatalf("original ReplicaSet owners after the up: %+v: want the KindCustomHttp (not as controller), so that its delete removes it", o)
 			}
 			for _, obj := range []string{"Service", "ConfigMap"} {
 				var m metav1.Object
