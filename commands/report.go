@@ -25,10 +25,10 @@ type result struct {
 	// Adopts lists, for a preview, the objects of the original operator (http-go-operator)
 	// that the operator in the cluster takes over for this object (ownership.FindOriginal):
 	// the preview counts them as creates.
-	Adopts []string `json:"adopts,omitempty"`
-	diff      string            // the preview's output (preview only)
-	streamed  bool              // diff was shown as the preview ran
-	err       error             // the operation's error, for errors.Is; Error is its message
+	Adopts   []string `json:"adopts,omitempty"`
+	diff     string   // the preview's output (preview only)
+	streamed bool     // diff was shown as the preview ran
+	err      error    // the operation's error, for errors.Is; Error is its message
 }
 
 func (r result) changed() bool {
