@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
@@ -106,7 +107,8 @@ func printTable(out io.Writer, results []result) {
 			fmt.Fprintf(out, "%s: %s\n", r.Object, r.Error)
 		}
 		if len(r.Adopts) > 0 {
-			fmt.Fprintf(out, "%s: takes over %s from the original operator (counted as creates)\n", r.Object, strings.Join(r.Adopts, ", "))
+			fmt.Fprintf(out, "%s: takes over %s from the original operator once allowed (annotation %s=true, or watch --adopt-original); counted as creates\n",
+				r.Object, strings.Join(r.Adopts, ", "), api.AdoptOriginalAnnotation)
 		}
 	}
 }
@@ -145,8 +147,8 @@ func appendMarkdown(path string, op Operation, results []result, withDiff bool) 
 			fmt.Fprintf(&b, "\n**%s failed:** %s\n", r.Object, r.Error)
 		}
 		if len(r.Adopts) > 0 {
-			fmt.Fprintf(&b, "\n**%s takes over from the original operator:** %s (counted as creates above: the Service and ConfigMap are kept, the Deployment is replaced by one whose pods serve before the original pods go; README \"Switching from http-go-operator\").\n",
-				r.Object, strings.Join(r.Adopts, ", "))
+			fmt.Fprintf(&b, "\n**%s takes over from the original operator:** %s, once allowed (annotation `%s=true`, or `watch --adopt-original`). Counted as creates above: the Service and ConfigMap are kept, the Deployment is replaced by one whose pods serve before the original pods go (README \"Switching from http-go-operator\").\n",
+				r.Object, strings.Join(r.Adopts, ", "), api.AdoptOriginalAnnotation)
 		}
 		if withDiff && r.changed() && r.diff != "" {
 			fmt.Fprintf(&b, "\n<details><summary>%s</summary>\n\n```diff\n%s```\n</details>\n", r.Object, r.diff)
