@@ -34,7 +34,7 @@ import (
 // the annotated object stays ObjectConflict.
 func TestAdoptOriginal(t *testing.T) {
 	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
-	f := startWrapped(t, Options{Resync: time.Hour, HandoverDrain: 2 * time.Second}, func(p *programStacks) Stacks { return realProgram{p} })
+	f := startWrapped(t, Options{Resync: time.Hour, HandoverDrain: time.Hour}, func(p *programStacks) Stacks { return realProgram{p} })
 	ctx := context.Background()
 	kube := f.cluster.Kube
 	data := map[string]string{"hostports": "localhost,8080\n"}
@@ -65,6 +65,15 @@ func TestAdoptOriginal(t *testing.T) {
 	f.patch(t, "legacy", fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, api.AdoptOriginalAnnotation))
 	f.waitEvent(t, "legacy", ReasonAdoptingOriginal)
 	f.waitFor(t, "legacy", "Ready", func(o *api.KindCustomHttp) bool { return cond(o, api.ConditionReady).Status == metav1.ConditionTrue })
+	// The original pods out of the Service, waiting out the drain: the operator stops there,
+	// and one started afterwards (with a short drain) finishes from what the cluster holds.
+	poll(t, "the original ReplicaSet stamped drained", func() bool {
+		l, err := kube.AppsV1().ReplicaSets(f.ns).List(ctx, metav1.ListOptions{LabelSelector: HandoverLabel + "=legacy"})
+		return err == nil && len(l.Items) == 1 && l.Items[0].Annotations[DrainedAtAnnotation] != ""
+	})
+	poll(t, "2 ready endpoints, the program's only", func() bool { return ready.last() == 2 })
+	f.stop()
+	f.stop = f.run(t, Options{Namespace: f.ns, Resync: time.Hour, Logger: testLogger(), HandoverDrain: 2 * time.Second})
 	f.waitEvent(t, "legacy", ReasonAdoptedOriginal)
 	poll(t, "the original pods gone", func() bool {
 		for _, name := range origPods {
