@@ -16,8 +16,8 @@ import (
 const OriginalFieldManager = "manager"
 
 // CreateOriginal creates, in namespace ns, what the original operator (http-go-operator) made
-// for a KindCustomHttp named name (../shared/ORIGINAL-SYSTEM.md): ConfigMap <name>-configmap
-// with data, Deployment <name> of replicas pods labelled and selected by app:
+// for a KindCustomHttp named name (README "Switching from http-go-operator"): ConfigMap
+// <name>-configmap with data, Deployment <name> of replicas pods labelled and selected by app:
 // measutosh-http-server with container http-go-server-pod (image, containerPort 80 named http,
 // the ConfigMap mounted at /config, args as given: the original image took none), and headless
 // Service <name> from port to targetPort 80. No labels of this operator, no ownerReference.
