@@ -104,13 +104,17 @@ func TestAdmissionPolicy(t *testing.T) {
 			Resources: []string{"kindcustomhttps"}, Verbs: []string{"get", "create", "update", "patch"}}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "read-allowed"}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{""},
 			Resources: []string{"secrets"}, ResourceNames: []string{"allowed"}, Verbs: []string{"get"}}}},
+		// What the takeover of the original operator's objects does with the operator's rights.
+		{ObjectMeta: metav1.ObjectMeta{Name: "take-over"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"delete"}},
+			{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"patch"}}}},
 	}
 	for _, r := range roles {
 		if _, err := c.Kube.RbacV1().Roles(ns).Create(ctx, &r, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, b := range []struct{ user, role string }{{"alice", "kch-writer"}, {"alice", "read-allowed"}, {"bob", "kch-writer"}} {
+	for _, b := range []struct{ user, role string }{{"alice", "kch-writer"}, {"alice", "read-allowed"}, {"alice", "take-over"}, {"bob", "kch-writer"}} {
 		if _, err := c.Kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: b.user + "-" + b.role},
 			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: b.role},
@@ -138,8 +142,12 @@ func TestAdmissionPolicy(t *testing.T) {
 		data[fmt.Sprintf("k%04d", i)] = strings.Repeat("x", api.MaxConfigMapDataBytes/api.MaxConfigMapDataKeys)
 	}
 	big.Object["spec"].(map[string]any)["configMapData"] = data
+	adopting := func(o *unstructured.Unstructured) *unstructured.Unstructured {
+		o.SetAnnotations(map[string]string{api.AdoptOriginalAnnotation: "true"})
+		return o
+	}
 	// Creates of alice's objects come first, so that the updates find them.
-	for _, o := range []*unstructured.Unstructured{kch(ns, "a1", "", "Secret/allowed"), big} {
+	for _, o := range []*unstructured.Unstructured{kch(ns, "a1", "", "Secret/allowed"), big, adopting(kch(ns, "a3", ""))} {
 		if _, err := crs("alice").Create(ctx, o, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("alice's create of %s refused: %v", o.GetName(), err)
 		}
@@ -201,6 +209,17 @@ func TestAdmissionPolicy(t *testing.T) {
 				s["envFrom"] = append(s["envFrom"].([]any), map[string]any{"secretRef": map[string]any{"name": "private"}})
 			}),
 			refused: []string{"Secret", "bob may not get"}},
+		// The takeover of the original operator's objects: only for whoever may do it.
+		"alice sets adopt-original, which she may do herself": {user: "alice", obj: adopting(kch(ns, "a4", ""))},
+		"bob sets adopt-original on a new object": {user: "bob", obj: adopting(kch(ns, "b4", "")),
+			refused: []string{api.AdoptOriginalAnnotation + "=true", "delete Deployment b4", "bob may not"}},
+		"bob adds adopt-original to alice's object": {user: "bob", name: "a1", update: func(o *unstructured.Unstructured) {
+			o.SetAnnotations(map[string]string{api.AdoptOriginalAnnotation: "true"})
+		}, refused: []string{"delete Deployment a1", "bob may not"}},
+		"bob scales the object alice set adopt-original on": {user: "bob", name: "a3", update: spec(func(s map[string]any) { s["replicaCount"] = int64(2) })},
+		"bob labels the object alice set adopt-original on": {user: "bob", name: "a3", update: func(o *unstructured.Unstructured) {
+			o.SetLabels(map[string]string{"team": "b"})
+		}},
 		"alice adds a Secret she may not get to her object": {user: "alice", name: "a1",
 			update: spec(func(s map[string]any) {
 				s["envFrom"] = append(s["envFrom"].([]any), map[string]any{"secretRef": map[string]any{"name": "private"}})
