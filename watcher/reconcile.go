@@ -26,11 +26,12 @@ import (
 // reconcile is the sync handler of one workqueue key, top-down: cache (gone: forget it) ->
 // deep copy, converted once to the typed object -> being deleted? reconcileDelete -> ensure
 // finalizer -> resolve (invalid: stall, no retry; envFrom source missing: fail, retried) ->
-// suspended? -> plan -> apply (up), or with nothing to do only the readiness. The status
-// changes each step makes are written once, when the reconcile ends (finalizeStatus); each
-// outcome echoes the reconcile request's token (status.lastHandledReconcileAt), so that
-// `pulumi-operator reconcile --wait` learns it. A returned error means "retry with backoff";
-// nil means done until the next event.
+// suspended? -> plan -> apply (up), or with nothing to do only the readiness. An object that may
+// take over the original operator's objects has them taken over before its up and handed over
+// after it (handover.go). The status changes each step makes are written once, when the
+// reconcile ends (finalizeStatus); each outcome echoes the reconcile request's token
+// (status.lastHandledReconcileAt), so that `pulumi-operator reconcile --wait` learns it. A
+// returned error means "retry with backoff"; nil means done until the next event.
 func (w *Watcher) reconcile(ctx context.Context, key cache.ObjectName) error {
 	return w.reconcileFrom(ctx, key, false)
 }
