@@ -149,7 +149,11 @@ func (w *Watcher) keepOriginalPods(ctx context.Context, d api.Desired, dep *apps
 			return fmt.Errorf("label the original ReplicaSet %s/%s: %w", d.Namespace, rs.Name, err)
 		}
 	}
-	return w.labelOriginalPods(ctx, d, owned, withSelector(d, mark))
+	set := map[string]any{}
+	for k, v := range withSelector(d, mark) {
+		set[k] = v
+	}
+	return w.patchOriginalPods(ctx, d, owned, set, "label")
 }
 
 // withSelector is l plus the program's selector labels of d.
@@ -161,24 +165,28 @@ func withSelector(d api.Desired, l map[string]string) map[string]string {
 	return out
 }
 
-// labelOriginalPods merges set into the labels of the pods (original selector) whose
-// controller is one of owners; a nil value removes the label.
-func (w *Watcher) labelOriginalPods(ctx context.Context, d api.Desired, owners map[types.UID]bool, set map[string]string) error {
+// patchOriginalPods merges labels into the labels of the pods (original selector) whose
+// controller is one of owners; a nil value removes the label. what names the change in errors.
+func (w *Watcher) patchOriginalPods(ctx context.Context, d api.Desired, owners map[types.UID]bool, labels map[string]any, what string) error {
 	pods, err := w.kube.CoreV1().Pods(d.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(ownership.OriginalSelector()).String()})
+		LabelSelector: labelSelector(ownership.OriginalSelector())})
 	if err != nil {
 		return fmt.Errorf("list the original pods in %s: %w", d.Namespace, err)
 	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
 	for _, p := range pods.Items {
 		if c := metav1.GetControllerOf(&p); c == nil || !owners[c.UID] || p.DeletionTimestamp != nil {
 			continue
 		}
-		if _, err := w.kube.CoreV1().Pods(d.Namespace).Patch(ctx, p.Name, types.MergePatchType, claimPatch(set, nil), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("label the original pod %s/%s: %w", d.Namespace, p.Name, err)
+		if _, err := w.kube.CoreV1().Pods(d.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); ignoreNotFound(err) != nil {
+			return fmt.Errorf("%s the original pod %s/%s: %w", what, d.Namespace, p.Name, err)
 		}
 	}
 	return nil
 }
+
+// labelSelector is the selector string of set.
+func labelSelector(set map[string]string) string { return labels.SelectorFromSet(set).String() }
 
 // continueHandover is step 3 of the handover for d: it returns how long to wait before the
 // next look (0: no handover left). Errors are API errors; the reconcile is retried.
@@ -221,7 +229,7 @@ func (w *Watcher) continueHandover(ctx context.Context, o *object, d api.Desired
 			for k := range infra.SelectorLabels(d) {
 				drop[k] = nil
 			}
-			if err := w.unlabelPods(ctx, d, rs.UID, drop); err != nil {
+			if err := w.patchOriginalPods(ctx, d, map[types.UID]bool{rs.UID: true}, drop, "take out of the Service"); err != nil {
 				return 0, err
 			}
 			stamp, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
@@ -248,25 +256,6 @@ func (w *Watcher) continueHandover(ctx context.Context, o *object, d api.Desired
 			"the original operator's pods are gone; the Deployment, Service and ConfigMap are the stack's")
 	}
 	return next, nil
-}
-
-// unlabelPods applies the label changes drop to the pods whose controller is the ReplicaSet uid.
-func (w *Watcher) unlabelPods(ctx context.Context, d api.Desired, uid types.UID, drop map[string]any) error {
-	pods, err := w.kube.CoreV1().Pods(d.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(ownership.OriginalSelector()).String()})
-	if err != nil {
-		return fmt.Errorf("list the original pods in %s: %w", d.Namespace, err)
-	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": drop}})
-	for _, p := range pods.Items {
-		if c := metav1.GetControllerOf(&p); c == nil || c.UID != uid {
-			continue
-		}
-		if _, err := w.kube.CoreV1().Pods(d.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); ignoreNotFound(err) != nil {
-			return fmt.Errorf("take the original pod %s/%s out of the Service: %w", d.Namespace, p.Name, err)
-		}
-	}
-	return nil
 }
 
 // available reports whether dep's current generation is rolled out: observed, every replica
