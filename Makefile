@@ -224,6 +224,22 @@ generate: manifests
 # config/manifests_test.go needs bin/controller-gen; under CI=true it fails without it.
 test: controller-gen
 
+# ---- Generated gRPC code: the engine host's protocol (agent/protocol/enginepb).
+.PHONY: proto proto-tools
+
+## proto-tools: the pinned buf, protoc-gen-go and protoc-gen-go-grpc in bin/ (hack/tools/buf,
+## hack/tools/protoc-gen)
+proto-tools:
+	ONLY="buf protoc-gen-go protoc-gen-go-grpc" hack/build-tools.sh $(BIN)
+
+## proto: regenerate agent/protocol/enginepb's Go code from engine.proto (agent/protocol/buf.gen.yaml).
+## config/proto_test.go runs the same and fails until the committed code is what it generates.
+proto: proto-tools
+	cd agent/protocol && PATH="$(BIN):$$PATH" $(BIN)/buf generate
+
+# config/proto_test.go needs them; under CI=true it fails without them.
+test: proto-tools
+
 # ---- Benchmarks. Not tests: `make test` never runs them, and a figure that misses its
 # target is reported, not failed.
 .PHONY: bench

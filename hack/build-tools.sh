@@ -7,7 +7,8 @@
 #                                                         hack/realnode-up.sh, same version)
 #   kubectl                                              (hack/tools/kubernetes: `make deploy`)
 #   coredns                                              (hack/tools/coredns, the real node's DNS)
-# and controller-gen (hack/tools/controller-gen, sigs.k8s.io/controller-tools) for `make manifests`.
+# controller-gen (hack/tools/controller-gen, sigs.k8s.io/controller-tools) for `make manifests`, and
+# buf, protoc-gen-go and protoc-gen-go-grpc (hack/tools/buf, hack/tools/protoc-gen) for `make proto`.
 #
 # Usage: hack/build-tools.sh [DEST]     (DEST defaults to <repo>/bin)
 #        ONLY="controller-gen ..." hack/build-tools.sh [DEST] builds only the binaries named.
@@ -64,3 +65,7 @@ CGO_ENABLED=0 build coredns "${TOOLS}/coredns" github.com/coredns/coredns "-s -w
 CONTROLLER_TOOLS_VERSION="$(build::module_version "${TOOLS}/controller-gen" sigs.k8s.io/controller-tools)"
 build controller-gen "${TOOLS}/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen \
 	"-s -w -X sigs.k8s.io/controller-tools/pkg/version.version=${CONTROLLER_TOOLS_VERSION}"
+# buf and the two code generators it runs (`make proto`: agent/protocol/enginepb from its .proto).
+build buf "${TOOLS}/buf" github.com/bufbuild/buf/cmd/buf "-s -w"
+build protoc-gen-go "${TOOLS}/protoc-gen" google.golang.org/protobuf/cmd/protoc-gen-go "-s -w"
+build protoc-gen-go-grpc "${TOOLS}/protoc-gen" google.golang.org/grpc/cmd/protoc-gen-go-grpc "-s -w"

@@ -19,7 +19,8 @@ import (
 // long-lived process that runs the Manager's `pulumi up` engine runs with the same pkg/v3 code as
 // the CLI's `up`, without a CLI process per run, and creates new stacks. An up then skips the
 // CLI's start and, after a stack's first, its passphrase key derivation; docs/design/engine-host.md
-// says why, docs/benchmarks.md what that buys. The protocol is package agent/protocol.
+// says why, docs/benchmarks.md what that buys. The protocol is the gRPC service of
+// agent/protocol/enginepb (package agent/protocol converts it).
 const EngineHost = "pulumi-operator-engine"
 
 // NoEngineHost is the value of pulumi-operator's --engine-host that turns the engine host off:
@@ -85,9 +86,8 @@ type engineHost struct {
 	// procs holds every engine host process while it runs (Manager.Kill).
 	procs *processSet
 
-	mu     sync.Mutex
-	proc   *engineProc
-	nextID int64
+	mu   sync.Mutex
+	proc *engineProc
 }
 
 // useEngineHost reports whether an up of stackName with opts goes to the engine host: there is

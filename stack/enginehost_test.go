@@ -367,13 +367,7 @@ func TestEngineHostNotUsed(t *testing.T) {
 // reports.
 func TestEngineHostInitFallsBack(t *testing.T) {
 	m, backend, runs := hostManager(t)
-	fake := filepath.Join(t.TempDir(), "pulumi-operator-engine")
-	script := "#!/bin/sh\nwhile read -r line; do\n  id=$(printf '%s' \"$line\" | sed 's/.*\"id\":\\([0-9]*\\).*/\\1/')\n" +
-		"  printf '{\"id\":%s,\"code\":1,\"stderr\":\"error: boom\\\\n\"}\\n' \"$id\" >&3\ndone\n"
-	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	m.engineHost.path = fake
+	m.engineHost.path = fakeEngine(t, "fail")
 	first, _ := m.StackName("ns", "first")
 	if _, err := m.Up(context.Background(), first, program("x", 0), RunOptions{}); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Fatalf("up through a failing engine host: %v, want its error", err)
@@ -468,16 +462,12 @@ func TestEngineHostStartAndPassphraseErrors(t *testing.T) {
 }
 
 // TestEngineHostHungRunAbandoned: a run that does not answer its cancel (here a stand-in host
-// that reads requests and never replies: a real run cannot be made to hang on demand) is given
+// that takes calls and never answers them: a real run cannot be made to hang on demand) is given
 // up engineHost.cancelGrace after its cancel, its process retired and then killed, so that no
 // caller and no process is held for ever; the next up starts a new process.
 func TestEngineHostHungRunAbandoned(t *testing.T) {
 	m, _, _ := hostManager(t)
-	fake := filepath.Join(t.TempDir(), "pulumi-operator-engine")
-	if err := os.WriteFile(fake, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	m.engineHost.path = fake
+	m.engineHost.path = fakeEngine(t, "hang")
 	m.engineHost.cancelGrace = 300 * time.Millisecond
 	name, _ := m.StackName("ns", "hung")
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)

@@ -1,29 +1,35 @@
 package stack
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol/enginepb"
 	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 )
 
-// do sends req to a running engine host process (starting one when there is none, the current
+// do runs req on a running engine host process (starting one when there is none, the current
 // one has served engineHostRuns requests, has exited, or was started with another passphrase)
-// and waits for its reply. When ctx ends first it asks the host to cancel the run gracefully
-// and still waits for the reply, as the CLI path waits for a CLI it interrupted: the run then
-// writes its state and releases its lock. Errors: the host could not be started, or it exited
-// before replying (killed, crashed): the run's outcome is then unknown, as a killed CLI's.
+// and waits for its reply. When ctx ends first, an up is asked to cancel gracefully and still
+// waited for, as the CLI path waits for a CLI it interrupted: the run then writes its state and
+// releases its lock; any other call ends with ctx. Errors: the host could not be started, or it
+// exited before replying (killed, crashed): the run's outcome is then unknown, as a killed CLI's.
 func (h *engineHost) do(ctx context.Context, req protocol.Request, phrase string, env func() []string) (protocol.Reply, error) {
 	// Nothing is sent for a caller that has given up, or once the fence no longer permits: a
 	// request sent then would run after the operation was cancelled, or after another replica
@@ -34,26 +40,31 @@ func (h *engineHost) do(ctx context.Context, req protocol.Request, phrase string
 	if err := h.procs.fence.Check(); err != nil {
 		return protocol.Reply{}, fmt.Errorf("send to the engine host: %w", err)
 	}
-	p, id, ch, err := h.send(req, phrase, env)
+	p, err := h.pick(phrase, env)
 	if err != nil {
 		return protocol.Reply{}, err
 	}
-	defer h.finished(p, id)
-	select {
-	case r, ok := <-ch:
-		if !ok {
-			return protocol.Reply{}, p.exitError()
+	defer h.finished(p)
+	if req.Op != protocol.OpUp {
+		r, err := protocol.Call(ctx, p.client, req)
+		if err != nil {
+			return protocol.Reply{}, p.callError(ctx, err)
 		}
 		return r, nil
+	}
+	// The call's own context is the hard stop, ended only once the run is given up (or done).
+	callCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
+	defer hardStop()
+	u := protocol.StartUp(callCtx, p.client, req)
+	select {
+	case <-u.Done():
+		return p.result(ctx, u)
 	case <-ctx.Done():
 	}
-	_ = p.write(protocol.Request{ID: id, Cancel: true}) // a process that cannot read it is going: ch closes
+	u.Cancel()
 	select {
-	case r, ok := <-ch:
-		if !ok {
-			return protocol.Reply{}, p.exitError()
-		}
-		return r, nil
+	case <-u.Done():
+		return p.result(ctx, u)
 	case <-time.After(h.cancelGrace):
 	}
 	// The run ignores its cancel (hung on a provider, or the process is stuck): give it up.
@@ -65,10 +76,11 @@ func (h *engineHost) do(ctx context.Context, req protocol.Request, phrase string
 	return protocol.Reply{}, fmt.Errorf("%w: the engine host did not end the run within %s of its cancel; the run was abandoned and its process is killed", errEngineHostHung, h.cancelGrace)
 }
 
-// send picks or starts the process and writes req under a new id; ch receives the reply (closed
-// when the process exits without one).
-func (h *engineHost) send(req protocol.Request, phrase string, env func() []string) (*engineProc, int64, chan protocol.Reply, error) {
+// pick returns the process that takes the next request, starting one when needed, and counts
+// the request on it (finished uncounts it).
+func (h *engineHost) pick(phrase string, env func() []string) (*engineProc, error) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	p := h.proc
 	if p != nil && !p.takes(phrase, h.maxRuns) {
 		p.retire()
@@ -77,40 +89,28 @@ func (h *engineHost) send(req protocol.Request, phrase string, env func() []stri
 	if p == nil {
 		var err error
 		if p, err = startEngineProc(h.path, h.project, phrase, env(), h.procs); err != nil {
-			h.mu.Unlock()
-			return nil, 0, nil, err
+			return nil, err
 		}
 		h.proc = p
 	}
-	h.nextID++
-	id := h.nextID
-	ch := make(chan protocol.Reply, 1)
 	p.mu.Lock()
-	p.waiting[id] = ch
+	p.inflight++
 	p.runs++
 	if p.idleTimer != nil {
-		p.idleTimer.Stop() // a timer that fired already finds this request waiting (retireIdle)
+		p.idleTimer.Stop() // a timer that fired already finds this request counted (retireIdle)
 		p.idleTimer = nil
 	}
 	p.mu.Unlock()
-	h.mu.Unlock()
-	req.ID = id
-	if err := p.write(req); err != nil {
-		// The process is going (its input is closed): the next request starts another.
-		p.retire()
-		h.finished(p, id)
-		return nil, 0, nil, fmt.Errorf("send to the engine host: %w", err)
-	}
-	return p, id, ch, nil
+	return p, nil
 }
 
-// finished forgets request id; a retired process with nothing left waiting is told to exit,
-// and one that is not is retired after h.idle unless a request comes first (at once when
+// finished uncounts a request of p; a retired process with nothing left under way is told to
+// exit, and one that is not is retired after h.idle unless a request comes first (at once when
 // h.oneShot).
-func (h *engineHost) finished(p *engineProc, id int64) {
+func (h *engineHost) finished(p *engineProc) {
 	p.mu.Lock()
-	delete(p.waiting, id)
-	empty := len(p.waiting) == 0
+	p.inflight--
+	empty := p.inflight == 0
 	if empty && h.oneShot {
 		p.retired = true
 	}
@@ -127,8 +127,8 @@ func (h *engineHost) finished(p *engineProc, id int64) {
 	}
 }
 
-// retireIdle retires p when it is still the current process and no request is waiting on it
-// (send registers requests under h.mu, so none can slip in between).
+// retireIdle retires p when it is still the current process and no request is under way on it
+// (pick counts requests under h.mu, so none can slip in between).
 func (h *engineHost) retireIdle(p *engineProc) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -136,7 +136,7 @@ func (h *engineHost) retireIdle(p *engineProc) {
 		return
 	}
 	p.mu.Lock()
-	busy := len(p.waiting) > 0
+	busy := p.inflight > 0
 	p.mu.Unlock()
 	if busy {
 		return
@@ -171,60 +171,102 @@ func (h *engineHost) close() {
 	}
 }
 
-// engineProc is one engine host process.
+// engineProc is one engine host process and the gRPC connection to it.
 type engineProc struct {
 	cmd    *exec.Cmd
 	phrase string // the passphrase it was started with
+	// stdin is the host's standard input: closing it stops the host once its calls are done.
+	stdin  io.WriteCloser
+	conn   *grpc.ClientConn
+	client enginepb.EngineClient
+	// done is closed once the process has exited and been reaped.
+	done chan struct{}
 
-	wmu   sync.Mutex // one request line at a time
-	stdin io.WriteCloser
-
-	mu      sync.Mutex
-	waiting map[int64]chan protocol.Reply // by request id
-	runs    int                           // requests sent
-	retired bool                          // takes no more requests; exits once waiting is empty
-	hung    bool                          // holds an abandoned run: killed, not closed, once waiting is empty
-	exited  bool
+	mu       sync.Mutex
+	inflight int  // requests under way
+	runs     int  // requests taken
+	retired  bool // takes no more requests; exits once none is under way
+	hung     bool // holds an abandoned run: killed, not closed, once none is under way
+	exited   bool
 	// idleTimer retires the process engineHost.idle after its last request finished; nil
 	// while requests run.
 	idleTimer *time.Timer
 	stderr    *tailWriter
 }
 
-// startEngineProc starts the engine host at path for project with environment env; replies
-// come through a pipe on its file descriptor 3.
+// engineMaxReply is the largest reply the operator takes from the engine host: a reply holds a
+// run's whole display, which gRPC's default of 4 MiB could refuse for a large program.
+const engineMaxReply = 64 << 20
+
+// startEngineProc starts the engine host at path for project with environment env, serving the
+// Engine service on a Unix socket in a directory of its own that only this user can enter
+// (os.MkdirTemp: mode 0700), whose listening end it receives as file descriptor 3.
 func startEngineProc(path, project, phrase string, env []string, procs *processSet) (*engineProc, error) {
+	dir, err := os.MkdirTemp("", "pulumi-operator-engine-")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errEngineHostStart, err)
+	}
+	sock := filepath.Join(dir, "engine.sock")
+	lf, err := listenFile(sock)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("%w: %w", errEngineHostStart, err)
+	}
+	defer lf.Close() // the child's copy is the only one once it has started
 	cmd := exec.Command(path, project)
 	cmd.Env = env
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, fmt.Errorf("%w: %w", errEngineHostStart, err)
 	}
-	replies, w, err := os.Pipe()
+	cmd.ExtraFiles = []*os.File{lf}
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(engineMaxReply)))
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, fmt.Errorf("%w: %w", errEngineHostStart, err)
 	}
-	cmd.ExtraFiles = []*os.File{w}
-	p := &engineProc{cmd: cmd, phrase: phrase, stdin: stdin, waiting: map[int64]chan protocol.Reply{}, stderr: &tailWriter{max: 4096}}
+	p := &engineProc{cmd: cmd, phrase: phrase, stdin: stdin, conn: conn, client: enginepb.NewEngineClient(conn), done: make(chan struct{}), stderr: &tailWriter{max: 4096}}
 	cmd.Stderr = p.stderr
 	setEngineProcAttr(cmd)
 	start := time.Now()
 	exited, err := procs.start(cmd, "")
 	if err != nil {
-		replies.Close()
-		w.Close()
+		conn.Close()
+		os.RemoveAll(dir)
 		if errors.Is(err, fence.ErrFenced) {
 			return nil, err // not a host that cannot start: nothing may run (engine must not fall back to the CLI)
 		}
 		return nil, fmt.Errorf("%w %s: %w", errEngineHostStart, path, err)
 	}
-	w.Close() // the child's copy is the only writer now: its exit ends the reader
 	slog.Debug("engine host started", "pid", cmd.Process.Pid, "seconds", time.Since(start).Seconds())
 	go func() {
-		p.read(replies)
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.exited = true
+		p.mu.Unlock()
+		close(p.done)
+		conn.Close()
+		os.RemoveAll(dir)
+		if err != nil {
+			slog.Warn("the engine host exited", "pid", cmd.Process.Pid, "error", err, "stderr", RedactText(p.stderr.String()))
+		}
 		exited(cmd.ProcessState != nil && cmd.ProcessState.Success())
 	}()
 	return p, nil
+}
+
+// listenFile listens on the Unix socket path and returns the listening socket as a file to hand
+// to a child (the listener itself is closed, without removing path).
+func listenFile(path string) (*os.File, error) {
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	defer ln.Close()
+	return ln.File()
 }
 
 // takes reports whether p may take another request: it runs, is not retired, has served fewer
@@ -235,11 +277,11 @@ func (p *engineProc) takes(phrase string, maxRuns int) bool {
 	return !p.exited && !p.retired && p.runs < maxRuns && p.phrase == phrase
 }
 
-// retire stops p taking requests and ends it once none is waiting (end).
+// retire stops p taking requests and ends it once none is under way (end).
 func (p *engineProc) retire() {
 	p.mu.Lock()
 	p.retired = true
-	idle := len(p.waiting) == 0
+	idle := p.inflight == 0
 	p.mu.Unlock()
 	if idle {
 		p.end()
@@ -247,7 +289,7 @@ func (p *engineProc) retire() {
 }
 
 // abandon retires p for a run that did not answer its cancel: p is killed, not closed, once its
-// other runs are done (its input closing would not end it: the host waits for its runs).
+// other runs are done (its input closing would not end it: the host waits for its calls).
 func (p *engineProc) abandon() {
 	p.mu.Lock()
 	p.hung = true
@@ -255,8 +297,8 @@ func (p *engineProc) abandon() {
 	p.retire()
 }
 
-// end ends a retired p with nothing waiting: its input closes (the host finishes and exits), or,
-// when it holds an abandoned run, it is killed with what it started.
+// end ends a retired p with nothing under way: its input closes (the host finishes and exits),
+// or, when it holds an abandoned run, it is killed with what it started.
 func (p *engineProc) end() {
 	p.mu.Lock()
 	hung := p.hung
@@ -265,53 +307,33 @@ func (p *engineProc) end() {
 		killGroup(p.cmd.Process)
 		return
 	}
-	p.close()
+	_ = p.stdin.Close()
 }
 
-// close closes p's input: the host finishes what runs and exits.
-func (p *engineProc) close() { _ = p.stdin.Close() }
-
-// write sends one request line.
-func (p *engineProc) write(req protocol.Request) error {
-	b, err := json.Marshal(req)
+// result is u's outcome: its reply, or callError of its transport failure.
+func (p *engineProc) result(ctx context.Context, u *protocol.UpCall) (protocol.Reply, error) {
+	r, err := u.Result()
 	if err != nil {
-		return err
+		return protocol.Reply{}, p.callError(ctx, err)
 	}
-	p.wmu.Lock()
-	defer p.wmu.Unlock()
-	_, err = p.stdin.Write(append(b, '\n'))
-	return err
+	return r, nil
 }
 
-// read delivers replies until the process closes its end, then reaps it and closes the channel
-// of every request still waiting (exitError tells why).
-func (p *engineProc) read(r *os.File) {
-	defer r.Close()
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), 64*1024*1024) // a reply holds a run's whole display
-	for sc.Scan() {
-		var rep protocol.Reply
-		if err := json.Unmarshal(sc.Bytes(), &rep); err != nil {
-			slog.Warn("unreadable reply from the engine host", "error", err)
-			continue
-		}
-		p.mu.Lock()
-		ch := p.waiting[rep.ID]
-		p.mu.Unlock()
-		if ch != nil {
-			ch <- rep
-		}
+// engineExitWait is how long a call that failed in transport waits for the host's exit, to say
+// how it exited rather than that the connection broke.
+const engineExitWait = 5 * time.Second
+
+// callError is the error of a call that failed in transport (err): ctx's when the caller gave
+// up, exitError when the host exited, else err.
+func (p *engineProc) callError(ctx context.Context, err error) error {
+	if ctx.Err() != nil && status.Code(err) == codes.Canceled {
+		return fmt.Errorf("call the engine host: %w", ctx.Err())
 	}
-	err := p.cmd.Wait()
-	p.mu.Lock()
-	p.exited = true
-	for id, ch := range p.waiting {
-		close(ch)
-		delete(p.waiting, id)
-	}
-	p.mu.Unlock()
-	if err != nil {
-		slog.Warn("the engine host exited", "pid", p.cmd.Process.Pid, "error", err, "stderr", RedactText(p.stderr.String()))
+	select {
+	case <-p.done:
+		return p.exitError()
+	case <-time.After(engineExitWait):
+		return fmt.Errorf("call the engine host: %w", err)
 	}
 }
 

@@ -49,14 +49,16 @@ func stateWriter(t *testing.T, b stateBackend, name string) string {
 	return cp.Checkpoint.Latest.Manifest.Version
 }
 
-// TestUpgradeFromPreviousRelease: stacks that the previous release's pulumi CLI and engine host
+// TestUpgradeFromPreviousRelease: stacks that the previous release's pulumi CLI
 // (testenv.PreviousPulumiCLI, Pulumi v3.255.0) wrote on a file and a PostgreSQL backend, with
 // the operator's program and the real Kubernetes provider on the local cluster, open with the
-// current ones: a preview finds no change, an up applies a change (the engine host's and the
-// CLI's), the secret output reads back, and destroy removes the stack and its objects. One
-// stack of each backend was made by the old engine host, one by the old CLI (`pulumi stack
-// init` and `pulumi up`). On the file backend the new Manager keeps the old one's workspaces
-// (the operator's state volume); on PostgreSQL it starts with none, as a pod without a volume.
+// current release: a preview finds no change, an up applies a change (one stack of each backend
+// through the current engine host, one through the current CLI), the secret output reads back,
+// and destroy removes the stack and its objects. The old stacks are written by the old CLI
+// (`pulumi stack init` and `pulumi up`): the previous release's engine host speaks a protocol
+// that only the previous operator spoke, and it wrote state with the same pkg/v3 as that CLI. On
+// the file backend the new Manager keeps the old one's workspaces (the operator's state volume);
+// on PostgreSQL it starts with none, as a pod without a volume.
 func TestUpgradeFromPreviousRelease(t *testing.T) {
 	previous := testenv.PreviousPulumiCLI(t)
 	current := testenv.PulumiCLI(t)
@@ -98,10 +100,9 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 
-			// The previous release writes two stacks: one through its engine host, one through
-			// its CLI alone.
-			oldHost, oldCLI := manager(previous, true), manager(previous, false)
-			prevVersion := "v" + oldHost.CLIVersion().String()
+			// The previous release's CLI writes two stacks.
+			old := manager(previous, false)
+			prevVersion := "v" + old.CLIVersion().String()
 			if prevVersion == "v"+PinnedCLIVersion {
 				t.Fatalf("the previous release's CLI %s reports the current version %s", previous, prevVersion)
 			}
@@ -110,18 +111,15 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 					Image: api.DefaultImage, ServiceType: api.DefaultServiceType, RolloutOnConfigChange: true,
 					ConfigMapData: map[string]string{"greeting": greeting}}
 			}
-			stacks := []struct {
-				name string
-				old  *Manager
-			}{{"by-host", oldHost}, {"by-cli", oldCLI}}
+			stacks := []struct{ name string }{{"by-host"}, {"by-cli"}}
 			names := map[string]string{}
 			for _, s := range stacks {
-				stack, err := s.old.StackName(ns, s.name)
+				stack, err := old.StackName(ns, s.name)
 				if err != nil {
 					t.Fatal(err)
 				}
 				names[s.name] = stack
-				res, err := s.old.Up(ctx, stack, upgradeProgram(desired(s.name, "old")), RunOptions{})
+				res, err := old.Up(ctx, stack, upgradeProgram(desired(s.name, "old")), RunOptions{})
 				if err != nil {
 					t.Fatalf("up %s with the previous release: %v", s.name, err)
 				}
@@ -132,8 +130,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 					t.Fatalf("the state of %s was written by %q, want the previous release %s", s.name, got, prevVersion)
 				}
 			}
-			oldHost.Close()
-			oldCLI.Close()
+			old.Close()
 
 			// The current release opens them: the engine host's ups for one, the CLI's for the other.
 			if !tc.keepWorkspace {

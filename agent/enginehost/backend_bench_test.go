@@ -69,7 +69,7 @@ func backendWithStacks(b *testing.B, url string, n int) backend.Backend {
 	b.Helper()
 	ctx := context.Background()
 	h := &host{project: "proj", url: url, stderr: io.Discard}
-	if r := h.run(ctx, protocol.Request{ID: 1, Op: protocol.OpInit, Stack: "dev"}, scope{}); r.Code != 0 {
+	if r := h.run(ctx, protocol.Request{Op: protocol.OpInit, Stack: "dev"}, scope{}); r.Code != 0 {
 		b.Fatalf("init dev: %+v", r)
 	}
 	bucket, err := blob.OpenBucket(ctx, url)

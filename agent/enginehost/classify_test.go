@@ -28,7 +28,7 @@ func TestLockedByAnother(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(lockDir, "other.json"), []byte(lock), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, replies, _ := serveLines(t, "file://"+dir, "proj", `{"id":1,"op":"init","stack":"dev"}`)
+	_, replies, _ := serveCalls(t, "file://"+dir, "proj", `{"id":1,"op":"init","stack":"dev"}`)
 	r := replies[1]
 	if r.Code == 0 || r.Kind != protocol.KindLocked || len(r.Locks) != 1 ||
 		r.Locks[0].Pid != 1 || r.Locks[0].Hostname != "elsewhere" || r.Locks[0].Username != "someone" ||
@@ -51,7 +51,7 @@ func TestBackendUnreachable(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close() // nobody listens there now
 	url := "postgres://u@" + addr + "/db?sslmode=disable&connect_timeout=2"
-	code, replies, _ := serveLines(t, url, "proj", `{"id":1,"op":"init","stack":"dev"}`, `{"id":2,"op":"init","stack":"dev"}`)
+	code, replies, _ := serveCalls(t, url, "proj", `{"id":1,"op":"init","stack":"dev"}`, `{"id":2,"op":"init","stack":"dev"}`)
 	if code != 0 {
 		t.Fatalf("exit %d, want 0 (the host serves while the backend is down)", code)
 	}

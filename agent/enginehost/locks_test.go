@@ -30,7 +30,7 @@ func backendWithStack(t *testing.T) (dir, url string) {
 	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
 	dir = t.TempDir()
 	url = "file://" + dir
-	if _, replies, _ := serveLines(t, url, "proj", `{"id":1,"op":"init","stack":"dev"}`); replies[1].Code != 0 {
+	if _, replies, _ := serveCalls(t, url, "proj", `{"id":1,"op":"init","stack":"dev"}`); replies[1].Code != 0 {
 		t.Fatalf("init: %+v", replies[1])
 	}
 	return dir, url
@@ -44,7 +44,7 @@ func backendWithStack(t *testing.T) (dir, url string) {
 // request, never a lock.
 func TestLocksAndUnlock(t *testing.T) {
 	dir, url := backendWithStack(t)
-	_, replies, _ := serveLines(t, url, "proj", `{"id":1,"op":"locks","stack":"dev"}`)
+	_, replies, _ := serveCalls(t, url, "proj", `{"id":1,"op":"locks","stack":"dev"}`)
 	if r := replies[1]; r.Code != 0 || r.Held || len(r.Locks) != 0 {
 		t.Fatalf("locks of an unlocked stack: %+v; want none held", r)
 	}
@@ -54,7 +54,7 @@ func TestLocksAndUnlock(t *testing.T) {
 	writeFile(t, dir, filepath.Join(locks, "gone", "b.json"), "") // a lock being written, of a stack that does not exist
 	writeFile(t, dir, filepath.Join(locks, "other", "c.json"), `{"pid":1}`)
 
-	_, replies, _ = serveLines(t, url, "proj",
+	_, replies, _ = serveCalls(t, url, "proj",
 		`{"id":1,"op":"locks","stack":"dev"}`, `{"id":2,"op":"locks","stack":"gone"}`, `{"id":3,"op":"locks"}`, `{"id":4,"op":"unlock"}`,
 		`{"id":5,"op":"unlock","stack":"dev","locks":["../other/c"]}`)
 	if r := replies[1]; r.Code != 0 || !r.Held || len(r.Locks) != 2 || r.Locks[0].Pid != 42 || r.Locks[0].Hostname != "h" || r.Locks[0].ID != "a" {
@@ -76,7 +76,7 @@ func TestLocksAndUnlock(t *testing.T) {
 		}
 	}
 
-	_, replies, _ = serveLines(t, url, "proj", `{"id":1,"op":"unlock","stack":"dev","locks":["a","never-was"]}`)
+	_, replies, _ = serveCalls(t, url, "proj", `{"id":1,"op":"unlock","stack":"dev","locks":["a","never-was"]}`)
 	if r := replies[1]; r.Code != 0 {
 		t.Fatalf("unlock of lock a: %+v", r)
 	}
@@ -84,7 +84,7 @@ func TestLocksAndUnlock(t *testing.T) {
 		t.Errorf("unlock of lock a left %v; want exactly a2.json", left)
 	}
 
-	_, replies, _ = serveLines(t, url, "proj", `{"id":1,"op":"unlock","stack":"dev"}`, `{"id":2,"op":"unlock","stack":"gone"}`)
+	_, replies, _ = serveCalls(t, url, "proj", `{"id":1,"op":"unlock","stack":"dev"}`, `{"id":2,"op":"unlock","stack":"gone"}`)
 	for id, stack := range map[int64]string{1: "dev", 2: "gone"} {
 		if r := replies[id]; r.Code != 0 {
 			t.Errorf("unlock %s: %+v; want success", stack, r)
@@ -117,17 +117,17 @@ func TestUnlockRepairsTornSidecar(t *testing.T) {
 		t.Fatalf("the checkpoint's sidecar (from gocloud's fileblob): %v", err)
 	}
 	writeFile(t, dir, filepath.Join(".pulumi", "locks", "organization", "proj", "dev", "a.json"), `{"pid":42}`)
-	if _, replies, _ := serveLines(t, url, "proj", `{"id":1,"op":"init","stack":"dev"}`); replies[1].Code == 0 || !strings.Contains(replies[1].Stderr, "EOF") {
+	if _, replies, _ := serveCalls(t, url, "proj", `{"id":1,"op":"init","stack":"dev"}`); replies[1].Code == 0 || !strings.Contains(replies[1].Stderr, "EOF") {
 		t.Fatalf("init with a torn sidecar: %+v; want the EOF failure this test is about", replies[1])
 	}
-	_, replies, _ := serveLines(t, url, "proj", `{"id":1,"op":"unlock","stack":"dev"}`)
+	_, replies, _ := serveCalls(t, url, "proj", `{"id":1,"op":"unlock","stack":"dev"}`)
 	if r := replies[1]; r.Code != 0 || !slices.Equal(r.Repaired, []string{sidecar}) {
 		t.Fatalf("unlock: %+v; want success repairing %s", r, sidecar)
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, ".pulumi", "locks", "organization", "proj", "dev", "*.json")); len(left) != 0 {
 		t.Errorf("unlock left %v", left)
 	}
-	_, replies, _ = serveLines(t, url, "proj", `{"id":2,"op":"init","stack":"dev"}`)
+	_, replies, _ = serveCalls(t, url, "proj", `{"id":2,"op":"init","stack":"dev"}`)
 	if r := replies[2]; r.Code != 0 || r.Created {
 		t.Fatalf("init after unlock: %+v; want the stack found", r)
 	}
@@ -146,7 +146,7 @@ func TestUnlockFailure(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, ".pulumi", "stacks", "proj", "dev.json.attrs"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, replies, _ := serveLines(t, "file://"+dir, "proj", `{"id":1,"op":"unlock","stack":"dev"}`)
+	_, replies, _ := serveCalls(t, "file://"+dir, "proj", `{"id":1,"op":"unlock","stack":"dev"}`)
 	if r := replies[1]; r.Code == 0 || r.Kind != protocol.KindFailed || !strings.Contains(r.Stderr, "metadata files of stack dev") {
 		t.Fatalf("unlock with an unreadable sidecar: %+v; want kind failed naming the stack", r)
 	}

@@ -18,20 +18,20 @@
 // its plugins without restarting the operator. docs/design/engine-host.md has the measurements
 // behind this; docs/benchmarks.md the current figures.
 //
-// Protocol: package protocol (agent/protocol), which the operator imports too: requests on
-// standard input, one JSON line each (protocol.Request); one reply per request on file
-// descriptor 3 (protocol.Reply), in the order they finish. Standard output is not the protocol's
-// because pkg/v3 prints a banner there (backend/diy apply). A reply's Kind classifies a failure
-// (locked, plugin missing, backend unreachable, ...), decided here, where pkg/v3's errors are
-// known, so that the operator never reads an error's text. Requests run concurrently, each in a
-// goroutine; two requests for one stack never run at once: the second waits for the first (a
-// cancel while it waits ends it without a run).
+// Protocol: the gRPC service Engine (agent/protocol/enginepb/engine.proto), served on the
+// listening Unix socket the operator hands down as file descriptor 3; package protocol converts
+// its messages for both sides. A failed call's status carries an enginepb.Error whose kind
+// (locked, plugin missing, backend unreachable, ...) is decided here, where pkg/v3's errors are
+// known, so that the operator never reads an error's text. Calls run concurrently, each in its
+// own goroutine; two calls for one stack never run at once: the second waits for the first (a
+// cancel while it waits ends it without a run). Standard output is not the protocol's, because
+// pkg/v3 prints a banner there (backend/diy apply).
 //
 // Configuration comes from the environment only, as the CLI's does: PULUMI_BACKEND_URL (a DIY
 // backend's URL; a PostgreSQL URL holds a password, and a command line is world-readable),
 // PULUMI_HOME, PULUMI_CONFIG_PASSPHRASE(_FILE), and whatever the provider plugins need
-// (KUBECONFIG, ...), which they inherit. It exits 0 when standard input closes, once the requests
-// under way have finished, and 2 at start for a missing or non-DIY backend URL.
+// (KUBECONFIG, ...), which they inherit. It exits 0 when standard input closes, once the calls
+// under way have finished, and 2 at start for a missing or non-DIY backend URL or no socket.
 //
 // It is not a binary of its own: Main runs in the pinned CLI's binary (agent/cmd/pulumi) when
 // that binary is started under the name pulumi-operator-engine, so that it links exactly the
@@ -40,15 +40,13 @@
 package enginehost
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/pulumi/pulumi/pkg/v3/backend"
 	"github.com/pulumi/pulumi/pkg/v3/backend/diy"
@@ -57,33 +55,44 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/util/result"
 	"gocloud.dev/blob"
+	"google.golang.org/grpc"
 
 	"github.com/pulumi-operator/pulumi-operator/agent/internal/diystack"
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol/enginepb"
 )
 
-const usage = "usage: PULUMI_BACKEND_URL=<DIY backend URL> pulumi-operator-engine <project> 3>replies (requests on standard input)"
+const usage = "usage: PULUMI_BACKEND_URL=<DIY backend URL> pulumi-operator-engine <project> 3<listening Unix socket (gRPC service Engine); stops when standard input closes"
 
-// Main is the engine host's process: it reads os.Args (the project name, os.Args[1]) and the
-// environment above, serves requests until standard input closes, and exits the process (0, or
-// 2 for a wrong command line or backend URL); it never returns.
+// Main is the engine host's process: it reads os.Args (the project name, os.Args[1]), the
+// listening socket on file descriptor 3 and the environment above, serves until standard input
+// closes, and exits the process (0, or 2 for a wrong command line, socket or backend URL); it
+// never returns.
 func Main() {
-	replies := os.NewFile(3, "replies")
-	if len(os.Args) != 2 || replies == nil {
+	f := os.NewFile(3, "engine socket")
+	if len(os.Args) != 2 || f == nil {
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
-	// The provider plugins this process starts must not inherit the reply pipe: one that
-	// outlives this process (plugins watch the engine only every few minutes) would keep the
-	// operator from seeing the pipe close, and so from learning that this process died.
-	syscall.CloseOnExec(3)
-	os.Exit(serve(context.Background(), os.Getenv("PULUMI_BACKEND_URL"), os.Args[1], os.Stdin, replies, os.Stderr))
+	// FileListener serves a duplicate marked close-on-exec; closing 3 leaves the provider plugins
+	// this process starts without the socket: one that outlived this process would keep the
+	// socket's address answering for a host that is gone.
+	ln, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "error: file descriptor 3: want a listening Unix socket: %v\n%s\n", err, usage)
+		os.Exit(2)
+	}
+	os.Exit(serve(context.Background(), os.Getenv("PULUMI_BACKEND_URL"), os.Args[1], ln, os.Stdin, os.Stderr))
 }
 
-// host is the state of one serve: its backend and the requests under way.
+// host is the state of one serve: its backend and the stacks with calls under way.
 type host struct {
 	project string
 	url     string
+	// ctx is serve's: never cancelled from outside; the backend's reads and writes run under it
+	// (a cancelled context would lose an update's last checkpoint write).
+	ctx context.Context
 	// stderr takes the diagnostics of opening the backend.
 	stderr io.Writer
 	// b is the backend, opened by the first request that needs it (backend): nil until then;
@@ -94,77 +103,64 @@ type host struct {
 	bucket *blob.Bucket
 
 	mu sync.Mutex
-	// cancels holds each request's cancellation source, by request id, from its arrival to its
-	// reply: a cancel that comes while the request still loads its stack reaches the engine run
-	// too, which then starts cancelled.
-	cancels map[int64]*cancel.Source
-	out     *json.Encoder
 	// stacks holds one slot per stack: a request runs only while it holds its stack's slot, so
 	// two requests for one stack never run at once in this process (the DIY lock would refuse
 	// the second; pkg/v3's per-process caches of a stack are not meant to be shared by two runs).
 	stacks map[string]chan struct{}
 }
 
-// serve runs the engine host on backend URL url for project until in closes; it returns the exit
-// code. Errors at start (a missing or non-DIY URL, a bad project name) go to stderr and exit 2. A
-// backend that cannot be opened is not an error at start: each request tries to open it and
-// reports protocol.KindBackendUnreachable while it cannot, so that the host recovers, without
-// a restart, when the database or endpoint comes back.
-func serve(ctx context.Context, url, project string, in io.Reader, out io.Writer, stderr io.Writer) int {
+// serve runs the engine host on backend URL url for project: it serves the Engine service on ln
+// until stop reaches its end (the operator closed the host's standard input), then waits for the
+// calls under way and returns the exit code. Errors at start (a missing or non-DIY URL, a bad
+// project name) go to stderr and return 2. A backend that cannot be opened is not an error at
+// start: each request tries to open it and reports protocol.KindBackendUnreachable while it
+// cannot, so that the host recovers, without a restart, when the database or endpoint comes back.
+func serve(ctx context.Context, url, project string, ln net.Listener, stop io.Reader, stderr io.Writer) int {
 	if url == "" || !diy.IsDIYBackendURL(url) {
+		ln.Close()
 		scheme, _, _ := strings.Cut(url, ":") // the scheme alone: the rest may hold a password
 		fmt.Fprintf(stderr, "error: PULUMI_BACKEND_URL %q: want a DIY backend's URL (file://, postgres://, s3://, ...)\n%s\n", scheme, usage)
 		return 2
 	}
 	if err := tokens.ValidateProjectName(project); err != nil {
+		ln.Close()
 		fmt.Fprintf(stderr, "error: project name %q: %v\n%s\n", project, err, usage)
 		return 2
 	}
-	h := &host{project: project, url: url, stderr: stderr, cancels: map[int64]*cancel.Source{}, out: json.NewEncoder(out), stacks: map[string]chan struct{}{}}
-	var wg sync.WaitGroup
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		var req protocol.Request
-		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
-			fmt.Fprintf(stderr, "error: bad request %q: %v\n", sc.Text(), err)
-			continue
-		}
-		if req.Cancel {
-			h.cancel(req.ID)
-			continue
-		}
-		// The source's context is never cancelled from outside: only a cancel line (Cancel) or
-		// the end of the run (Terminate) stops it, as SIGINT and the process's exit do the CLI's.
-		c, src := cancel.NewContext(context.WithoutCancel(ctx))
-		h.mu.Lock()
-		h.cancels[req.ID] = src
-		h.mu.Unlock()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var r protocol.Reply
-			if release, ok := h.acquire(req.Stack, c); !ok {
-				r = protocol.Reply{ID: req.ID, Code: 255, Kind: protocol.KindCancelled, Stderr: "error: update cancelled before it started: another request for stack " + req.Stack + " was running\n"}
-			} else if err := protocol.LeaseValid(); err != nil {
-				// Checked once the request may run, right before it would take the stack's lock:
-				// the lease may have ended while it waited. (A run under way is ended by the
-				// lease's deadline itself: WatchLease.)
-				release()
-				r = protocol.Reply{ID: req.ID, Code: 255, Kind: protocol.KindFenced, Stderr: "error: " + err.Error() + "\n"}
-			} else {
-				r = h.run(ctx, req, scope{ctx: c, src: src})
-				release()
-			}
-			src.Terminate() // the engine holds an update's plugin host until then (scope.Close)
-			h.mu.Lock()
-			delete(h.cancels, req.ID)
-			h.mu.Unlock()
-			h.send(r)
-		}()
+	h := &host{project: project, url: url, ctx: ctx, stderr: stderr, stacks: map[string]chan struct{}{}}
+	srv := grpc.NewServer()
+	enginepb.RegisterEngineServer(srv, &server{h: h})
+	stopped := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, stop)
+		srv.GracefulStop() // refuses new calls, waits for those under way
+		close(stopped)
+	}()
+	if err := srv.Serve(ln); err != nil {
+		fmt.Fprintf(stderr, "error: serve the engine socket: %v\n", err)
+		return 1
 	}
-	wg.Wait()
+	<-stopped
 	return 0
+}
+
+// call runs req once it holds its stack's slot, under c (cancelled by src: a Cancel, or the end
+// of its call), and returns its reply; a call cancelled while it waits for the slot never runs
+// (KindCancelled), nor one whose lease has ended (KindFenced).
+func (h *host) call(req protocol.Request, c *cancel.Context, src *cancel.Source) protocol.Reply {
+	defer src.Terminate() // the engine holds an update's plugin host until then (scope.Close)
+	release, ok := h.acquire(req.Stack, c)
+	if !ok {
+		return protocol.Reply{Code: 255, Kind: protocol.KindCancelled, Stderr: "error: update cancelled before it started: another request for stack " + req.Stack + " was running\n"}
+	}
+	defer release()
+	// Checked once the request may run, right before it would take the stack's lock: the lease
+	// may have ended while it waited. (A run under way is ended by the lease's deadline itself:
+	// WatchLease.)
+	if err := protocol.LeaseValid(); err != nil {
+		return protocol.Reply{Code: 255, Kind: protocol.KindFenced, Stderr: "error: " + err.Error() + "\n"}
+	}
+	return h.run(h.ctx, req, scope{ctx: c, src: src})
 }
 
 // acquire waits until stack's slot is free and takes it, returning the function that frees it;
@@ -185,30 +181,12 @@ func (h *host) acquire(stack string, c *cancel.Context) (func(), bool) {
 	}
 }
 
-// send writes one reply; replies of concurrent requests never interleave.
-func (h *host) send(r protocol.Reply) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_ = h.out.Encode(r) // a reader gone is the operator gone: nothing to tell
-}
-
-// cancel asks request id's engine run to stop gracefully: at once when it runs, as soon as it
-// starts when the request is still loading its stack; no-op for a request that has finished.
-func (h *host) cancel(id int64) {
-	h.mu.Lock()
-	src := h.cancels[id]
-	h.mu.Unlock()
-	if src != nil {
-		src.Cancel()
-	}
-}
-
 // run serves one request: an up, an init, a prune, a lock lookup or removal, or an error reply
-// for anything else. A
-// failure's reply carries the CLI's exit code, its "error:" line and its kind (classify).
+// for anything else. A failure's reply carries the CLI's exit code, its "error:" line and its
+// kind (classify).
 func (h *host) run(ctx context.Context, req protocol.Request, sc scope) protocol.Reply {
 	var stdout, stderr strings.Builder
-	r := protocol.Reply{ID: req.ID}
+	var r protocol.Reply
 	var err error
 	var ran runInfo
 	switch req.Op {

@@ -1,37 +1,97 @@
 package enginehost
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/pulumi/pulumi/pkg/v3/util/cancel"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol/enginepb"
 )
 
-// serveLines runs serve on url and project with the request lines in, to its end, and returns
-// its exit code, its replies by id and its standard error.
-func serveLines(t *testing.T, url, project string, in ...string) (int, map[int64]protocol.Reply, string) {
+// serveCalls runs serve on url and project behind a real Unix socket, sends each request (a
+// protocol.Request as JSON, with an "id" of the test's own to find its reply by) as its Engine
+// call through a real gRPC client, one after the other, then closes the host's input as the
+// operator does, and returns serve's exit code, the replies by id (none for a call that failed in
+// transport, which is logged) and the host's standard error.
+func serveCalls(t *testing.T, url, project string, in ...string) (int, map[int64]protocol.Reply, string) {
 	t.Helper()
-	var out, stderr bytes.Buffer
-	code := serve(context.Background(), url, project, strings.NewReader(strings.Join(in, "\n")+"\n"), &out, &stderr)
-	replies := map[int64]protocol.Reply{}
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		var r protocol.Reply
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("reply %q: %v", sc.Text(), err)
-		}
-		replies[r.ID] = r
+	sock := filepath.Join(t.TempDir(), "engine.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return code, replies, stderr.String()
+	stopR, stopW := io.Pipe()
+	stderr := &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- serve(context.Background(), url, project, ln, stopR, stderr) }()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := enginepb.NewEngineClient(conn)
+	replies := map[int64]protocol.Reply{}
+	for _, line := range in {
+		var call struct {
+			ID int64 `json:"id"`
+			protocol.Request
+		}
+		if err := json.Unmarshal([]byte(line), &call); err != nil {
+			t.Fatalf("request %q: %v", line, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		var r protocol.Reply
+		if call.Op == protocol.OpUp {
+			r, err = protocol.StartUp(ctx, client, call.Request).Result()
+		} else {
+			r, err = protocol.Call(ctx, client, call.Request)
+		}
+		cancel()
+		if err != nil {
+			t.Logf("call %d (%s): %v", call.ID, call.Op, err)
+			continue
+		}
+		replies[call.ID] = r
+	}
+	conn.Close()
+	stopW.Close()
+	select {
+	case code := <-done:
+		return code, replies, stderr.String()
+	case <-time.After(time.Minute):
+		t.Fatal("serve did not return within a minute of its input's end")
+		return 0, nil, ""
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that goroutines may write concurrently.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestStartRejects: a missing or non-DIY backend URL, or a bad project name, stops the host at
@@ -46,7 +106,7 @@ func TestStartRejects(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			code, replies, stderr := serveLines(t, tc.url, tc.project, `{"id":1,"op":"up"}`)
+			code, replies, stderr := serveCalls(t, tc.url, tc.project, `{"id":1,"op":"up"}`)
 			if code != 2 || len(replies) != 0 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "hunter2") {
 				t.Fatalf("exit %d, replies %v, stderr %q; want 2, none, a message naming %s without the password", code, replies, stderr, tc.want)
 			}
@@ -54,24 +114,22 @@ func TestStartRejects(t *testing.T) {
 	}
 }
 
-// TestBadRequests: a line that is not JSON is reported and skipped, an unknown operation and an
-// up without what it needs get an error reply with the CLI's exit code 1 and an "error:" line;
-// the host goes on serving, and exits 0 when its input ends. Nothing is written to the backend.
+// TestBadRequests: an up without what it needs, and an Up call that opens with a cancel, fail
+// with the CLI's exit code 1, an "error:" line and the kind that says it is the operator's bug;
+// a unary call of an operation that is not one is refused before it is sent. The host goes on
+// serving, and exits 0 when its input ends. Nothing is written to the backend.
 func TestBadRequests(t *testing.T) {
 	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
 	dir := t.TempDir()
-	code, replies, stderr := serveLines(t, "file://"+dir, "proj",
-		`not json`,
+	code, replies, _ := serveCalls(t, "file://"+dir, "proj",
 		`{"id":1,"op":"destroy","stack":"dev"}`,
 		`{"id":2,"op":"up","stack":"dev","dir":"relative","client":"127.0.0.1:1"}`,
 		`{"id":3,"op":"up","stack":"dev","dir":"`+dir+`","client":"127.0.0.1:1"}`,
-		`{"id":4,"cancel":true}`,
 	)
-	if code != 0 || !strings.Contains(stderr, `bad request "not json"`) {
-		t.Fatalf("exit %d, stderr %q; want 0 and the bad line reported", code, stderr)
+	if code != 0 {
+		t.Fatalf("exit %d; want 0", code)
 	}
 	want := map[int64]string{
-		1: `unknown operation "destroy"`,
 		2: "bad up request",
 		3: "Pulumi.yaml", // no project file in dir
 	}
@@ -86,10 +144,45 @@ func TestBadRequests(t *testing.T) {
 		}
 	}
 	if len(replies) != len(want) {
-		t.Errorf("replies %v; want one per up or unknown request, none for a cancel", replies)
+		t.Errorf("replies %v; want one per up, none for the unknown operation", replies)
+	}
+	if _, err := protocol.Call(context.Background(), nil, protocol.Request{Op: "destroy"}); err == nil || !strings.Contains(err.Error(), `"destroy"`) {
+		t.Errorf("Call of an unknown operation: %v; want an error naming it", err)
 	}
 	if stacks, _ := filepath.Glob(filepath.Join(dir, ".pulumi", "stacks", "*", "*")); len(stacks) != 0 {
 		t.Errorf("bad requests wrote stacks %v", stacks)
+	}
+
+	// An Up call whose first message is a cancel, straight through the generated client.
+	sock := filepath.Join(t.TempDir(), "engine.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopR, stopW := io.Pipe()
+	done := make(chan int, 1)
+	go func() { done <- serve(context.Background(), "file://"+dir, "proj", ln, stopR, io.Discard) }()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stream, err := enginepb.NewEngineClient(conn).Up(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&enginepb.UpMessage{Message: &enginepb.UpMessage_Cancel{Cancel: &enginepb.Cancel{}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = stream.Recv()
+	if r, ok := protocol.ReplyOfError(err); !ok || r.Kind != protocol.KindBadRequest || !strings.Contains(r.Stderr, "first message must be the request") {
+		t.Errorf("Up opened with a cancel: %v (reply %+v); want kind %s saying the request comes first", err, r, protocol.KindBadRequest)
+	}
+	stopW.Close()
+	if code := <-done; code != 0 {
+		t.Errorf("exit %d after the bad call; want 0", code)
 	}
 }
 
@@ -101,11 +194,11 @@ func TestNoStack(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "Pulumi.yaml"), []byte("name: proj\nruntime: go\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, replies, _ := serveLines(t, "file://"+dir, "proj", `{"id":7,"op":"up","stack":"dev","dir":"`+dir+`","client":"127.0.0.1:1"}`)
+	_, replies, _ := serveCalls(t, "file://"+dir, "proj", `{"id":7,"op":"up","stack":"dev","dir":"`+dir+`","client":"127.0.0.1:1"}`)
 	if r := replies[7]; r.Code == 0 || r.Kind != protocol.KindStackMissing || !strings.Contains(r.Stderr, "no stack named 'dev' found") {
 		t.Fatalf("up of a missing stack: %+v; want a failure of kind %s saying no stack named 'dev' found", r, protocol.KindStackMissing)
 	}
-	_, replies, _ = serveLines(t, "file://"+dir, "other", `{"id":8,"op":"up","stack":"dev","dir":"`+dir+`","client":"127.0.0.1:1"}`)
+	_, replies, _ = serveCalls(t, "file://"+dir, "other", `{"id":8,"op":"up","stack":"dev","dir":"`+dir+`","client":"127.0.0.1:1"}`)
 	if r := replies[8]; r.Code == 0 || !strings.Contains(r.Stderr, `serves project "other"`) {
 		t.Fatalf("up of another project's workspace: %+v; want a failure naming the project", r)
 	}
@@ -120,14 +213,14 @@ func TestNoStack(t *testing.T) {
 func TestInit(t *testing.T) {
 	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
 	dir := t.TempDir()
-	_, replies, _ := serveLines(t, "file://"+dir, "proj", `{"id":1,"op":"init","stack":"dev"}`)
+	_, replies, _ := serveCalls(t, "file://"+dir, "proj", `{"id":1,"op":"init","stack":"dev"}`)
 	if r := replies[1]; r.Code != 0 || !r.Created {
 		t.Fatalf("first init: %+v, want created", r)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".pulumi", "stacks", "proj", "dev.json")); err != nil {
 		t.Fatalf("checkpoint: %v", err)
 	}
-	_, replies, _ = serveLines(t, "file://"+dir, "proj", `{"id":2,"op":"init","stack":"dev"}`, `{"id":3,"op":"init","stack":"no/such/thing/here"}`)
+	_, replies, _ = serveCalls(t, "file://"+dir, "proj", `{"id":2,"op":"init","stack":"dev"}`, `{"id":3,"op":"init","stack":"no/such/thing/here"}`)
 	if r := replies[2]; r.Code != 0 || r.Created {
 		t.Fatalf("second init: %+v, want exists", r)
 	}
@@ -142,7 +235,7 @@ func TestInit(t *testing.T) {
 // Two requests for one stack never run at once: the second waits for the first's slot, and a
 // cancel while it waits ends it without running; other stacks do not wait.
 func TestOneRunPerStack(t *testing.T) {
-	h := &host{stacks: map[string]chan struct{}{}, cancels: map[int64]*cancel.Source{}}
+	h := &host{stacks: map[string]chan struct{}{}}
 	c1, _ := cancel.NewContext(context.Background())
 	release, ok := h.acquire("dev", c1)
 	if !ok {

@@ -41,7 +41,7 @@ func TestPrune(t *testing.T) {
 		write(other, fmt.Sprintf("devx-%d.history.json", ts))
 	}
 	write(hist, "notes.txt")
-	code, replies, stderr := serveLines(t, "file://"+dir, "proj",
+	code, replies, stderr := serveCalls(t, "file://"+dir, "proj",
 		`{"id":1,"op":"prune","stack":"dev","keep":2}`,
 		`{"id":2,"op":"prune","stack":"dev"}`,
 	)
@@ -156,7 +156,7 @@ func TestPruneIgnoresModTimes(t *testing.T) {
 	// Update 1's files get the newest modification time, update 6's the oldest.
 	now := time.Now()
 	dir := pruneFixture(t, 6, func(i int) time.Time { return now.Add(-time.Duration(i) * time.Hour) })
-	code, replies, stderr := serveLines(t, "file://"+dir, "proj", `{"id":1,"op":"prune","stack":"dev","keep":2}`)
+	code, replies, stderr := serveCalls(t, "file://"+dir, "proj", `{"id":1,"op":"prune","stack":"dev","keep":2}`)
 	if code != 0 || replies[1].Code != 0 || replies[1].Pruned != 12 {
 		t.Fatalf("exit %d, reply %+v, stderr %q; want 12 files deleted", code, replies[1], stderr)
 	}

@@ -1,27 +1,20 @@
-// Package protocol is the one definition of how the operator (package stack of the root module)
-// talks to its engine host (agent/enginehost): the request and reply lines, the operations,
-// the kinds of error a reply carries, and how an engine run's events become the change counts
-// and outputs the operator reports. Both sides import it; it imports the standard library only,
-// so that neither side's dependencies reach the other (the engine host links the pinned CLI's
-// pkg/v3, the operator does not).
+// Package protocol is how the operator (package stack of the root module) talks to its engine
+// host (agent/enginehost): the operations, the kinds of error a reply carries, and how an engine
+// run's events become the change counts and outputs the operator reports. Both sides import it;
+// it imports the standard library, gRPC and protobuf only, so that neither side's dependencies
+// reach the other (the engine host links the pinned CLI's pkg/v3, the operator does not).
 //
-// The wire format is newline-delimited JSON. The operator writes Requests to the host's standard
-// input, one per line; the host writes one Reply per request to its file descriptor 3, in the
-// order the requests finish. A Request with Cancel set asks the engine to stop request ID
-// gracefully, as SIGINT does to the CLI. Requests run concurrently; two requests for one stack
-// run one after the other. The design record is docs/design/engine-host.md.
+// The wire is the gRPC service Engine of enginepb/engine.proto (generated code in package
+// enginepb). Request and Reply are the Go shapes both sides work with; wire.go converts them to
+// and from the service's messages, in one place for both sides, and a failed Reply travels as a
+// gRPC status whose detail is an enginepb.Error. The design record is
+// docs/design/engine-host.md.
 package protocol
 
 import (
 	"fmt"
 	"time"
 )
-
-// Version is the protocol's version. The host prints it on standard error at start
-// ("engine host protocol <Version>"); a change that an older peer would misread (a field whose
-// meaning changes, a required field) raises it. Both sides are built from one commit and shipped
-// together, so a mismatch means a wrong binary on PATH or in the image.
-const Version = 1
 
 // Op names what a Request asks for.
 type Op string
@@ -59,15 +52,11 @@ const (
 // exits 1 (2 for a wrong command line or backend URL).
 const PruneCommand = "operator-prune"
 
-// Request is one line of the engine host's standard input.
+// Request is one call to the engine host: Op says which of the service's methods (Call and
+// StartUp send it).
 type Request struct {
-	// ID names the request in its Reply and in a later cancel; unique per process, chosen by
-	// the operator.
-	ID int64 `json:"id"`
-	// Cancel asks the engine to stop request ID gracefully; every other field is ignored.
-	Cancel bool   `json:"cancel,omitempty"`
-	Op     Op     `json:"op,omitempty"`
-	Stack  string `json:"stack,omitempty"`
+	Op    Op     `json:"op,omitempty"`
+	Stack string `json:"stack,omitempty"`
 	// Dir is the stack's workspace directory (absolute), holding Pulumi.yaml and
 	// Pulumi.<stack>.yaml, as the CLI's working directory would.
 	Dir string `json:"dir,omitempty"`
@@ -82,9 +71,9 @@ type Request struct {
 	Keep int `json:"keep,omitempty"`
 }
 
-// Reply is one line of the engine host's replies (file descriptor 3).
+// Reply is the engine host's answer to one Request: a method's reply message, or the Error of a
+// failed call (ReplyOfError). The prune command (PruneCommand) prints one as a JSON line.
 type Reply struct {
-	ID int64 `json:"id"`
 	// Code is the exit code `pulumi up` would have had: 0 on success.
 	Code int `json:"code"`
 	// Kind says what kind of failure a non-zero Code is; KindNone on success.

@@ -13,7 +13,8 @@
 // A package imports only packages of its own layer or below; within a layer, the layers table
 // says which (the data path main -> commands -> watcher -> stack -> infra keeps one direction).
 // Three rules keep each concern in one place; the engine host's protocol (agent/protocol, a
-// module of its own) imports the standard library only, and only stack imports it. A boundary
+// module of its own) imports the standard library, gRPC and protobuf only, and only stack imports
+// it. A boundary
 // written only in a comment decays; these tests read the real import graph (`go list -json`,
 // the go command's own answer) of every non-test package, those of the benchmark's module
 // (hack/bench/go.mod) included, so a new import that crosses a boundary fails here with the
@@ -89,7 +90,7 @@ var layers = map[string][]string{
 	"commands":            {"api/v1", "internal/desired", "infra", "stack", "watcher", "ownership", "internal/rollout", "version", "internal/kubeclient", "internal/fence", "internal/volume"},
 	"api/v1":              {"version"},
 	"infra":               {"api/v1", "version"},
-	"stack":               {"api/v1", "infra", "version", "internal/fence", "agent/protocol", "agent/protocol/diyfile"},
+	"stack":               {"api/v1", "infra", "version", "internal/fence", "agent/protocol", "agent/protocol/diyfile", "agent/protocol/enginepb"},
 	"internal/desired":    {"api/v1", "internal/kubeclient"},
 	"commands/program":    {"api/v1", "internal/desired", "infra", "stack", "internal/rollout", "internal/kubeclient"},
 	"watcher":             {"api/v1", "internal/desired", "infra", "stack", "ownership", "internal/rollout", "version", "internal/kubeclient", "internal/fence", "internal/volume"},
@@ -104,8 +105,8 @@ var layers = map[string][]string{
 }
 
 // level is the layer of a project package (relative path), lowest 0; ok is false for a package
-// the table does not place. agent/protocol is a module of its own that imports the standard
-// library only, so it sits below everything.
+// the table does not place. agent/protocol is a module of its own that imports nothing of the
+// project's, so it sits below everything.
 func level(path string) (n int, ok bool) {
 	under := func(dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }
 	switch {
@@ -156,14 +157,23 @@ func TestNoUpwardImports(t *testing.T) {
 // module (agent/protocol/go.mod), which both the operator and the agent module import.
 const protocolModuleDir = "../../agent/protocol"
 
-// TestProtocolStandardLibraryOnly: the protocol module imports the standard library only, so
-// that importing it brings neither side's dependencies to the other (the agent module pins
+// protocolImports are the modules, besides the standard library, that the protocol module may
+// import: gRPC and protobuf, which its generated code (enginepb) needs and which both sides link
+// already (the operator serves the program over gRPC, the engine host is the pulumi CLI).
+var protocolImports = []string{"google.golang.org/grpc", "google.golang.org/protobuf"}
+
+// TestProtocolImports: the protocol module imports the standard library, gRPC and protobuf only,
+// so that importing it brings neither side's dependencies to the other (the agent module pins
 // the CLI's, the operator its own).
-func TestProtocolStandardLibraryOnly(t *testing.T) {
+func TestProtocolImports(t *testing.T) {
 	for _, p := range listPackages(t, protocolModuleDir, module+"/agent/protocol", 1) {
 		for _, imp := range p.Imports {
-			if first, _, _ := strings.Cut(imp, "/"); strings.Contains(first, ".") {
-				t.Errorf("%s imports %s: the protocol must import the standard library only", rel(p.ImportPath), imp)
+			first, _, _ := strings.Cut(imp, "/")
+			if !strings.Contains(first, ".") || strings.HasPrefix(imp, module+"/agent/protocol") {
+				continue
+			}
+			if !slices.ContainsFunc(protocolImports, func(m string) bool { return imp == m || strings.HasPrefix(imp, m+"/") }) {
+				t.Errorf("%s imports %s: the protocol may import the standard library, %s only", rel(p.ImportPath), imp, strings.Join(protocolImports, ", "))
 			}
 		}
 	}
