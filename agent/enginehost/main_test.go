@@ -28,20 +28,8 @@ import (
 // transport, which is logged) and the host's standard error.
 func serveCalls(t *testing.T, url, project string, in ...string) (int, map[int64]protocol.Reply, string) {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "engine.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopR, stopW := io.Pipe()
 	stderr := &lockedBuffer{}
-	done := make(chan int, 1)
-	go func() { done <- serve(context.Background(), url, project, ln, stopR, stderr) }()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := enginepb.NewEngineClient(conn)
+	client, stop := startHost(t, url, project, stderr)
 	replies := map[int64]protocol.Reply{}
 	for _, line := range in {
 		var call struct {
@@ -53,6 +41,7 @@ func serveCalls(t *testing.T, url, project string, in ...string) (int, map[int64
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		var r protocol.Reply
+		var err error
 		if call.Op == protocol.OpUp {
 			r, err = protocol.StartUp(ctx, client, call.Request).Result()
 		} else {
@@ -65,14 +54,36 @@ func serveCalls(t *testing.T, url, project string, in ...string) (int, map[int64
 		}
 		replies[call.ID] = r
 	}
-	conn.Close()
-	stopW.Close()
-	select {
-	case code := <-done:
-		return code, replies, stderr.String()
-	case <-time.After(time.Minute):
-		t.Fatal("serve did not return within a minute of its input's end")
-		return 0, nil, ""
+	return stop(), replies, stderr.String()
+}
+
+// startHost runs serve on url and project behind a real Unix socket, its standard error to
+// stderr, and returns a real gRPC client of it and stop, which closes the client and the host's
+// input as the operator does and returns serve's exit code.
+func startHost(t *testing.T, url, project string, stderr io.Writer) (enginepb.EngineClient, func() int) {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "engine.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopR, stopW := io.Pipe()
+	done := make(chan int, 1)
+	go func() { done <- serve(context.Background(), url, project, ln, stopR, stderr) }()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return enginepb.NewEngineClient(conn), func() int {
+		conn.Close()
+		stopW.Close()
+		select {
+		case code := <-done:
+			return code
+		case <-time.After(time.Minute):
+			t.Fatal("serve did not return within a minute of its input's end")
+			return 0
+		}
 	}
 }
 
@@ -154,22 +165,10 @@ func TestBadRequests(t *testing.T) {
 	}
 
 	// An Up call whose first message is a cancel, straight through the generated client.
-	sock := filepath.Join(t.TempDir(), "engine.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopR, stopW := io.Pipe()
-	done := make(chan int, 1)
-	go func() { done <- serve(context.Background(), "file://"+dir, "proj", ln, stopR, io.Discard) }()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	client, stop := startHost(t, "file://"+dir, "proj", io.Discard)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	stream, err := enginepb.NewEngineClient(conn).Up(ctx)
+	stream, err := client.Up(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,8 +179,7 @@ func TestBadRequests(t *testing.T) {
 	if r, ok := protocol.ReplyOfError(err); !ok || r.Kind != protocol.KindBadRequest || !strings.Contains(r.Stderr, "first message must be the request") {
 		t.Errorf("Up opened with a cancel: %v (reply %+v); want kind %s saying the request comes first", err, r, protocol.KindBadRequest)
 	}
-	stopW.Close()
-	if code := <-done; code != 0 {
+	if code := stop(); code != 0 {
 		t.Errorf("exit %d after the bad call; want 0", code)
 	}
 }
