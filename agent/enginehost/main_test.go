@@ -87,7 +87,8 @@ func startHost(t *testing.T, url, project string, stderr io.Writer) (enginepb.En
 	}
 }
 
-// lockedBuffer is a bytes.Buffer that goroutines may write concurrently.
+// lockedBuffer is a bytes.Buffer that goroutines may write concurrently (the root module has one in
+// internal/testenv, which this module cannot import).
 type lockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
