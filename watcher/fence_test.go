@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -214,5 +215,40 @@ func TestUnitNoWriteAfterTheFence(t *testing.T) {
 	}
 	if got := f.journal.take(); len(got) != 0 {
 		t.Errorf("journal %q: want no finalizer and no status written", got)
+	}
+}
+
+// TestUnitSIGTERMIsNotLeadershipLoss: a leader stopped by its context (SIGTERM) once its work is
+// done returns nil, not ErrLeadershipLost (which exits 1 and logs a lost Lease). Releasing the
+// Lease ends the elector's leading context, which revokes the fence; that revocation, after the
+// watcher has stopped, must not be taken for a lost Lease. It raced the check before, so the test
+// runs many shutdowns, on one P (GOMAXPROCS 1): the race showed there within a few shutdowns in
+// some runs, not in every run.
+func TestUnitSIGTERMIsNotLeadershipLoss(t *testing.T) {
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(1))
+	for i := range 100 {
+		le := LeaderElection{Namespace: "ops", Name: "lease", LeaseDuration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+		f := newUnit(t, Options{ShutdownGrace: time.Second})
+		if err := f.dyn.Tracker().Add(kch("web", nil)); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- f.w.RunLeaderElected(ctx, kubefake.NewClientset(), le, 1) }()
+		// The up of "web" runs once the leader's caches have synced and its workers run.
+		for deadline := time.Now().Add(10 * time.Second); !slices.Contains(f.journal.take(), "up refresh=false"); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("shutdown %d: the up never started", i)
+			}
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("shutdown %d: RunLeaderElected after SIGTERM = %v, want nil", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("shutdown %d: RunLeaderElected still runs 10 s after SIGTERM", i)
+		}
 	}
 }

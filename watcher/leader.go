@@ -95,7 +95,7 @@ func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubeclient.Interfac
 	// operations are done (electing is cancelled then), a follower stops campaigning at once.
 	electing, stopElecting := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopElecting()
-	var started atomic.Bool
+	var started, fencedWhileLeading atomic.Bool
 	runErr := make(chan error, 1)
 	go func() {
 		<-ctx.Done()
@@ -128,6 +128,14 @@ func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubeclient.Interfac
 				// The fence's expiry ends the work; ctx (SIGTERM) ends it with a grace.
 				err := w.run(ctx, le.Fence.Expired(), workers)
 				close(quiesced)
+				// Whether the fence had expired when the work ended, read before the release
+				// below: releasing ends leading, whose goroutine above revokes the fence, and a
+				// SIGTERM's clean stop must not then read as a lost Lease.
+				select {
+				case <-le.Fence.Expired():
+					fencedWhileLeading.Store(true)
+				default:
+				}
 				runErr <- err
 				stopElecting() // release the Lease: nothing of ours runs any more
 			},
@@ -161,12 +169,10 @@ func (w *Watcher) RunLeaderElected(ctx context.Context, kube kubeclient.Interfac
 		if err != nil {
 			return err
 		}
-		select {
-		case <-le.Fence.Expired():
+		if fencedWhileLeading.Load() {
 			w.log.Warn("stopped leading: the Lease could not be renewed within the renew deadline; every pulumi process of this replica has ended",
 				"identity", le.Identity, "sinceRenewal", le.Fence.SinceRenewal().Round(time.Millisecond).String())
 			return ErrLeadershipLost
-		default:
 		}
 		<-electorDone
 	}
