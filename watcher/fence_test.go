@@ -221,9 +221,8 @@ func TestUnitNoWriteAfterTheFence(t *testing.T) {
 // TestUnitSIGTERMIsNotLeadershipLoss: a leader stopped by its context (SIGTERM) once its work is
 // done returns nil, not ErrLeadershipLost (which exits 1 and logs a lost Lease). Releasing the
 // Lease ends the elector's leading context, which revokes the fence; that revocation, after the
-// watcher has stopped, must not be taken for a lost Lease. It raced the check before, so the test
-// runs many shutdowns, on one P (GOMAXPROCS 1): the race showed there within a few shutdowns in
-// some runs, not in every run.
+// watcher has stopped, must not be taken for a lost Lease. The two happen on goroutines of their
+// own, so the test runs many shutdowns, on one P (GOMAXPROCS 1), where their order varies most.
 func TestUnitSIGTERMIsNotLeadershipLoss(t *testing.T) {
 	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(1))
 	for i := range 100 {
