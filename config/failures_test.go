@@ -10,7 +10,9 @@ import (
 
 // TestFailuresScript runs hack/failures.sh on the log of a real `go test -v` run (a throwaway
 // module with parallel tests, one failing) and checks that it prints the failing test's own
-// output, including what it printed outside t.Log, and nothing of the tests that passed.
+// output, including what it printed outside t.Log, and nothing of the tests that passed; and that
+// a dump logged after the error (30 lines from one call site) is folded so that the error stays
+// among the messages it prints.
 func TestFailuresScript(t *testing.T) {
 	dir := t.TempDir()
 	files := map[string]string{
@@ -32,6 +34,9 @@ func TestFails(t *testing.T) {
 	t.Run("sub", func(t *testing.T) {
 		fmt.Println("operator log: the-reason-it-failed")
 		t.Error("the-failure")
+		for i := 0; i < 30; i++ {
+			t.Logf("dump-line-%d", i)
+		}
 	})
 }
 `,
@@ -60,6 +65,18 @@ func TestFails(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("hack/failures.sh printed no %q:\n%s\n(the log:\n%s)", want, out, logText)
 		}
+	}
+	msgs := out[strings.Index(out, "--- its messages"):strings.Index(out, "--- its output")]
+	for _, want := range []string{"the-failure", "dump-line-0", "dump-line-1", "... 28 more from x_test.go:"} {
+		if !strings.Contains(msgs, want) {
+			t.Errorf("hack/failures.sh's messages have no %q:\n%s", want, msgs)
+		}
+	}
+	if strings.Contains(msgs, "dump-line-2") {
+		t.Errorf("hack/failures.sh's messages did not fold the dump's run of lines:\n%s", msgs)
+	}
+	if failures := out[strings.Index(out, "--- its failures"):strings.Index(out, "--- its messages")]; !strings.Contains(failures, "--- FAIL: TestFails/sub ") {
+		t.Errorf("hack/failures.sh did not list the failed subtest:\n%s", failures)
 	}
 	for _, unwanted := range []string{"passing-test-output", "FAILED: TestPasses"} {
 		if strings.Contains(out, unwanted) {

@@ -189,7 +189,9 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// dumpOperator logs the operator pods' status and logs (on failure).
+// dumpOperator logs the operator pods' status and logs and the namespace's events (on failure), as
+// one message, so that the error before it stays among a failure summary's last messages
+// (hack/failures.sh).
 func (n *node) dumpOperator(t testing.TB, ns, sel string) {
 	ctx := context.Background()
 	pods, err := n.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
@@ -197,16 +199,18 @@ func (n *node) dumpOperator(t testing.TB, ns, sel string) {
 		t.Logf("list operator pods: %v", err)
 		return
 	}
+	var b strings.Builder
 	for _, p := range pods.Items {
 		st, _ := yaml.Marshal(p.Status)
-		t.Logf("operator pod %s status:\n%s", p.Name, st)
-		b, err := n.kube.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: ptr(int64(200))}).DoRaw(ctx)
-		t.Logf("operator pod %s log (last 200 lines, err %v):\n%s", p.Name, err, b)
+		fmt.Fprintf(&b, "operator pod %s status:\n%s\n", p.Name, st)
+		logs, err := n.kube.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: ptr(int64(200))}).DoRaw(ctx)
+		fmt.Fprintf(&b, "operator pod %s log (last 200 lines, err %v):\n%s\n", p.Name, err, logs)
 	}
 	events, _ := n.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 	for _, e := range events.Items {
-		t.Logf("event %s/%s: %s %s", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+		fmt.Fprintf(&b, "event %s/%s: %s %s (%dx, last %s)\n", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, e.Count, e.LastTimestamp.Format("15:04:05"))
 	}
+	t.Logf("operator dump (namespace %s):\n%s", ns, b.String())
 }
 
 func ptr[T any](v T) *T { return &v }
