@@ -1,6 +1,7 @@
 package realnode
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/url"
@@ -73,6 +74,11 @@ func TestPartition(t *testing.T) {
 		}
 	})
 	leases := watchLease(t, n, opNS)
+	t.Cleanup(func() { // before the dump (cleanups run last first)
+		if t.Failed() {
+			t.Logf("on failure: operator pods (restarts) %s; Lease tenures %s", n.podRestarts(opNS, sel), leases)
+		}
+	})
 	within(t, operatorStart, "two operator pods Ready, one leading", func(ctx context.Context) (bool, error) {
 		return len(n.readyPods(ctx, opNS, sel)) == 2 && leases.holder() != "", nil
 	})
@@ -134,6 +140,7 @@ func partitionFault(t *testing.T, n *node, pg *partitionPG, leases *leaseWatch, 
 	})
 	uid := n.podUID(t, opNS, leader)
 	restarts := n.restarts(t, opNS, leader)
+	t.Logf("%s: leader %s; operator pods (restarts) %s; Lease tenures %s", fault, leader, n.podRestarts(opNS, sel), leases)
 	churn := startChurn(n, ns, names)
 	stopped := false
 	stopChurn := func() {
@@ -153,6 +160,12 @@ func partitionFault(t *testing.T, n *node, pg *partitionPG, leases *leaseWatch, 
 		return len(locks) > 0 && len(procs) > 0, nil
 	})
 	before := pulumiProcs(uid)
+	// No fault yet: a Lease that moved meanwhile is a leader lost for no reason (and the fault
+	// below would hit a follower).
+	if h := leases.holder(); h != leader {
+		t.Fatalf("the Lease moved from %s to %q before any fault: operator pods (restarts) %s; Lease tenures %s", leader, h, n.podRestarts(opNS, sel), leases)
+	}
+	seen := len(leases.tenures())
 	var heal func()
 	at := time.Now()
 	switch fault {
@@ -190,14 +203,18 @@ func partitionFault(t *testing.T, n *node, pg *partitionPG, leases *leaseWatch, 
 	})
 	var next tenure
 	within(t, time.Minute, "another replica leading", func(context.Context) (bool, error) {
-		ts := leases.tenures()
-		next = ts[len(ts)-1]
-		return next.pod != leader && next.pod != "", nil
+		for _, ts := range leases.tenures()[seen:] { // the first holder since the fault
+			if ts.pod != leader && ts.pod != "" {
+				next = ts
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 	t.Logf("%s: the leader's pulumi processes ended %s after the fault; %s acquired the Lease %s after it (%s after they ended)",
 		fault, gone.Sub(at).Round(100*time.Millisecond), next.pod, next.from.Sub(at).Round(100*time.Millisecond), next.from.Sub(gone).Round(100*time.Millisecond))
 	if !gone.Before(next.from) {
-		t.Errorf("the old leader's pulumi processes ended at %s, not before the new leader acquired the Lease at %s", gone.Format("15:04:05.000"), next.from.Format("15:04:05.000"))
+		t.Errorf("the old leader's pulumi processes ended at %s, not before the new leader acquired the Lease at %s (Lease tenures %s)", gone.Format("15:04:05.000"), next.from.Format("15:04:05.000"), leases)
 	}
 	heal()
 	if fault == "pause" {
@@ -377,6 +394,37 @@ func (w *leaseWatch) holder() string {
 		return ""
 	}
 	return w.ts[len(w.ts)-1].pod
+}
+
+// String lists the tenures seen, "pod@15:04:05.000" each, in order.
+func (w *leaseWatch) String() string {
+	var parts []string
+	for _, ts := range w.tenures() {
+		parts = append(parts, fmt.Sprintf("%s@%s", cmp.Or(ts.pod, "(released)"), ts.from.Format("15:04:05.000")))
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// podRestarts lists the pods of selector sel in ns with their first container's restart count,
+// "name(N)" each, and "deleting" for a pod being deleted.
+func (n *node) podRestarts(ns, sel string) string {
+	pods, err := n.kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, p := range pods.Items {
+		r := int32(-1)
+		if len(p.Status.ContainerStatuses) > 0 {
+			r = p.Status.ContainerStatuses[0].RestartCount
+		}
+		part := fmt.Sprintf("%s(%d)", p.Name, r)
+		if p.DeletionTimestamp != nil {
+			part += " deleting"
+		}
+		parts = append(parts, part)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
 }
 
 // tenures is every holding seen, in order.
