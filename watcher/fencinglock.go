@@ -2,6 +2,8 @@ package watcher
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -17,7 +19,7 @@ import (
 //     replica can have seen the renewal);
 //   - holds back a release (an Update that clears the holder, client-go's ReleaseOnCancel) until
 //     nothing of this replica runs (quiesced), so that a follower that takes a released Lease at
-//     once never meets a process of this one;
+//     once never meets a process of this one, and refuses it when the Lease is another's now;
 //   - remembers when it first saw each record of another holder, so that a new leader knows
 //     when the replica it replaced was fenced at the latest (earlierHolderGoneAt).
 //
@@ -40,6 +42,10 @@ type fencingLock struct {
 	// fenced at the latest (fence clock, ns): seenAt of the last record read before + span.
 	goneAt int64
 }
+
+// errNotOurs is the error of a release refused because the Lease's last record read names
+// another holder (fencingLock.write).
+var errNotOurs = errors.New("not releasing the Lease: this replica no longer holds it")
 
 func newFencingLock(inner rl.Interface, f *fence.Fence, quiesced <-chan struct{}, span time.Duration) *fencingLock {
 	return &fencingLock{Interface: inner, fence: f, quiesced: quiesced, span: span}
@@ -77,6 +83,19 @@ func (l *fencingLock) write(ctx context.Context, rec rl.LeaderElectionRecord, do
 		case <-l.quiesced:
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+		// client-go releases after a failed renewal too, judging by the record it last observed:
+		// this replica's own when it could not reach the API server. The Get it sends just before
+		// (recorded in seen) may reach the server once a partition heals and find that another
+		// replica took the Lease meanwhile; releasing then would clear that leader's holding while
+		// it still writes, and a third replica could take the Lease at once. Only this replica's
+		// own holding is released (the Update carries that Get's resourceVersion, so nothing
+		// written after it is cleared either).
+		l.mu.Lock()
+		holder := l.seen.HolderIdentity
+		l.mu.Unlock()
+		if holder != l.Identity() {
+			return fmt.Errorf("%w: the Lease is held by %q now", errNotOurs, holder)
 		}
 		return do(ctx, rec)
 	}
