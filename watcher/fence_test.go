@@ -251,3 +251,21 @@ func TestUnitSIGTERMIsNotLeadershipLoss(t *testing.T) {
 		}
 	}
 }
+
+// A watcher stopped (SIGTERM) before its informer caches synced has started nothing: its run
+// ends cleanly (the process exits 0, as after any shutdown). One whose Lease is lost before they
+// synced still reports it.
+func TestUnitStopBeforeSyncIsClean(t *testing.T) {
+	f := newUnit(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := f.w.run(ctx, nil, 1); err != nil {
+		t.Errorf("run stopped before its caches synced: %v, want nil (a clean stop)", err)
+	}
+	g := newUnit(t, Options{})
+	lost := make(chan struct{})
+	close(lost)
+	if err := g.w.run(context.Background(), lost, 1); err == nil || !strings.Contains(err.Error(), "Lease was lost") {
+		t.Errorf("run whose Lease was lost before its caches synced: %v, want the loss reported", err)
+	}
+}

@@ -40,9 +40,18 @@ func retryLimiter() workqueue.TypedRateLimiter[cache.ObjectName] {
 
 // Run starts the informers, waits for their caches to sync, and runs workers workers until
 // ctx is cancelled. Then it takes no new work, lets running Pulumi operations finish for up to
-// Options.ShutdownGrace, cancels the rest (so no lock is left behind), and returns. It returns
-// an error only if the caches never sync.
+// Options.ShutdownGrace, cancels the rest (so no lock is left behind), and returns nil, also
+// when ctx ends before the caches synced (nothing ran: a clean stop).
 func (w *Watcher) Run(ctx context.Context, workers int) error { return w.run(ctx, nil, workers) }
+
+// unsynced is run's result when its work ended before the informer caches synced: nil when ctx
+// ended (a shutdown asked for, with nothing started), else an error (the Lease was lost).
+func unsynced(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return errors.New("wait for informer caches to sync: the Lease was lost before they synced")
+}
 
 // run is Run, and also stops when lost is closed: the leader's fence has expired (its Lease
 // could not be renewed within the renew deadline, or was lost), and another replica may take it
@@ -71,7 +80,7 @@ func (w *Watcher) run(ctx context.Context, lost <-chan struct{}, workers int) er
 	// the KindCustomHttps it holds (ownedcache.go).
 	if !cache.WaitForCacheSync(work.Done(), w.informer.HasSynced) {
 		w.queue.ShutDown()
-		return errors.New("wait for informer caches to sync: cancelled before they synced")
+		return unsynced(ctx)
 	}
 	w.owned.start(work)
 	if w.opts.Metadata != nil {
@@ -79,7 +88,7 @@ func (w *Watcher) run(ctx context.Context, lost <-chan struct{}, workers int) er
 	}
 	if !cache.WaitForCacheSync(work.Done(), append(w.owned.synced(), w.envSync...)...) {
 		w.queue.ShutDown()
-		return errors.New("wait for informer caches to sync: cancelled before they synced")
+		return unsynced(ctx)
 	}
 	// The initial lists decoded every ConfigMap and Secret in scope whole before cutting each
 	// to what the caches keep (ownedcache.go, envSourceStub); the Go runtime's background
