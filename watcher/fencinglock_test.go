@@ -66,14 +66,15 @@ func (p *partitionTransport) heal() {
 // release: without it the new leader's holding is cleared (holder empty, 1 s lease), any
 // replica may take the Lease at once while the new leader still writes, and the new leader
 // itself re-acquires with a new acquireTime. On the real API server, with timings where the
-// release's Get outlives the takeover as the defaults' do (lease 11 s, renew deadline 8 s, as
-// 15 s and 10 s: the release's Get may wait until 2 x renew deadline after the last renewal).
+// release's Get outlives the takeover as the defaults' do (lease 13 s, renew deadline 10 s, as
+// 15 s and 10 s: the release's Get may wait until 2 x renew deadline after the last renewal, and
+// the heal comes 4 s or more before that).
 func TestReleaseAfterLossKeepsTheNewLeader(t *testing.T) {
 	c := testenv.Connect(t)
 	ns := c.Namespace(t)
 	const (
-		leaseDuration = 11 * time.Second
-		renewDeadline = 8 * time.Second
+		leaseDuration = 13 * time.Second
+		renewDeadline = 10 * time.Second
 		retryPeriod   = time.Second
 		name          = "release-after-loss"
 	)
