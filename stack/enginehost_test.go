@@ -17,6 +17,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
@@ -491,6 +492,91 @@ func TestEngineHostHungRunAbandoned(t *testing.T) {
 	}
 	if m.engineHost.running() {
 		t.Error("the hung engine host still takes requests")
+	}
+}
+
+// TestStopEndsTheEngineHost: Stop ends an idle engine host the graceful way (its input
+// closes) and returns only once the process has exited and been reaped, killing nothing: what a
+// leader does before it releases its Lease.
+func TestStopEndsTheEngineHost(t *testing.T) {
+	m, _, _ := hostManager(t)
+	name, _ := m.StackName("ns", "stop")
+	if _, err := m.Up(context.Background(), name, program("a", 0), RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pid := hostPid(m)
+	if pid == 0 {
+		t.Fatal("no engine host process after an up through it")
+	}
+	if n := m.Stop(10 * time.Second); n != 0 {
+		t.Fatalf("Stop killed %d processes, want 0: an idle host ends when told to", n)
+	}
+	if !zombie(pid) {
+		t.Fatalf("the engine host %d still runs after Stop returned", pid)
+	}
+	if n := m.procs.len(); n != 0 {
+		t.Fatalf("%d processes still in the set after Stop", n)
+	}
+	// The Manager stays usable after a Stop that killed nothing.
+	if res, err := m.Up(context.Background(), name, program("b", 0), RunOptions{}); err != nil || res.Outputs["greeting"] != "b" {
+		t.Fatalf("up after Stop: %v, %v", res.Outputs, err)
+	}
+}
+
+// TestStopKillsARunThatDoesNotEnd: a run still under way (a stand-in host that never answers:
+// a real run cannot be made to hang on demand) keeps the host past Stop's wait; Stop then kills
+// it, returns 1, and returns only once it is gone; the run's caller gets an error, and no pulumi
+// process starts afterwards.
+func TestStopKillsARunThatDoesNotEnd(t *testing.T) {
+	m, _, _ := hostManager(t)
+	m.engineHost.path = fakeEngine(t, "hang")
+	m.engineHost.cancelGrace = time.Hour // the run is never given up by its caller
+	name, _ := m.StackName("ns", "stuck")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	upErr := make(chan error, 1)
+	go func() {
+		_, err := m.engineHostUp(ctx, name, "127.0.0.1:1", RunOptions{})
+		upErr <- err
+	}()
+	var pid int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		m.engineHost.mu.Lock()
+		p := m.engineHost.proc
+		m.engineHost.mu.Unlock()
+		if p != nil {
+			p.mu.Lock()
+			inflight := p.inflight
+			p.mu.Unlock()
+			if inflight > 0 {
+				pid = p.cmd.Process.Pid
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run never reached the engine host")
+		}
+	}
+	start := time.Now()
+	if n := m.Stop(300 * time.Millisecond); n != 1 {
+		t.Fatalf("Stop killed %d processes, want 1 (the host holding the run)", n)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Errorf("Stop killed after %s, before its wait was over", took)
+	}
+	if !zombie(pid) || m.procs.len() != 0 {
+		t.Fatalf("after Stop: host %d zombie or gone %v, %d processes in the set; want it gone", pid, zombie(pid), m.procs.len())
+	}
+	select {
+	case err := <-upErr:
+		if err == nil {
+			t.Fatal("the killed run returned no error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the killed run's caller is still held")
+	}
+	if _, err := m.Up(context.Background(), name, program("c", 0), RunOptions{}); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("up after a Stop that killed: %v, want fence.ErrFenced (nothing starts)", err)
 	}
 }
 

@@ -252,6 +252,11 @@ func startEngineProc(path, project, phrase string, env []string, procs *processS
 		if err != nil {
 			slog.Warn("the engine host exited", "pid", cmd.Process.Pid, "error", err, "stderr", RedactText(p.stderr.String()))
 		}
+		// A provider plugin the host left behind would go on talking to the cluster after the
+		// set shows the host gone (Manager.Stop), as a CLI run's would (trackedCommand).
+		if n := killSession(cmd.Process.Pid); n > 0 {
+			slog.Warn("killed processes the engine host left behind", "pid", cmd.Process.Pid, "processes", n)
+		}
 		exited(cmd.ProcessState != nil && cmd.ProcessState.Success())
 	}()
 	return p, nil

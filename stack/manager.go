@@ -262,6 +262,25 @@ func (m *Manager) Kill() int {
 	return m.procs.killAll()
 }
 
+// Stop ends every pulumi process of the Manager before this process gives up its stacks (a
+// leader about to release its Lease, whose successor may start on them at once): the engine
+// host's input closes, so that it exits once its calls are done (also a run whose client gave
+// up on it after a cancel it ignored, which nothing else waits for), and Stop waits until no
+// process of the Manager runs, at most wait. What still runs then is killed (Kill), and waited
+// for as long again. It returns how many processes it killed: 0 when all ended by themselves.
+// No pulumi process starts once Stop had to kill.
+func (m *Manager) Stop(wait time.Duration) int {
+	if m.engineHost != nil {
+		m.engineHost.close()
+	}
+	if m.procs.await(wait) {
+		return 0
+	}
+	n := m.Kill()
+	m.procs.await(wait)
+	return n
+}
+
 // Close stops the Manager's engine host process, if one runs, once its runs have finished. The
 // Manager stays usable: a later up starts another. Without Close the host exits with this
 // process.

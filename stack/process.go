@@ -100,6 +100,23 @@ func (s *processSet) killAll() int {
 	return len(procs)
 }
 
+// await waits until no process of the set runs (each one's exited called: waited for, and what
+// its session left killed), at most d, and reports whether none runs. It looks every
+// awaitPoll: the set's processes end seldom, and a channel per change would cost every start.
+func (s *processSet) await(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for s.len() > 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(awaitPoll)
+	}
+	return true
+}
+
+// awaitPoll is how often processSet.await looks.
+const awaitPoll = 10 * time.Millisecond
+
 // len is how many processes run.
 func (s *processSet) len() int {
 	s.mu.Lock()

@@ -103,6 +103,8 @@ type fakeStacks struct {
 	lockIDs                 map[string]bool
 	killed                  chan struct{}
 	killOnce                sync.Once
+	// onStop, when set, runs inside Stop (the processes' end, which a test may hold up).
+	onStop func()
 }
 
 func (s *fakeStacks) StackName(namespace, name string) (string, error) {
@@ -175,6 +177,13 @@ func (s *fakeStacks) killCh() chan struct{} {
 
 func (s *fakeStacks) SweepWorkspaces(live func(string) bool) int {
 	s.j.add("sweep")
+	return 0
+}
+
+func (s *fakeStacks) Stop(time.Duration) int {
+	if s.onStop != nil {
+		s.onStop()
+	}
 	return 0
 }
 

@@ -252,6 +252,62 @@ func TestUnitSIGTERMIsNotLeadershipLoss(t *testing.T) {
 	}
 }
 
+// TestUnitLeaseReleasedAfterProcessesEnd: on SIGTERM the leader releases its Lease only once
+// every pulumi process of it has ended (Stacks.Stop returned), not when its workers' operations
+// have returned: the engine host outlives those, and the replica that takes a released Lease
+// starts on the stacks at once. Stop is held up here to see the Lease still held meanwhile.
+func TestUnitLeaseReleasedAfterProcessesEnd(t *testing.T) {
+	le := LeaderElection{Namespace: "ops", Name: "lease", Identity: "replica-a", LeaseDuration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+	f := newUnit(t, Options{ShutdownGrace: time.Second})
+	if err := f.dyn.Tracker().Add(kch("web", nil)); err != nil {
+		t.Fatal(err)
+	}
+	stopping, ended := make(chan struct{}), make(chan struct{})
+	f.stacks.onStop = func() {
+		close(stopping)
+		<-ended
+	}
+	kube := kubefake.NewClientset()
+	holder := func() string {
+		l, err := kube.CoordinationV1().Leases("ops").Get(context.Background(), "lease", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("read the Lease: %v", err)
+		}
+		return *l.Spec.HolderIdentity
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.w.RunLeaderElected(ctx, kube, le, 1) }()
+	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(f.journal.take(), "up refresh=false"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the up never started")
+		}
+	}
+	cancel()
+	select {
+	case <-stopping:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pulumi processes were never stopped after SIGTERM")
+	}
+	time.Sleep(2 * le.RetryPeriod) // room for a release that would not wait
+	if h := holder(); h != "replica-a" {
+		t.Fatalf("the Lease is held by %q while this replica's pulumi processes are still ending, want replica-a's", h)
+	}
+	close(ended)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("RunLeaderElected after SIGTERM = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunLeaderElected still runs 10 s after the processes ended")
+	}
+	if h := holder(); h != "" {
+		t.Errorf("the Lease is held by %q after a clean stop, want it released", h)
+	}
+}
+
 // A watcher stopped (SIGTERM) before its informer caches synced has started nothing: its run
 // ends cleanly (the process exits 0, as after any shutdown). One whose Lease is lost before they
 // synced still reports it.

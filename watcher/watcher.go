@@ -72,6 +72,10 @@ type Stacks interface {
 	// Kill ends every pulumi process of the operator at once (SIGKILL) and returns how many it
 	// signalled: how a leader that lost its Lease fences itself.
 	Kill() int
+	// Stop ends every pulumi process of the operator before the watcher returns: those that
+	// end by themselves within wait (an idle engine host once told to stop), then, killed,
+	// the rest; it returns how many it killed (stack.Manager.Stop).
+	Stop(wait time.Duration) int
 	// SweepWorkspaces removes the local workspaces of stacks for which live is false, and the
 	// leftovers of killed runs; it returns how many it removed.
 	SweepWorkspaces(live func(stackName string) bool) int

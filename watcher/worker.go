@@ -141,6 +141,13 @@ func (w *Watcher) run(ctx context.Context, lost <-chan struct{}, workers int) er
 		}
 	}
 	<-done
+	// Nothing of this replica may outlive run: a leader releases its Lease once run returns,
+	// and its successor may start on any stack at once. The workers' operations have returned,
+	// but the engine host lives on (and may still be writing a run whose client gave up on it
+	// after a cancel it ignored).
+	if n := w.stacks.Stop(fence.KillAfter); n > 0 {
+		w.log.Warn("killed the pulumi processes that did not end by themselves after the workers stopped", "processes", n, "after", fence.KillAfter.String())
+	}
 	w.log.Info("workers stopped")
 	return nil
 }
