@@ -270,9 +270,7 @@ func (m *Manager) Kill() int {
 // for as long again. It returns how many processes it killed: 0 when all ended by themselves.
 // No pulumi process starts once Stop had to kill.
 func (m *Manager) Stop(wait time.Duration) int {
-	if m.engineHost != nil {
-		m.engineHost.close()
-	}
+	m.Close()
 	if m.procs.await(wait) {
 		return 0
 	}
