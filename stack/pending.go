@@ -92,8 +92,19 @@ func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName st
 		return nil, fmt.Errorf("stack %s: %w", stackName, err)
 	}
 	if len(done) == 0 && !unread {
+		// A run killed after the refresh below and before its import left objects without
+		// their field manager; their managedFields, read by that refresh, still say it.
+		restored, lines, err := restoreFieldManagers(first)
+		if err != nil {
+			return nil, fmt.Errorf("stack %s: %w", stackName, err)
+		}
+		if len(lines) > 0 {
+			if err := m.importIfQuiet(ctx, st, stackName, first, restored); err != nil {
+				return nil, err
+			}
+		}
 		m.recordSettled(stackName)
-		return nil, nil
+		return lines, nil
 	}
 	if len(done) == 0 {
 		// No entries: resources adopted by an earlier run that died before its refresh.
@@ -101,22 +112,114 @@ func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName st
 	} else {
 		// The entries are a dead update's only if nobody is writing the state: read it
 		// again, and let the import's own lock catch an update that starts after that.
-		again, err := st.Export(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, err))
-		}
-		if !bytes.Equal(first.Deployment, again.Deployment) {
-			return nil, &OperationError{Summary: "stack " + stackName + " has pending operations and its state is changing: another update is running", Err: ErrLocked, kind: ErrLocked}
-		}
-		if err := st.Import(ctx, fixed); err != nil {
-			return nil, fmt.Errorf("import stack %s without its pending operations: %w", stackName, m.classifyStack(stackName, err))
+		if err := m.importIfQuiet(ctx, st, stackName, first, fixed); err != nil {
+			return nil, err
 		}
 	}
 	if _, err := st.Refresh(ctx, optrefresh.SuppressProgress(), optrefresh.Color("never")); err != nil {
 		return done, fmt.Errorf("refresh stack %s after adopting its pending operations: %w", stackName, m.classifyStack(stackName, err))
 	}
+	// The refresh has read the adopted objects, their managedFields included: give each the
+	// field manager that applied it (see restoreFieldManagers).
+	read, err := st.Export(ctx)
+	if err != nil {
+		return done, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, err))
+	}
+	restored, lines, err := restoreFieldManagers(read)
+	if err != nil {
+		return done, fmt.Errorf("stack %s: %w", stackName, err)
+	}
+	if len(lines) > 0 {
+		if err := m.importIfQuiet(ctx, st, stackName, read, restored); err != nil {
+			return done, err
+		}
+		done = append(done, lines...)
+	}
 	m.recordSettled(stackName)
 	return done, nil
+}
+
+// importIfQuiet imports fixed, made from the export before, into stackName's state if the state
+// is still before: read once more, and let the import's own lock catch an update that starts
+// after that. Errors: ErrLocked (in an *OperationError) when the state changed, that is another
+// update is running; the import's error.
+func (m *Manager) importIfQuiet(ctx context.Context, st auto.Stack, stackName string, before, fixed apitype.UntypedDeployment) error {
+	again, err := st.Export(ctx)
+	if err != nil {
+		return fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, err))
+	}
+	if !bytes.Equal(before.Deployment, again.Deployment) {
+		return &OperationError{Summary: "stack " + stackName + " has pending operations and its state is changing: another update is running", Err: ErrLocked, kind: ErrLocked}
+	}
+	if err := st.Import(ctx, fixed); err != nil {
+		return fmt.Errorf("import stack %s without its pending operations: %w", stackName, m.classifyStack(stackName, err))
+	}
+	return nil
+}
+
+// fieldManagerKey is where pulumi-kubernetes keeps, among a resource's outputs, the field
+// manager of its server-side applies ("pulumi-kubernetes-" and 8 hex digits, drawn at random by
+// the Check before the object's create; provider.go fieldManagerName takes the
+// pulumi.com/patchFieldManager annotation first, then this, then a new random name). Only the
+// create writes it into the outputs.
+const fieldManagerKey = "__fieldManager"
+
+// restoreFieldManagers returns dep with fieldManagerKey, in the outputs of every Kubernetes
+// object whose field manager there never applied it, set to the one pulumi-kubernetes field
+// manager that did as its outputs' metadata.managedFields say (an "Apply" entry, not of a
+// subresource, named "pulumi-kubernetes-..."), and one line per object it set. An object with
+// none or several such managers is left as it is.
+//
+// Why: an adopted pending create (adoptPending) has no outputs of its create, so no field
+// manager; the refresh after the adoption draws a new one (fieldManagerName's last resort), and
+// a server-side apply drops only the fields its own manager applied before. A key removed from configMapData (a port, an env entry, ...)
+// would then stay in the cluster for good, owned by the dead run's manager, and the drift
+// repair, applying as the new manager, could not remove it either (found by
+// test/crash/TestCrashSafety in CI; TestAdoptedCreateKeepsItsFieldManager proves the repair).
+func restoreFieldManagers(dep apitype.UntypedDeployment) (apitype.UntypedDeployment, []string, error) {
+	var doc map[string]any
+	dec := json.NewDecoder(bytes.NewReader(dep.Deployment))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		return dep, nil, fmt.Errorf("read exported state: %w", err)
+	}
+	resources, _ := doc["resources"].([]any)
+	var lines []string
+	for _, r := range resources {
+		rm, _ := r.(map[string]any)
+		typ, _ := rm["type"].(string)
+		out, _ := rm["outputs"].(map[string]any)
+		if !strings.HasPrefix(typ, "kubernetes:") || out == nil || out[adoptedMarker] != nil {
+			continue
+		}
+		meta, _ := out["metadata"].(map[string]any)
+		entries, _ := meta["managedFields"].([]any)
+		managers := map[string]bool{}
+		for _, e := range entries {
+			em, _ := e.(map[string]any)
+			name, _ := em["manager"].(string)
+			sub, _ := em["subresource"].(string)
+			if em["operation"] == "Apply" && sub == "" && strings.HasPrefix(name, "pulumi-kubernetes-") {
+				managers[name] = true
+			}
+		}
+		if cur, _ := out[fieldManagerKey].(string); managers[cur] || len(managers) != 1 {
+			continue // the state's manager applied the object, or it cannot say which did
+		}
+		for name := range managers {
+			out[fieldManagerKey] = name
+			id, _ := rm["id"].(string)
+			lines = append(lines, fmt.Sprintf("restored field manager %s of %s %s (adopted after an interrupted create)", name, typ, id))
+		}
+	}
+	if len(lines) == 0 {
+		return dep, nil, nil
+	}
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return dep, nil, fmt.Errorf("write state: %w", err)
+	}
+	return apitype.UntypedDeployment{Version: dep.Version, Deployment: raw}, lines, nil
 }
 
 // adoptPending returns dep without pending operations, each pending create of a Kubernetes

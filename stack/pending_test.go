@@ -226,3 +226,77 @@ func TestPendingStackResourceCleared(t *testing.T) {
 		t.Fatalf("after the up: %d pending operations, %d resources; want none and the stack resource", len(d.PendingOperations), len(d.Resources))
 	}
 }
+
+// TestRestoreFieldManagers: which objects restoreFieldManagers gives back the field manager that
+// applied them, and which it leaves. The end-to-end proof (a real kill mid-create, a key
+// removed, the key gone after the restart) is test/crash/TestAdoptedCreateKeepsItsFieldManager.
+func TestRestoreFieldManagers(t *testing.T) {
+	const cmURN = "urn:pulumi:s::p::kubernetes:core/v1:ConfigMap::configmap"
+	entry := func(manager, operation, subresource string) string {
+		e := `{"manager":"` + manager + `","operation":"` + operation + `","fieldsV1":{"f:data":{"f:a":{}}}`
+		if subresource != "" {
+			e += `,"subresource":"` + subresource + `"`
+		}
+		return e + `}`
+	}
+	state := func(fm string, entries ...string) string {
+		out := `"metadata":{"name":"a-configmap","managedFields":[` + strings.Join(entries, ",") + `]},"data":{"a":"1"},"big":12345678901234567890`
+		if fm != "" {
+			out += `,"__fieldManager":"` + fm + `"`
+		}
+		return `{"resources":[{"urn":"urn:pulumi:s::p::pulumi:pulumi:Stack::p-s","type":"pulumi:pulumi:Stack"},` +
+			`{"urn":"` + cmURN + `","type":"kubernetes:core/v1:ConfigMap","id":"ns/a-configmap","outputs":{` + out + `}}]}`
+	}
+	dead, drawn := "pulumi-kubernetes-e1eea1e9", "pulumi-kubernetes-171dd6c3"
+	for name, tc := range map[string]struct {
+		deployment string
+		want       string // the field manager after, "" for the state left as it is
+		wantErr    string
+	}{
+		"refreshed after adoption: a drawn manager that applied nothing": {
+			deployment: state(drawn, entry(dead, "Apply", "")), want: dead},
+		"no field manager in the outputs": {deployment: state("", entry(dead, "Apply", "")), want: dead},
+		"the state's manager applied it": {
+			deployment: state(dead, entry(dead, "Apply", ""), entry("kube-controller-manager", "Update", ""))},
+		"two pulumi managers (which one is lost cannot be told)": {
+			deployment: state("pulumi-kubernetes-00000000", entry(dead, "Apply", ""), entry(drawn, "Apply", ""))},
+		"only other managers": {
+			deployment: state(drawn, entry("kubectl-client-side-apply", "Update", ""), entry("pulumi-kubernetes-x", "Update", ""),
+				entry("pulumi-kubernetes-y", "Apply", "status"))},
+		"no managedFields yet (adopted, not read)": {
+			deployment: strings.Replace(state(""), `"outputs":{`, `"outputs":{"`+adoptedMarker+`":"true",`, 1)},
+		"not JSON": {deployment: `{"resources":`, wantErr: "read exported state"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, lines, err := restoreFieldManagers(apitype.UntypedDeployment{Version: 3, Deployment: json.RawMessage(tc.deployment)})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "" {
+				if len(lines) != 0 || string(got.Deployment) != tc.deployment {
+					t.Errorf("the state was rewritten (%q):\n%s", lines, got.Deployment)
+				}
+				return
+			}
+			if len(lines) != 1 || !strings.Contains(lines[0], "restored field manager "+tc.want+" of kubernetes:core/v1:ConfigMap ns/a-configmap") {
+				t.Errorf("lines = %q, want one naming %s and the ConfigMap", lines, tc.want)
+			}
+			var d apitype.DeploymentV3
+			if err := json.Unmarshal(got.Deployment, &d); err != nil {
+				t.Fatalf("result is no deployment: %v", err)
+			}
+			if fm := d.Resources[1].Outputs[fieldManagerKey]; fm != tc.want {
+				t.Errorf("outputs.%s = %v, want %s", fieldManagerKey, fm, tc.want)
+			}
+			if !strings.Contains(string(got.Deployment), "12345678901234567890") {
+				t.Error("a large number in the outputs changed")
+			}
+		})
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,4 +114,99 @@ func pendingCreate(t *testing.T, then string) {
 	}
 	t.Logf("converged %s after the restart; stacks checked %d (resources %d, cluster objects %d)",
 		took.Round(time.Second), rep.stacks, rep.resources, rep.liveObjects)
+}
+
+// TestAdoptedCreateKeepsItsFieldManager kills the operator while its first up creates the
+// ConfigMap (the API server's answer held back, so the ConfigMap exists with a key "extra.txt"
+// and the state holds only a pending create), removes that key from the object's
+// configMapData while the operator is down, and restarts it. The ConfigMap must lose the key:
+// the adopted ConfigMap must be applied as the field manager that created it. Before
+// restoreFieldManagers the up applied as a new manager, the server-side apply kept the key the
+// dead run's manager owned, and the object went Ready with the key still there, in the cluster
+// and in the state (CI's TestCrashSafety failure of stop 54: "state says ... has data
+// map[extra.txt:114 ...]").
+func TestAdoptedCreateKeepsItsFieldManager(t *testing.T) {
+	requirePlugin(t)
+	c := testenv.Connect(t)
+	c.InstallCRD(t)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	const passphrase, cluster, name = "pending-passphrase", "pending", "p"
+	backendURL := "file://" + filepath.Join(t.TempDir(), "backend")
+	var holding atomic.Bool
+	holding.Store(true)
+	proxy := c.HoldingProxy(t, func(r *http.Request) bool {
+		return holding.Load() && r.Method != http.MethodGet && r.Method != http.MethodDelete &&
+			strings.Contains(r.URL.Path, "/namespaces/"+ns+"/configmaps")
+	})
+	op := newOperator(t, operatorConfig{name: "operator", kubeconfig: proxy.Kubeconfig, backendURL: backendURL, stateDir: t.TempDir(),
+		cluster: cluster, namespace: ns, env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": passphrase}})
+	t.Cleanup(func() {
+		if op.pid() == 0 {
+			op.start()
+		}
+		deleteAllAndWait(t, c, ns, 3*time.Minute)
+	})
+	first := spec{replicas: 1, data: map[string]string{"hostports": "a,8080\n", "extra.txt": "1"}}
+	then := spec{replicas: 1, data: map[string]string{"hostports": "b,8080\n"}}
+	if err := createCR(ctx, c, ns, name, first, nil); err != nil {
+		t.Fatal(err)
+	}
+	op.start()
+	deadline := time.Now().Add(2 * time.Minute)
+	for proxy.Held() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the ConfigMap's create was never held")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cm, err := c.Kube.CoreV1().ConfigMaps(ns).Get(ctx, name+"-configmap", metav1.GetOptions{})
+	if err != nil || cm.Data["extra.txt"] != "1" {
+		t.Fatalf("precondition: the held create should have made the ConfigMap with extra.txt: %v %v", cm.Data, err)
+	}
+	op.kill()
+	holding.Store(false)
+	proxy.Release()
+
+	b := openBackend(t, backendURL, cluster, passphrase)
+	stackName, err := stack.Name(cluster, ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.export(stackName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pending []string
+	for _, o := range d.PendingOperations {
+		pending = append(pending, string(o.Type)+" "+string(o.Resource.Type))
+	}
+	if !slices.Contains(pending, string(apitype.OperationTypeCreating)+" kubernetes:core/v1:ConfigMap") {
+		t.Fatalf("precondition: after the kill the state should hold a pending create of the ConfigMap, has %v", pending)
+	}
+	if err := patchCR(ctx, c, ns, name, then); err != nil {
+		t.Fatal(err)
+	}
+	mark := op.logs.Len()
+	op.start()
+	took := waitConverged(t, c, ns, map[string]spec{name: then}, nil, 3*time.Minute)
+	rep := checkState(t, c, b, ns, map[string]spec{name: then})
+	if log := op.logs.since(mark); !strings.Contains(log, "restored field manager pulumi-kubernetes-") {
+		t.Errorf("the operator's log does not say it restored the adopted ConfigMap's field manager")
+	}
+	cm, err = c.Kube.CoreV1().ConfigMaps(ns).Get(ctx, name+"-configmap", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var appliers []string
+	for _, e := range cm.ManagedFields {
+		if e.Operation == metav1.ManagedFieldsOperationApply && strings.HasPrefix(e.Manager, "pulumi-kubernetes-") {
+			appliers = append(appliers, e.Manager)
+		}
+	}
+	if len(appliers) != 1 {
+		t.Errorf("the ConfigMap has %d pulumi-kubernetes field managers %v, want the one that created it", len(appliers), appliers)
+	}
+	t.Logf("converged %s after the restart with data %v, field managers %v; stacks checked %d (resources %d, cluster objects %d)",
+		took.Round(time.Second), cm.Data, appliers, rep.stacks, rep.resources, rep.liveObjects)
 }
