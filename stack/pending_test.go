@@ -300,3 +300,82 @@ func TestRestoreFieldManagers(t *testing.T) {
 		})
 	}
 }
+
+// TestFieldManagerRestoredAfterAKilledImport: a run killed after the adoption's refresh and
+// before the import that restores the field manager leaves a Kubernetes object whose outputs
+// name a field manager that never applied it, and no pending operation. The next look
+// (settlePending, through the real CLI's export and import) restores it, once: a second look
+// finds nothing to do.
+func TestFieldManagerRestoredAfterAKilledImport(t *testing.T) {
+	m, backend := newManager(t)
+	ctx := context.Background()
+	name, err := m.StackName("ns", "refreshed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := m.open(ctx, name, true)
+	if err != nil {
+		t.Fatalf("create stack: %v", err)
+	}
+	file := filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json")
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cp map[string]any
+	if err := json.Unmarshal(raw, &cp); err != nil {
+		t.Fatal(err)
+	}
+	latest, _ := cp["checkpoint"].(map[string]any)["latest"].(map[string]any)
+	if latest == nil {
+		t.Fatalf("no checkpoint.latest in %s: %s", file, raw)
+	}
+	const dead, drawn = "pulumi-kubernetes-e1eea1e9", "pulumi-kubernetes-171dd6c3"
+	provURN := "urn:pulumi:" + name + "::kindcustomhttp::pulumi:providers:kubernetes::default"
+	cmURN := "urn:pulumi:" + name + "::kindcustomhttp::kubernetes:core/v1:ConfigMap::configmap"
+	resources, _ := latest["resources"].([]any)
+	latest["resources"] = append(resources,
+		map[string]any{"urn": provURN, "custom": true, "type": "pulumi:providers:kubernetes", "id": "f525414a-e508-4c43-a167-36138e5e37e6"},
+		map[string]any{"urn": cmURN, "custom": true, "type": "kubernetes:core/v1:ConfigMap", "id": "ns/a-configmap",
+			"provider": provURN + "::f525414a-e508-4c43-a167-36138e5e37e6",
+			"inputs":   map[string]any{"metadata": map[string]any{"name": "a-configmap", "namespace": "ns"}, "data": map[string]any{"a": "1"}},
+			"outputs": map[string]any{fieldManagerKey: drawn, "data": map[string]any{"a": "1"},
+				"metadata": map[string]any{"name": "a-configmap", "namespace": "ns", "managedFields": []any{
+					map[string]any{"manager": dead, "operation": "Apply", "fieldsV1": map[string]any{"f:data": map[string]any{"f:a": map[string]any{}}}}}}}})
+	if raw, err = json.Marshal(cp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m.recordPending(name) // as after a restart: the Manager has not looked yet
+
+	lines, err := m.settlePending(ctx, st, name)
+	if err != nil {
+		t.Fatalf("settlePending: %v", err)
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "restored field manager "+dead) {
+		t.Fatalf("lines = %q, want the ConfigMap's field manager restored", lines)
+	}
+	after, err := st.Export(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d apitype.DeploymentV3
+	if err := json.Unmarshal(after.Deployment, &d); err != nil {
+		t.Fatal(err)
+	}
+	var got any
+	for _, r := range d.Resources {
+		if string(r.URN) == cmURN {
+			got = r.Outputs[fieldManagerKey]
+		}
+	}
+	if got != dead {
+		t.Fatalf("after the import the ConfigMap's outputs.%s = %v, want %s", fieldManagerKey, got, dead)
+	}
+	m.recordPending(name)
+	if lines, err := m.settlePending(ctx, st, name); err != nil || len(lines) != 0 {
+		t.Fatalf("a second look: lines %q, err %v; want nothing done", lines, err)
+	}
+}
