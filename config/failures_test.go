@@ -14,8 +14,7 @@ import (
 // a dump logged after the error (30 lines from one call site) is folded so that the error stays
 // among the messages it prints. The passing test says its line with t.Log, which `go test -v`
 // heads with its name: a fmt.Println of a parallel test carries no name and lands in whichever
-// test's block is open (CI's run of stop 54 saw it inside TestFails's), so no script can tell
-// whose it is.
+// test's block is open, so no script can tell whose it is.
 func TestFailuresScript(t *testing.T) {
 	dir := t.TempDir()
 	files := map[string]string{

@@ -174,8 +174,8 @@ const fieldManagerKey = "__fieldManager"
 // manager; the refresh after the adoption draws a new one (fieldManagerName's last resort), and
 // a server-side apply drops only the fields its own manager applied before. A key removed from configMapData (a port, an env entry, ...)
 // would then stay in the cluster for good, owned by the dead run's manager, and the drift
-// repair, applying as the new manager, could not remove it either (found by
-// test/crash/TestCrashSafety in CI; TestAdoptedCreateKeepsItsFieldManager proves the repair).
+// repair, applying as the new manager, could not remove it either
+// (test/crash/TestAdoptedCreateKeepsItsFieldManager).
 func restoreFieldManagers(dep apitype.UntypedDeployment) (apitype.UntypedDeployment, []string, error) {
 	var doc map[string]any
 	dec := json.NewDecoder(bytes.NewReader(dep.Deployment))

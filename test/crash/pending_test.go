@@ -120,11 +120,9 @@ func pendingCreate(t *testing.T, then string) {
 // ConfigMap (the API server's answer held back, so the ConfigMap exists with a key "extra.txt"
 // and the state holds only a pending create), removes that key from the object's
 // configMapData while the operator is down, and restarts it. The ConfigMap must lose the key:
-// the adopted ConfigMap must be applied as the field manager that created it. Before
-// restoreFieldManagers the up applied as a new manager, the server-side apply kept the key the
-// dead run's manager owned, and the object went Ready with the key still there, in the cluster
-// and in the state (CI's TestCrashSafety failure of stop 54: "state says ... has data
-// map[extra.txt:114 ...]").
+// the adopted ConfigMap must be applied as the field manager that created it: applied as a new
+// manager, the server-side apply keeps the key the dead run's manager owns, and the object goes
+// Ready with the key still there, in the cluster and in the state.
 func TestAdoptedCreateKeepsItsFieldManager(t *testing.T) {
 	requirePlugin(t)
 	c := testenv.Connect(t)
