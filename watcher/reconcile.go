@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -302,6 +303,9 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 		w.recorder.Eventf(u, corev1.EventTypeNormal, p.why, "pulumi up of stack %s: %v", stackName, res.Changes)
 	}
 	log.Info("stack up to date", "changes", res.Changes, "seconds", res.End.Sub(res.Start).Seconds())
+	if p.why == ReasonRepaired {
+		w.checkRepaired(ctx, u, log, p.digest, d)
+	}
 	// Remember what was applied: the informer may hand out this object without the status
 	// written below for a while, and that must not start a second up.
 	w.objects.update(key, func(s *objectState) {
@@ -324,6 +328,23 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 		setReadiness(st, gen, h)
 	})
 	return rolloutResult(h)
+}
+
+// checkRepaired looks at the owned objects again after the up that was to repair their drift
+// and, when they still differ from d, says so: a Warning Event and a log line naming what
+// differs. A server-side apply leaves a field that another field manager applied (another
+// pulumi-kubernetes manager's, or a controller's), so some drift no up repairs; without this
+// the object went Ready while the repair repeated at the refresh pace, unexplained.
+// drift confirms a difference with a live read, so a cache that lags behind the up is no
+// false alarm.
+func (w *Watcher) checkRepaired(ctx context.Context, u *unstructured.Unstructured, log *slog.Logger, digest string, d api.Desired) {
+	left := w.owned.drift(ctx, digest, d)
+	if len(left) == 0 {
+		return
+	}
+	log.Warn("drift left after the repair", "drift", left)
+	w.recorder.Eventf(u, corev1.EventTypeWarning, ReasonDriftNotRepaired,
+		"still differs after pulumi up --refresh: %v; a field another field manager applied (metadata.managedFields) stays: remove it, or the manager that applies it", left)
 }
 
 // updateReadiness refreshes the replica counts and Ready from the Deployment, without Pulumi.

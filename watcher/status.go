@@ -33,6 +33,10 @@ const (
 	ReasonDriftDetected = "DriftDetected"
 	// ReasonRepaired: the up that undid drift (Normal).
 	ReasonRepaired = "Repaired"
+	// ReasonDriftNotRepaired: the owned objects still differ from the spec after the up that
+	// was to repair them (Warning; the next repair comes at --min-refresh-interval at the
+	// earliest): a field another field manager applied stays, whatever the up applies.
+	ReasonDriftNotRepaired = "DriftNotRepaired"
 	// ReasonRequested: the up asked for by the reconcile-request annotation (Normal).
 	ReasonRequested = "ReconcileRequested"
 	// ReasonDestroyed: the stack was destroyed and removed (Normal).
