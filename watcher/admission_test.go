@@ -331,7 +331,13 @@ func TestReferencesAdmittedWithoutPolicy(t *testing.T) {
 	o = f.waitFor(t, "gap", "no ReferencesChecked without references", func(o *api.KindCustomHttp) bool {
 		return cond(o, api.ConditionReferencesChecked).Type == "" && o.Status.Admission == nil
 	})
-	if _, ok := f.gauge(t, "pulumi_operator_condition", map[string]string{"name": "gap", "type": api.ConditionReferencesChecked}); ok {
+	// The series follow the status write (writeStatus sets them once UpdateStatus returns), so
+	// they are waited for, not read once: a read between the two found the old series.
+	series := map[string]string{"name": "gap", "type": api.ConditionReferencesChecked}
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_, ok := f.gauge(t, "pulumi_operator_condition", series)
+		return !ok, nil
+	}); err != nil {
 		t.Error("a pulumi_operator_condition series of ReferencesChecked is left for an object without references")
 	}
 }

@@ -105,6 +105,10 @@ type fakeStacks struct {
 	killOnce                sync.Once
 	// onStop, when set, runs inside Stop (the processes' end, which a test may hold up).
 	onStop func()
+	// onRefreshUp, when set, runs inside a successful Up with a refresh (a drift repair, a
+	// requested refresh) with what it applies: the unit fixture puts the owned objects of d
+	// there, as a real up does, so that the look after a repair finds them repaired.
+	onRefreshUp func(d api.Desired)
 }
 
 func (s *fakeStacks) StackName(namespace, name string) (string, error) {
@@ -131,6 +135,9 @@ func (s *fakeStacks) Up(ctx context.Context, d api.Desired, adopt infra.Adopt, o
 	if s.hangHard {
 		<-s.killCh()
 		return stack.Result{Operation: "up", Start: time.Now(), End: time.Now()}, errors.New("signal: killed")
+	}
+	if opts.Refresh && s.upErr == nil && s.onRefreshUp != nil {
+		s.onRefreshUp(d)
 	}
 	res := s.upResult
 	res.Operation = "up"
@@ -254,6 +261,10 @@ func newUnit(t testing.TB, opts Options) *unitFixture {
 	opts.Registry, opts.Logger = f.registry, testLogger()
 	if opts.EnvDigestKey == nil {
 		opts.EnvDigestKey = testEnvDigestKey
+	}
+	f.stacks.onRefreshUp = func(d api.Desired) {
+		dep, svc, cm := ownedOf(t, d)
+		f.putOwned(dep, svc, cm)
 	}
 	f.w = New(f.dyn, f.kube, f.stacks, opts)
 	f.w.recorder = f.recorder // synchronous, readable Events instead of the broadcaster's
@@ -529,7 +540,13 @@ func desiredOf(t testing.TB, u *unstructured.Unstructured) api.Desired {
 // declares, infra.Expected), each with a UID of its name, with every replica available.
 func owned(t testing.TB, u *unstructured.Unstructured) (*appsv1.Deployment, *corev1.Service, *corev1.ConfigMap) {
 	t.Helper()
-	objs, err := infra.Expected(desiredOf(t, u))
+	return ownedOf(t, desiredOf(t, u))
+}
+
+// ownedOf is owned for the desired state d.
+func ownedOf(t testing.TB, d api.Desired) (*appsv1.Deployment, *corev1.Service, *corev1.ConfigMap) {
+	t.Helper()
+	objs, err := infra.Expected(d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -152,6 +152,20 @@ func TestUnitPlan(t *testing.T) {
 			journal: []string{statusProgressing, "up refresh=true", statusReady},
 			events:  []string{"Normal " + ReasonDriftDetected, "Normal " + ReasonRepaired},
 		},
+		// An up that leaves the drift (a field another field manager applied stays) is said so,
+		// not hidden behind Ready: the fake up here applies nothing.
+		"drift: an up that does not repair it is reported": {
+			applied: true,
+			setup: func(f *unitFixture) {
+				f.stacks.onRefreshUp = nil
+				dep, _, _ := owned(f.t, f.stored("web"))
+				five := int32(5)
+				dep.Spec.Replicas = &five
+				f.putOwned(dep)
+			},
+			journal: []string{statusProgressing, "up refresh=true", statusReady},
+			events:  []string{"Normal " + ReasonDriftDetected, "Normal " + ReasonRepaired, "Warning " + ReasonDriftNotRepaired},
+		},
 		"drift: ConfigMap deleted is repaired with refresh": {
 			applied: true,
 			setup: func(f *unitFixture) {
