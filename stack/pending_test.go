@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
 )
 
@@ -169,40 +170,15 @@ func TestAdoptPending(t *testing.T) {
 func TestPendingStackResourceCleared(t *testing.T) {
 	m, backend := newManager(t)
 	ctx := context.Background()
-	name, err := m.StackName("ns", "killed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := m.open(ctx, name, true)
-	if err != nil {
-		t.Fatalf("create stack: %v", err)
-	}
 	// `pulumi stack import` drops pending operations, and no real kill hits the microseconds
 	// between the engine's two checkpoint writes for the stack resource on purpose, so the
 	// entry is written into the file backend's checkpoint the way the killed run left it.
-	file := filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json")
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cp map[string]any
-	if err := json.Unmarshal(raw, &cp); err != nil {
-		t.Fatal(err)
-	}
-	latest, _ := cp["checkpoint"].(map[string]any)["latest"].(map[string]any)
-	if latest == nil {
-		t.Fatalf("no checkpoint.latest in %s: %s", file, raw)
-	}
-	urn := "urn:pulumi:" + name + "::kindcustomhttp::pulumi:pulumi:Stack::kindcustomhttp-" + name
-	latest["pending_operations"] = []any{map[string]any{"type": "creating",
-		"resource": map[string]any{"urn": urn, "custom": false, "type": "pulumi:pulumi:Stack"}}}
-	if raw, err = json.Marshal(cp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	m.recordPending(name) // as after a restart: the Manager has not looked yet
+	var urn string
+	name, st := editCheckpoint(t, m, backend, "ns", "killed", func(latest map[string]any, name string) {
+		urn = "urn:pulumi:" + name + "::kindcustomhttp::pulumi:pulumi:Stack::kindcustomhttp-" + name
+		latest["pending_operations"] = []any{map[string]any{"type": "creating",
+			"resource": map[string]any{"urn": urn, "custom": false, "type": "pulumi:pulumi:Stack"}}}
+	})
 
 	res, err := m.Up(ctx, name, program("hi", 0), RunOptions{})
 	if err != nil {
@@ -309,46 +285,21 @@ func TestRestoreFieldManagers(t *testing.T) {
 func TestFieldManagerRestoredAfterAKilledImport(t *testing.T) {
 	m, backend := newManager(t)
 	ctx := context.Background()
-	name, err := m.StackName("ns", "refreshed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := m.open(ctx, name, true)
-	if err != nil {
-		t.Fatalf("create stack: %v", err)
-	}
-	file := filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", name+".json")
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cp map[string]any
-	if err := json.Unmarshal(raw, &cp); err != nil {
-		t.Fatal(err)
-	}
-	latest, _ := cp["checkpoint"].(map[string]any)["latest"].(map[string]any)
-	if latest == nil {
-		t.Fatalf("no checkpoint.latest in %s: %s", file, raw)
-	}
 	const dead, drawn = "pulumi-kubernetes-e1eea1e9", "pulumi-kubernetes-171dd6c3"
-	provURN := "urn:pulumi:" + name + "::kindcustomhttp::pulumi:providers:kubernetes::default"
-	cmURN := "urn:pulumi:" + name + "::kindcustomhttp::kubernetes:core/v1:ConfigMap::configmap"
-	resources, _ := latest["resources"].([]any)
-	latest["resources"] = append(resources,
-		map[string]any{"urn": provURN, "custom": true, "type": "pulumi:providers:kubernetes", "id": "f525414a-e508-4c43-a167-36138e5e37e6"},
-		map[string]any{"urn": cmURN, "custom": true, "type": "kubernetes:core/v1:ConfigMap", "id": "ns/a-configmap",
-			"provider": provURN + "::f525414a-e508-4c43-a167-36138e5e37e6",
-			"inputs":   map[string]any{"metadata": map[string]any{"name": "a-configmap", "namespace": "ns"}, "data": map[string]any{"a": "1"}},
-			"outputs": map[string]any{fieldManagerKey: drawn, "data": map[string]any{"a": "1"},
-				"metadata": map[string]any{"name": "a-configmap", "namespace": "ns", "managedFields": []any{
-					map[string]any{"manager": dead, "operation": "Apply", "fieldsV1": map[string]any{"f:data": map[string]any{"f:a": map[string]any{}}}}}}}})
-	if raw, err = json.Marshal(cp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	m.recordPending(name) // as after a restart: the Manager has not looked yet
+	var cmURN string
+	name, st := editCheckpoint(t, m, backend, "ns", "refreshed", func(latest map[string]any, name string) {
+		provURN := "urn:pulumi:" + name + "::kindcustomhttp::pulumi:providers:kubernetes::default"
+		cmURN = "urn:pulumi:" + name + "::kindcustomhttp::kubernetes:core/v1:ConfigMap::configmap"
+		resources, _ := latest["resources"].([]any)
+		latest["resources"] = append(resources,
+			map[string]any{"urn": provURN, "custom": true, "type": "pulumi:providers:kubernetes", "id": "f525414a-e508-4c43-a167-36138e5e37e6"},
+			map[string]any{"urn": cmURN, "custom": true, "type": "kubernetes:core/v1:ConfigMap", "id": "ns/a-configmap",
+				"provider": provURN + "::f525414a-e508-4c43-a167-36138e5e37e6",
+				"inputs":   map[string]any{"metadata": map[string]any{"name": "a-configmap", "namespace": "ns"}, "data": map[string]any{"a": "1"}},
+				"outputs": map[string]any{fieldManagerKey: drawn, "data": map[string]any{"a": "1"},
+					"metadata": map[string]any{"name": "a-configmap", "namespace": "ns", "managedFields": []any{
+						map[string]any{"manager": dead, "operation": "Apply", "fieldsV1": map[string]any{"f:data": map[string]any{"f:a": map[string]any{}}}}}}}})
+	})
 
 	lines, err := m.settlePending(ctx, st, name)
 	if err != nil {
@@ -378,4 +329,41 @@ func TestFieldManagerRestoredAfterAKilledImport(t *testing.T) {
 	if lines, err := m.settlePending(ctx, st, name); err != nil || len(lines) != 0 {
 		t.Fatalf("a second look: lines %q, err %v; want nothing done", lines, err)
 	}
+}
+
+// editCheckpoint creates stack ns/name of m (a file backend at backend) and rewrites its
+// checkpoint's latest deployment with edit, the way a killed run leaves a state that no CLI
+// command writes on purpose; it returns the stack's name and the stack.
+func editCheckpoint(t *testing.T, m *Manager, backend, ns, name string, edit func(latest map[string]any, stackName string)) (string, auto.Stack) {
+	t.Helper()
+	stackName, err := m.StackName(ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := m.open(context.Background(), stackName, true)
+	if err != nil {
+		t.Fatalf("create stack: %v", err)
+	}
+	file := filepath.Join(backend, ".pulumi", "stacks", "kindcustomhttp", stackName+".json")
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cp map[string]any
+	if err := json.Unmarshal(raw, &cp); err != nil {
+		t.Fatal(err)
+	}
+	latest, _ := cp["checkpoint"].(map[string]any)["latest"].(map[string]any)
+	if latest == nil {
+		t.Fatalf("no checkpoint.latest in %s: %s", file, raw)
+	}
+	edit(latest, stackName)
+	if raw, err = json.Marshal(cp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m.recordPending(stackName) // as after a restart: the Manager has not looked yet
+	return stackName, st
 }
