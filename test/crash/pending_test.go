@@ -77,18 +77,7 @@ func pendingCreate(t *testing.T, then string) {
 	proxy.Release()
 
 	b := openBackend(t, backendURL, cluster, passphrase)
-	stackName, err := stack.Name(cluster, ns, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := b.export(stackName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pending []string
-	for _, o := range d.PendingOperations {
-		pending = append(pending, string(o.Type)+" "+string(o.Resource.Type))
-	}
+	pending := pendingOperations(t, b, cluster, ns, name)
 	if !strings.Contains(strings.Join(pending, ","), string(apitype.OperationTypeCreating)+" kubernetes:apps/v1:Deployment") {
 		t.Fatalf("precondition: after the kill the state should hold a pending create of the Deployment, has %v", pending)
 	}
@@ -167,18 +156,7 @@ func TestAdoptedCreateKeepsItsFieldManager(t *testing.T) {
 	proxy.Release()
 
 	b := openBackend(t, backendURL, cluster, passphrase)
-	stackName, err := stack.Name(cluster, ns, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := b.export(stackName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pending []string
-	for _, o := range d.PendingOperations {
-		pending = append(pending, string(o.Type)+" "+string(o.Resource.Type))
-	}
+	pending := pendingOperations(t, b, cluster, ns, name)
 	if !slices.Contains(pending, string(apitype.OperationTypeCreating)+" kubernetes:core/v1:ConfigMap") {
 		t.Fatalf("precondition: after the kill the state should hold a pending create of the ConfigMap, has %v", pending)
 	}
@@ -207,4 +185,23 @@ func TestAdoptedCreateKeepsItsFieldManager(t *testing.T) {
 	}
 	t.Logf("converged %s after the restart with data %v, field managers %v; stacks checked %d (resources %d, cluster objects %d)",
 		took.Round(time.Second), cm.Data, appliers, rep.stacks, rep.resources, rep.liveObjects)
+}
+
+// pendingOperations lists the pending operations in the state of object ns/name's stack (of
+// cluster, in backend b) as "<operation> <resource type>", e.g. "creating kubernetes:apps/v1:Deployment".
+func pendingOperations(t *testing.T, b *backend, cluster, ns, name string) []string {
+	t.Helper()
+	stackName, err := stack.Name(cluster, ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.export(stackName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pending []string
+	for _, o := range d.PendingOperations {
+		pending = append(pending, string(o.Type)+" "+string(o.Resource.Type))
+	}
+	return pending
 }
