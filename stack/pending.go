@@ -94,14 +94,9 @@ func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName st
 	if len(done) == 0 && !unread {
 		// A run killed after the refresh below and before its import left objects without
 		// their field manager; their managedFields, read by that refresh, still say it.
-		restored, lines, err := restoreFieldManagers(first)
+		lines, err := m.restoreFieldManagersOf(ctx, st, stackName, first)
 		if err != nil {
-			return nil, fmt.Errorf("stack %s: %w", stackName, err)
-		}
-		if len(lines) > 0 {
-			if err := m.importIfQuiet(ctx, st, stackName, first, restored); err != nil {
-				return nil, err
-			}
+			return nil, err
 		}
 		m.recordSettled(stackName)
 		return lines, nil
@@ -125,18 +120,28 @@ func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName st
 	if err != nil {
 		return done, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
-	restored, lines, err := restoreFieldManagers(read)
+	lines, err := m.restoreFieldManagersOf(ctx, st, stackName, read)
 	if err != nil {
-		return done, fmt.Errorf("stack %s: %w", stackName, err)
-	}
-	if len(lines) > 0 {
-		if err := m.importIfQuiet(ctx, st, stackName, read, restored); err != nil {
-			return done, err
-		}
-		done = append(done, lines...)
+		return done, err
 	}
 	m.recordSettled(stackName)
-	return done, nil
+	return append(done, lines...), nil
+}
+
+// restoreFieldManagersOf runs restoreFieldManagers on dep, stackName's state as just exported,
+// and imports the result (importIfQuiet) when it restored anything; it returns
+// restoreFieldManagers's lines. Errors: an unreadable state, importIfQuiet's.
+func (m *Manager) restoreFieldManagersOf(ctx context.Context, st auto.Stack, stackName string, dep apitype.UntypedDeployment) ([]string, error) {
+	restored, lines, err := restoreFieldManagers(dep)
+	if err != nil {
+		return nil, fmt.Errorf("stack %s: %w", stackName, err)
+	}
+	if len(lines) > 0 {
+		if err := m.importIfQuiet(ctx, st, stackName, dep, restored); err != nil {
+			return nil, err
+		}
+	}
+	return lines, nil
 }
 
 // importIfQuiet imports fixed, made from the export before, into stackName's state if the state
