@@ -154,10 +154,10 @@ func (m *Manager) importIfQuiet(ctx context.Context, st auto.Stack, stackName st
 		return fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	if !bytes.Equal(before.Deployment, again.Deployment) {
-		return &OperationError{Summary: "stack " + stackName + " has pending operations and its state is changing: another update is running", Err: ErrLocked, kind: ErrLocked}
+		return &OperationError{Summary: "stack " + stackName + "'s state changed while the operator was repairing it after an interrupted update: another update is running", Err: ErrLocked, kind: ErrLocked}
 	}
 	if err := st.Import(ctx, fixed); err != nil {
-		return fmt.Errorf("import stack %s without its pending operations: %w", stackName, m.classifyStack(stackName, err))
+		return fmt.Errorf("import repaired state of stack %s: %w", stackName, m.classifyStack(stackName, err))
 	}
 	return nil
 }
@@ -177,10 +177,10 @@ const fieldManagerKey = "__fieldManager"
 //
 // Why: an adopted pending create (adoptPending) has no outputs of its create, so no field
 // manager; the refresh after the adoption draws a new one (fieldManagerName's last resort), and
-// a server-side apply drops only the fields its own manager applied before. A key removed from configMapData (a port, an env entry, ...)
-// would then stay in the cluster for good, owned by the dead run's manager, and the drift
-// repair, applying as the new manager, could not remove it either
-// (test/crash/TestAdoptedCreateKeepsItsFieldManager).
+// a server-side apply drops only the fields its own manager applied before. A field removed
+// from the spec since (a configMapData key, a port, an envFrom entry) would then stay in the
+// cluster for good, owned by the dead run's manager, and the drift repair, applying as the new
+// manager, could not remove it either (test/crash/TestAdoptedCreateKeepsItsFieldManager).
 func restoreFieldManagers(dep apitype.UntypedDeployment) (apitype.UntypedDeployment, []string, error) {
 	var doc map[string]any
 	dec := json.NewDecoder(bytes.NewReader(dep.Deployment))

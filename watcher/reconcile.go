@@ -332,8 +332,9 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 
 // checkRepaired looks at the owned objects again after the up that was to repair their drift
 // and, when they still differ from d, says so: a Warning Event and a log line naming what
-// differs. A server-side apply leaves a field that another field manager applied (another
-// pulumi-kubernetes manager's, or a controller's), so some drift no up repairs, and the object
+// differs. A server-side apply leaves a field that another manager applied server-side
+// (another pulumi-kubernetes manager, a controller that applies), so some drift no up repairs
+// (a plain update's fields, kubectl edit's, pulumi-kubernetes takes over), and the object
 // would be Ready while the repair repeats at the refresh pace with nothing said. drift confirms
 // a difference with a live read, so a cache that lags behind the up is no false alarm.
 func (w *Watcher) checkRepaired(ctx context.Context, u *unstructured.Unstructured, log *slog.Logger, digest string, d api.Desired) {
