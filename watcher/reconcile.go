@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -368,45 +366,4 @@ func (w *Watcher) refreshWait(key cache.ObjectName, p plan) time.Duration {
 		return 0
 	}
 	return w.opts.MinRefreshInterval - time.Since(last)
-}
-
-// namespaceSlots counts the ups running per namespace and parks the objects that wait for one.
-// A parked object is queued again when an up of its namespace ends, not polled: polling would
-// spend a worker and API requests on every waiting object of a busy namespace, every period.
-type namespaceSlots struct {
-	mu      sync.Mutex
-	n       map[string]int
-	waiting map[string][]cache.ObjectName // per namespace, in the order parked, no duplicates
-}
-
-// acquire takes one of max slots of key's namespace (max 0: no limit) and reports whether it
-// could; when it could not, key is parked until the next release of that namespace.
-func (s *namespaceSlots) acquire(key cache.ObjectName, max int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n == nil {
-		s.n, s.waiting = map[string]int{}, map[string][]cache.ObjectName{}
-	}
-	ns := key.Namespace
-	if max > 0 && s.n[ns] >= max {
-		if !slices.Contains(s.waiting[ns], key) {
-			s.waiting[ns] = append(s.waiting[ns], key)
-		}
-		return false
-	}
-	s.n[ns]++
-	return true
-}
-
-// release gives back a slot of namespace ns and returns the objects parked for one, no longer
-// parked: the caller queues them again (each takes a slot or parks anew).
-func (s *namespaceSlots) release(ns string) []cache.ObjectName {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n[ns]--; s.n[ns] <= 0 {
-		delete(s.n, ns)
-	}
-	parked := s.waiting[ns]
-	delete(s.waiting, ns)
-	return parked
 }
