@@ -125,7 +125,6 @@ func newStackManager(ctx context.Context, cfg *config, client dynamic.Interface)
 		WorkRoot:    filepath.Join(cfg.stateDir, "workspaces"),
 		PulumiPath:  pulumiPath,
 		EngineHost:  engineHostPath(cfg, pulumiPath),
-		CLIUps:      cfg.engineHost == stack.NoEngineHost,
 		KeepHistory: cfg.keepHistory,
 		ClusterName: cluster,
 		Env:         env,
@@ -175,17 +174,18 @@ func absList(list string) string {
 	return strings.Join(parts, string(os.PathListSeparator))
 }
 
-// engineHostPath is stack.Config.EngineHost for cfg: --engine-host when given, else the engine
-// host next to this binary when it is there (the image and bin/ hold both), else the one next to
-// the pulumi CLI pulumiPath (the engine host is that binary under another name: agent/cmd/pulumi),
-// else "": every up a pulumi CLI process and every new stack a `pulumi stack init`. With
-// --engine-host none (stack.Config.CLIUps) the one found so still creates new stacks, prunes
-// history and lists and removes locks; only the ups are CLI processes. The operator uses it for
-// ups by default because it halves an up's CPU (docs/benchmarks.md; docs/design/engine-host.md);
-// stack.Config leaves it off unless set.
+// engineHostPath is stack.Config.EngineHost for cfg: --engine-host when given, "" for
+// --engine-host none (every up a `pulumi up` process, every request of the engine host's a
+// `pulumi operator-request` process of the pinned CLI: no engine host process at all), else the
+// engine host next to this binary when it is there (the image and bin/ hold both), else the one
+// next to the pulumi CLI pulumiPath (the engine host is that binary under another name:
+// agent/cmd/pulumi), else "". The operator uses it for ups by default because it halves an up's
+// CPU (docs/benchmarks.md; docs/design/engine-host.md); stack.Config leaves it off unless set.
 func engineHostPath(cfg *config, pulumiPath string) string {
 	switch cfg.engineHost {
-	case stack.NoEngineHost, "":
+	case stack.NoEngineHost:
+		return ""
+	case "":
 		if p := besideExecutable(stack.EngineHost); p != "" {
 			return p
 		}

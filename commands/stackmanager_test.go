@@ -76,9 +76,10 @@ current-context: x
 	}
 }
 
-// TestEngineHostPath: --engine-host PATH is taken as given; without the flag, or with `none`
-// (which still lists, removes and prunes through it), the one next to this binary is used when it
-// is there (the test binary has none beside it), else the one next to the pulumi CLI, else none.
+// TestEngineHostPath: --engine-host PATH is taken as given; `none` is none, even with one beside the
+// CLI (its requests are then the pinned CLI's `operator-request` processes); without the flag the
+// one next to this binary is used when it is there (the test binary has none beside it), else the
+// one next to the pulumi CLI, else none.
 func TestEngineHostPath(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -97,7 +98,7 @@ func TestEngineHostPath(t *testing.T) {
 	lone := filepath.Join(t.TempDir(), "pulumi")
 	for name, tc := range map[string]struct{ flag, cli, want string }{
 		"given":                      {"/opt/bin/pulumi-operator-engine", cli, "/opt/bin/pulumi-operator-engine"},
-		"none, beside the CLI":       {"none", cli, filepath.Join(withHost, "pulumi-operator-engine")},
+		"none, beside the CLI":       {"none", cli, ""},
 		"default, beside the CLI":    {"", cli, filepath.Join(withHost, "pulumi-operator-engine")},
 		"default, none anywhere":     {"", lone, ""},
 		"none, none anywhere":        {"none", lone, ""},

@@ -51,10 +51,10 @@ func (m *Manager) Destroy(ctx context.Context, stackName string, opts RunOptions
 // CLI runs, only when a destroy finds no stack.
 func (m *Manager) sweepRemoved(ctx context.Context, stackName string) error {
 	if _, err := m.open(ctx, stackName, true); err != nil {
-		return fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
+		return fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(ctx, stackName, err))
 	}
 	if err := m.removeStack(ctx, stackName); err != nil {
-		return fmt.Errorf("remove stack %s: %w", stackName, m.classifyStack(stackName, err))
+		return fmt.Errorf("remove stack %s: %w", stackName, m.classifyStack(ctx, stackName, err))
 	}
 	return m.forget(stackName)
 }

@@ -20,12 +20,15 @@
 // binary or the pulumi CLI, or to --engine-host: commands/stackmanager.go), a DIY backend and the
 // passphrase secrets provider, the Manager sends to the engine host (enginehost.go, engineproc.go)
 // each new stack's creation, the history pruning, the lookup and removal of a stack's locks
-// (CancelLock), and, unless Config.CLIUps is set, the ups that want no progress output
+// (CancelLock), the diagnosis of a failed CLI run, and the ups that want no progress output
 // (useEngineHost has the rule). The engine host is the pinned CLI's binary running the CLI's pkg/v3
 // code (agent/enginehost) for many requests: the Manager replaces its process after engineHostRuns
-// requests and stops it after engineHostIdle without one (with Config.CLIUps, as soon as none
-// waits). It replies with what the CLI would have printed and the kind of failure, so errors are
-// classified alike. Preview, refresh, destroy and the other stack commands stay CLI runs.
+// requests and stops it after engineHostIdle without one. It replies with what the CLI would have
+// printed and the kind of failure. Without an engine host every such request is a process of the
+// pinned CLI, `pulumi operator-request`, the same code (request.go). Preview, refresh, destroy and
+// the other stack commands stay CLI runs; when one fails, the Manager asks the host's classifier
+// what kind of failure it was (diagnose.go: the same rules, applied to the backend and the run's
+// event log), so every failure reaches the callers with a kind, never read from its text.
 //
 // A Manager is safe for concurrent use: operations on different stacks may run at once, and
 // ListStacks beside any of them. Each runs its own CLI processes in a workspace directory no other

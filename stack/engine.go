@@ -10,8 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/util/rpcutil"
@@ -39,11 +37,15 @@ type engineOutcome struct {
 	// outputs are the stack resource's outputs, secrets as "[secret]"; nil when the log
 	// has none (preview, refresh, destroy).
 	outputs map[string]string
+	// steps: the log holds a resource step (the run held the stack's lock); diagnostics are the
+	// messages of its error diagnostics. Both are what a failed run's diagnosis is given.
+	steps       bool
+	diagnostics []string
 }
 
 // cliError is a failed CLI run: the command, its exit code and both output streams. Its
 // text has the shape of the Automation API's own errors ("...: exit status N\ncode: N\n
-// stdout: ...\nstderr: ..."), so summarize and the lock and plugin checks read both alike.
+// stdout: ...\nstderr: ..."), so that summarize reads both alike, for people.
 type cliError struct {
 	op             string
 	code           int
@@ -57,38 +59,12 @@ func (e *cliError) Error() string {
 
 func (e *cliError) Unwrap() error { return e.err }
 
-// noStack is the CLI's error for a stack the backend does not hold
-// (backenderr.StackNotFoundError), the same pattern auto.IsSelectStack404Error matches.
-var noStack = regexp.MustCompile(`no stack named.*found`)
-
-// stackNotFound reports whether err is a CLI run or engine host request of this package that
-// failed because the stack does not exist (removed behind this Manager's back, e.g. `pulumi
-// stack rm`).
+// stackNotFound reports whether err is a failed run of this package on a stack the backend does
+// not hold (removed behind this Manager's back, e.g. `pulumi stack rm`): its kind, from the
+// engine host's reply or a diagnosis, is protocol.KindStackMissing.
 func stackNotFound(err error) bool {
-	var re *replyError
-	if errors.As(err, &re) {
-		return re.kind == protocol.KindStackMissing
-	}
-	var ce *cliError
-	return errors.As(err, &ce) && noStack.MatchString(ce.stderr)
-}
-
-// newReplyError is the failed reply r of an op request as an error.
-func newReplyError(op string, r protocol.Reply) *replyError {
-	return &replyError{
-		cliError: &cliError{op: op, code: r.Code, stdout: r.Stdout, stderr: r.Stderr, err: fmt.Errorf("exit status %d", r.Code)},
-		kind:     r.Kind, locks: r.Locks,
-	}
-}
-
-// lockedByAnother reports whether err is a CLI run of this package that found the stack
-// locked: the texts auto.IsConcurrentUpdateError looks for (Pulumi Cloud's 409 and the DIY
-// backends' lock report), which that helper only finds in auto's own error type.
-func lockedByAnother(err error) bool {
-	var ce *cliError
-	return errors.As(err, &ce) &&
-		(strings.Contains(ce.stderr, "[409] Conflict: Another update is currently in progress.") ||
-			strings.Contains(ce.stderr, "the stack is currently locked by"))
+	var ke *kindError
+	return errors.As(err, &ke) && ke.kind == protocol.KindStackMissing
 }
 
 // engine runs one engine operation, `pulumi <op> <args> --stack stackName --event-log F`, in
@@ -99,7 +75,8 @@ func lockedByAnother(err error) bool {
 // language host that the workspace's `runtime: go` names, which the operator does not need.
 // Progress goes where opts says. An up that wants no progress goes to the engine host when the
 // Manager has one (useEngineHost): the same run without a CLI process. Errors: the run's
-// *cliError (the engine host's reply has the same shape); a log that cannot be read.
+// *cliError, as a *kindError once diagnosed (diagnosed; the engine host's reply is one with the
+// same text); a log that cannot be read.
 func (m *Manager) engine(ctx context.Context, stackName, op string, program pulumi.RunFunc, args []string, opts RunOptions) (engineOutcome, error) {
 	srv, err := serveProgram(program)
 	if err != nil {
@@ -129,7 +106,10 @@ func (m *Manager) engine(ctx context.Context, stackName, op string, program pulu
 	env := append(m.runEnv(), "PULUMI_DEBUG_COMMANDS=true")
 	stdout, stderr, code, err := m.cmd.Run(ctx, dir, nil, streams, nil, env, args...)
 	if err != nil {
-		return engineOutcome{}, &cliError{op: op, code: code, stdout: stdout, stderr: stderr, err: err}
+		// What the run's events said (a step started; its error diagnostics) goes to the diagnosis;
+		// a log the run did not get to write says nothing.
+		ran, _ := readEventLog(logFile)
+		return engineOutcome{}, m.diagnosed(ctx, stackName, &cliError{op: op, code: code, stdout: stdout, stderr: stderr, err: err}, ran.steps, ran.diagnostics)
 	}
 	if op == "up" || op == "refresh" {
 		m.prune(ctx, stackName, opts) // the history entry this run wrote
@@ -164,6 +144,10 @@ func parseEventLog(r io.Reader) (engineOutcome, error) {
 		switch {
 		case e.SummaryEvent != nil:
 			out.changes = protocol.Changes(e.SummaryEvent.ResourceChanges)
+		case e.ResourcePreEvent != nil:
+			out.steps = true
+		case e.DiagnosticEvent != nil && e.DiagnosticEvent.Severity == "error":
+			out.diagnostics = append(out.diagnostics, e.DiagnosticEvent.Message)
 		case e.ResOutputsEvent != nil && e.ResOutputsEvent.Metadata.Type == protocol.StackType &&
 			e.ResOutputsEvent.Metadata.New != nil && !e.ResOutputsEvent.Planning:
 			outs := e.ResOutputsEvent.Metadata.New.Outputs

@@ -74,7 +74,8 @@ func TestParseEventLog(t *testing.T) {
 // countingManager is newManager with the real pulumi CLI behind a wrapper that appends each
 // run's arguments to a file, for counting CLI runs; runs returns the runs since the last call
 // (without `pulumi version`, which New runs once). It has no engine host (hostManager adds
-// one): every operation is a CLI run, new stacks are made by `pulumi stack init`.
+// one): every operation is a CLI run, and so is every request of the engine host's (a new stack,
+// pruning, locks, a diagnosis: `pulumi operator-request`).
 func countingManager(t *testing.T) (m *Manager, backend string, runs func() []string) {
 	t.Helper()
 	real := testenv.PulumiCLI(t)
@@ -144,8 +145,8 @@ func countingManager(t *testing.T) (m *Manager, backend string, runs func() []st
 // TestOneCLIRunPerOperation: on a stack this process knows, up, preview and refresh are each
 // one CLI run, the engine's, and an up's outputs and summary come from its event log; destroy is
 // the engine's run and `stack rm --remove-backups` (which leaves no file of the stack behind);
-// a new stack costs one `pulumi stack init` more (without an engine host; with one it costs no
-// CLI run: TestEngineHostUp); a process that has not seen an existing stack (a restart) looks
+// a new stack costs one `pulumi operator-request` more (without an engine host; with one it costs
+// no CLI run: TestEngineHostUp); a process that has not seen an existing stack (a restart) looks
 // for pending operations once (`stack export`).
 func TestOneCLIRunPerOperation(t *testing.T) {
 	m, backendDir, runs := countingManager(t)
@@ -165,7 +166,7 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	expect("up of a new stack", "stack init", "up")
+	expect("up of a new stack", "operator-request", "up")
 	// The CLI runs with ChildGOGC (when the test's own environment sets no GOGC).
 	wantGOGC := ChildGOGC
 	if v, ok := os.LookupEnv("GOGC"); ok {
@@ -213,7 +214,7 @@ func TestOneCLIRunPerOperation(t *testing.T) {
 	if _, err := restarted.Up(ctx, name, secretProgram("bye"), RunOptions{}); err != nil {
 		t.Fatalf("up after a restart: %v", err)
 	}
-	if got, want := restartedRuns(), []string{"stack init", "stack select", "stack export", "up"}; !slices.Equal(got, want) {
+	if got, want := restartedRuns(), []string{"operator-request", "stack select", "stack export", "up"}; !slices.Equal(got, want) {
 		t.Fatalf("up after a restart ran %q, want %q", got, want)
 	}
 	runs()

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
-	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 )
 
 // EngineHost is the file name of the engine host, pulumi-operator-engine (agent/enginehost: the
@@ -80,9 +79,6 @@ type engineHost struct {
 	maxRuns     int
 	idle        time.Duration
 	cancelGrace time.Duration
-	// oneShot retires a process as soon as no request waits on it (Config.CLIUps): requests that
-	// overlap share it, the next one starts another.
-	oneShot bool
 	// procs holds every engine host process while it runs (Manager.Kill).
 	procs *processSet
 
@@ -91,12 +87,12 @@ type engineHost struct {
 }
 
 // useEngineHost reports whether an up of stackName with opts goes to the engine host: there is
-// one and Config.CLIUps is not set, no progress output is wanted (the host reports at the end, the CLI as it goes: laptop
+// one, no progress output is wanted (the host reports at the end, the CLI as it goes: laptop
 // commands keep the CLI), and the CLI's passphrase is one the host reads alike from any
 // directory (PULUMI_CONFIG_PASSPHRASE, or an absolute PULUMI_CONFIG_PASSPHRASE_FILE; a relative
 // one is the CLI's relative to each stack's workspace).
 func (m *Manager) useEngineHost(opts RunOptions) bool {
-	if m.engineHost == nil || m.cfg.CLIUps || m.streams(opts) != nil {
+	if m.engineHost == nil || m.streams(opts) != nil {
 		return false
 	}
 	if _, ok := m.lookupEnv("PULUMI_CONFIG_PASSPHRASE"); ok {
@@ -115,7 +111,7 @@ func (m *Manager) lookupEnv(k string) (string, bool) {
 }
 
 // engineHostUp is engine's up through the engine host: the same run, reported the same way (a
-// failure is a *replyError holding what the CLI would have printed, and the reply's kind), except
+// failure is a *kindError holding what the CLI would have printed, and the reply's kind), except
 // that a host that cannot be started is errEngineHostStart, nothing having run.
 func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, opts RunOptions) (engineOutcome, error) {
 	dir := filepath.Join(m.cfg.WorkRoot, stackName)
@@ -142,37 +138,7 @@ func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, op
 	return engineOutcome{changes: r.Changes, outputs: r.Outputs}, nil
 }
 
-// replyError is a failed engine host reply: the CLI's text for people (a *cliError, which logs
-// and summaries read alike for both paths) and the reply's kind and locks, which decide what the
-// failure is (classify, stackNotFound) without reading the text.
-type replyError struct {
-	*cliError
-	kind  protocol.ErrorKind
-	locks []protocol.Lock
-}
-
-func (e *replyError) Unwrap() error { return e.cliError }
-
-// operationError is e as classify's result: ErrLocked (with its locks), ErrPluginMissing or
-// ErrBackendUnavailable by the reply's kind; any other kind is a plain failure.
-func (e *replyError) operationError() *OperationError {
-	oe := &OperationError{Err: redactErr(e), Summary: summarize(redactPasswords(e.Error()))}
-	switch e.kind {
-	case protocol.KindLocked:
-		oe.kind, oe.Locks = ErrLocked, fromProtocolLocks(e.locks)
-	case protocol.KindBackendUnreachable:
-		oe.kind = ErrBackendUnavailable
-	case protocol.KindFenced:
-		oe.kind = fence.ErrFenced
-	case protocol.KindPluginMissing:
-		oe.kind = ErrPluginMissing
-		oe.Summary = pluginMissingSummary(oe.Summary)
-	}
-	oe.Summary = clip(oe.Summary)
-	return oe
-}
-
-// hostRequest sends req, a request that runs no program (init, prune, locks, unlock), to the
+// hostRequest sends req, a request that runs no program (init, prune, locks, unlock, diagnose), to the
 // engine host (which must be configured) and waits for its reply. The process is picked by the
 // passphrase req.Stack's runs would use, so that such a request does not replace a process that
 // its ups use. Errors: the passphrase cannot be read, or engineHost.do's.

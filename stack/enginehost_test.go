@@ -624,69 +624,44 @@ func TestReplyKinds(t *testing.T) {
 	}
 }
 
-// TestCLIUpsInitInHost: with CLIUps (--engine-host none) every up is a CLI run, but a new stack
-// is still made by the engine host, whose process then exits at once (one-shot: this mode costs
-// the CLI processes' memory alone); the history is pruned by the engine host after every
-// KeepHistory-th up of a stack, so it holds at most twice KeepHistory updates.
-func TestCLIUpsInitInHost(t *testing.T) {
-	m, backend, runs := hostManager(t)
-	m.cfg.CLIUps, m.engineHost.oneShot = true, true // as New sets them for Config.CLIUps
+// TestNoEngineHostRequests: without an engine host (--engine-host none) no engine host process
+// runs: every up is a `pulumi up` process, a new stack is made by one `pulumi operator-request`
+// process (the engine host's code: no `pulumi stack init`, no key derivation), and the history is
+// pruned by such a process after every KeepHistory-th up of a stack, so it holds at most twice
+// KeepHistory updates.
+func TestNoEngineHostRequests(t *testing.T) {
+	m, backend, runs := countingManager(t)
 	m.cfg.KeepHistory = 2
-	name, _ := m.StackName("ns", "cliups")
+	name, _ := m.StackName("ns", "nohost")
 	histories := func() int {
 		files, _ := filepath.Glob(filepath.Join(backend, ".pulumi", "history", "kindcustomhttp", name, "*.history.json"))
 		return len(files)
 	}
-	hostGone := func() bool {
-		m.engineHost.mu.Lock()
-		p := m.engineHost.proc
-		m.engineHost.mu.Unlock()
-		if p == nil {
-			return true
-		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.exited
+	want := []struct {
+		runs      []string
+		histories int
+	}{
+		{[]string{"operator-request", "up"}, 1},
+		{[]string{"up", "operator-request"}, 2}, // the 2nd up prunes to KeepHistory
+		{[]string{"up"}, 3},
+		{[]string{"up", "operator-request"}, 2},
 	}
-	waitHostGone := func(after string) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !hostGone(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the engine host still runs 10 s after %s; want it gone once its request is done", after)
-			}
-		}
-	}
-	want := []int{1, 2, 3, 2} // histories after each up: the 2nd and 4th prune to KeepHistory
-	for i, n := range want {
+	for i, w := range want {
 		if _, err := m.Up(context.Background(), name, program(fmt.Sprint(i), 0), RunOptions{}); err != nil {
 			t.Fatalf("up %d: %v", i+1, err)
 		}
-		if got := runs(); !slices.Equal(got, []string{"up"}) {
-			t.Fatalf("up %d with CLIUps ran %q, want one CLI up (the stack made by the engine host)", i+1, got)
+		if got := runs(); !slices.Equal(got, w.runs) {
+			t.Fatalf("up %d without an engine host ran %q, want %q", i+1, got, w.runs)
 		}
-		if i == 0 && hostPid(m) == 0 {
-			t.Fatal("no engine host process was started: who made the stack?")
-		}
-		waitHostGone(fmt.Sprintf("up %d", i+1))
-		if got := histories(); got != n {
-			t.Errorf("after up %d the history holds %d updates, want %d", i+1, got, n)
+		if got := histories(); got != w.histories {
+			t.Errorf("after up %d the history holds %d updates, want %d", i+1, got, w.histories)
 		}
 	}
-}
-
-// New makes the engine host one-shot exactly for Config.CLIUps.
-func TestNewOneShotForCLIUps(t *testing.T) {
-	for _, cliUps := range []bool{false, true} {
-		m, err := New(Config{Project: "kindcustomhttp", BackendURL: "file://" + t.TempDir(), WorkRoot: t.TempDir(),
-			PulumiPath: testenv.PulumiCLI(t), EngineHost: testenv.EngineHost(t), CLIUps: cliUps, ClusterName: "test",
-			Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "x"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.engineHost == nil || m.engineHost.oneShot != cliUps {
-			t.Errorf("CLIUps %v: engine host %+v, want one that is one-shot exactly with CLIUps", cliUps, m.engineHost)
-		}
-		m.Close()
+	if m.engineHost != nil {
+		t.Fatal("a Manager without Config.EngineHost has an engine host")
+	}
+	if ids, ok := m.LockIDs(context.Background()); !ok || len(ids) != 0 {
+		t.Fatalf("LockIDs without an engine host = %v, %v; want none held, read by a request process", ids, ok)
 	}
 }
 

@@ -105,15 +105,11 @@ func (h *engineHost) pick(phrase string, env func() []string) (*engineProc, erro
 }
 
 // finished uncounts a request of p; a retired process with nothing left under way is told to
-// exit, and one that is not is retired after h.idle unless a request comes first (at once when
-// h.oneShot).
+// exit, and one that is not is retired after h.idle unless a request comes first.
 func (h *engineHost) finished(p *engineProc) {
 	p.mu.Lock()
 	p.inflight--
 	empty := p.inflight == 0
-	if empty && h.oneShot {
-		p.retired = true
-	}
 	if empty && !p.retired && h.idle > 0 {
 		if p.idleTimer != nil {
 			p.idleTimer.Stop()

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,7 +10,9 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol/diyfile"
+	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -67,31 +70,37 @@ func (e *OperationError) Unwrap() []error {
 	return []error{e.Err}
 }
 
-// classify turns an Automation API error or a *cliError (a CLI run of engine) into an
-// *OperationError carrying ErrLocked, ErrBackendUnavailable or ErrPluginMissing where they
-// apply; nil stays nil. It must see the auto package's own error value: the auto.Is* helpers
-// do not unwrap.
-//
-// A torn checkpoint read is a plain failure here: whether it is a lock's wait depends on the
-// stack's lock, which only classifyStack can look at.
+// classify turns err into an *OperationError: the summary of its text for people, and the
+// sentinel of its kind when it carries one (a *kindError: the engine host's reply, or a diagnosed
+// CLI run): ErrLocked with the locks, ErrBackendUnavailable, ErrPluginMissing, fence.ErrFenced;
+// any other kind is a plain failure. An error without a kind is one no diagnosis could be had for
+// (diagnose): on Pulumi Cloud, whose lock is its service's, only the Automation API's own test
+// for its concurrent-update conflict (auto.IsConcurrentUpdateError, on auto's errors) makes it
+// ErrLocked; anything else is a plain failure. nil stays nil.
 func classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	var re *replyError
-	if errors.As(err, &re) {
-		return re.operationError() // the engine host classified it
-	}
 	oe := &OperationError{Err: redactErr(err), Summary: summarize(redactPasswords(err.Error()))}
+	var ke *kindError
 	switch {
-	case auto.IsConcurrentUpdateError(err) || lockedByAnother(err):
+	case errors.As(err, &ke):
+		switch ke.kind {
+		case protocol.KindLocked:
+			oe.kind, oe.Locks = ErrLocked, fromProtocolLocks(ke.locks)
+		case protocol.KindBackendUnreachable:
+			oe.kind = ErrBackendUnavailable
+		case protocol.KindFenced:
+			oe.kind = fence.ErrFenced
+		case protocol.KindPluginMissing:
+			oe.kind = ErrPluginMissing
+			oe.Summary = pluginMissingSummary(oe.Summary)
+		}
+		if ke.repaired > 0 {
+			oe.Summary = fmt.Sprintf("%s (removed %d torn metadata file(s) a killed pulumi process left; the next run reads the stack again)", oe.Summary, ke.repaired)
+		}
+	case auto.IsConcurrentUpdateError(err):
 		oe.kind = ErrLocked
-		oe.Locks = parseLocks(err.Error())
-	case backendUnavailable(err.Error()):
-		oe.kind = ErrBackendUnavailable
-	case pluginMissing(err.Error()):
-		oe.kind = ErrPluginMissing
-		oe.Summary = pluginMissingSummary(oe.Summary)
 	}
 	oe.Summary = clip(oe.Summary)
 	return oe
@@ -102,49 +111,18 @@ func pluginMissingSummary(summary string) string {
 	return "the Kubernetes provider plugin (pulumi-resource-kubernetes) is not installed: put it on PATH or install it with `pulumi plugin install resource kubernetes` (" + summary + ")"
 }
 
-// tornRead is how the CLI reports a checkpoint it read empty: the file backend can hand a
-// reader an empty checkpoint while another process's update rewrites it (two updates of one
-// stack at once).
-const tornRead = "failed to load checkpoint: EOF"
-
-// classifyStack is classify for an error of an operation on stackName. A missing provider
-// plugin's message says where this Manager's CLI looks (Manager.KubernetesPlugin). A torn
-// checkpoint read (tornRead) is ErrLocked, the same wait as a lock, with the locks as
-// OperationError.Locks, only while the backend holds a lock on the stack (heldLocks, asked of
-// the engine host): then another update is writing the checkpoint. With no lock held, without an
-// engine host, or when the host cannot tell, it stays a plain failure: an empty checkpoint that
-// nobody is writing is damage, which on a file:// backend is repaired here (repairSidecars) so
-// that the retry reads the stack.
-func (m *Manager) classifyStack(stackName string, err error) error {
-	cerr := classify(err)
+// classifyStack is classify for an error of an operation on stackName, diagnosed first when it
+// has no kind yet (diagnosed: not once ctx has ended). A missing provider plugin's summary says
+// where this Manager's CLI looks (Manager.KubernetesPlugin).
+func (m *Manager) classifyStack(ctx context.Context, stackName string, err error) error {
+	cerr := classify(m.diagnosed(ctx, stackName, err, false, nil))
 	var oe *OperationError
 	if errors.As(cerr, &oe) && oe.kind == ErrPluginMissing {
-		// Say where this Manager's CLI looks, and how to install it there.
 		if _, ferr := m.KubernetesPlugin(); ferr != nil {
 			oe.Summary = clip(ferr.Error())
 		}
-		return oe
 	}
-	var re *replyError
-	if !errors.As(cerr, &oe) || errors.As(err, &re) {
-		return cerr // the engine host looked at the locks itself, and repairs in its unlock
-	}
-	if oe.kind != nil || !strings.Contains(err.Error(), tornRead) {
-		return cerr
-	}
-	held, locks, ok := m.heldLocks(stackName)
-	if ok && held {
-		oe.kind, oe.Locks = ErrLocked, locks
-		return oe
-	}
-	// Nobody is writing the checkpoint, or nothing here can tell (no engine host): the empty
-	// read is what a pulumi process killed while it rewrote a metadata sidecar leaves, and it
-	// would fail every later run on the stack, `pulumi cancel` of the dead process's lock
-	// included. The retry reads the stack again.
-	if repaired := m.repairSidecars(stackName); len(repaired) > 0 {
-		oe.Summary = clip(fmt.Sprintf("%s (removed %d torn metadata file(s) a killed pulumi process left; the next run reads the stack again)", oe.Summary, len(repaired)))
-	}
-	return oe
+	return cerr
 }
 
 // repairSidecars removes the torn metadata sidecars of stackName on a file:// backend
@@ -160,27 +138,6 @@ func (m *Manager) repairSidecars(stackName string) []string {
 		slog.Warn("could not repair the stack's metadata files", "stack", stackName, "err", err)
 	}
 	return repaired
-}
-
-// backendUnavailable recognizes a CLI error that says the state backend could not be
-// reached or opened: the DIY backends' open error ("unable to open bucket <url>: ...", and
-// pkg/v3's PostgreSQL backend's "unable to open state database <url>: ...", e.g. PostgreSQL
-// down or refusing the password), or the first read of a bucket (the backend's
-// .pulumi/meta.yaml) failing to connect, which is how an unreachable S3 endpoint shows.
-func backendUnavailable(msg string) bool {
-	if strings.Contains(msg, "unable to open bucket") || strings.Contains(msg, "unable to open state database") {
-		return true
-	}
-	return strings.Contains(msg, `read ".pulumi/meta.yaml"`) &&
-		(strings.Contains(msg, "dial tcp") || strings.Contains(msg, "request send failed") || strings.Contains(msg, "no such host"))
-}
-
-// pluginMissing recognizes a CLI error that says the engine found no resource provider plugin
-// (it may not download one: PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION, set by New).
-func pluginMissing(msg string) bool {
-	return strings.Contains(msg, "no resource plugin") ||
-		strings.Contains(msg, "could not find latest version for provider") ||
-		(strings.Contains(msg, "plugin") && strings.Contains(msg, "not found"))
 }
 
 // summarize keeps the lines of a CLI error that say what went wrong: its "error:" lines, each

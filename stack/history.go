@@ -2,10 +2,9 @@ package stack
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"log/slog"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
@@ -17,8 +16,8 @@ import (
 //     (.pulumi/history/<project>/<stack>/): no Pulumi setting bounds it, so the Manager prunes
 //     it to Config.KeepHistory updates (prune), always with the engine host's code (package
 //     agent/enginehost), the one place that deletes backend files: a request to the engine
-//     host when the Manager has one, else the pinned CLI's `pulumi operator-prune`
-//     (protocol.PruneCommand, pruneByCLI). Newest is Pulumi's own order, the update time in
+//     host when the Manager has one, else the pinned CLI's `pulumi operator-request`
+//     (protocol.RequestCommand, request.go). Newest is Pulumi's own order, the update time in
 //     each file's name, never a file's modification time (agent/enginehost/prune.go);
 //   - the backups, one more copy of the checkpoint per update (.pulumi/backups/...): the
 //     checkpoint right after the update, which the history's copy holds too, so the Manager
@@ -32,8 +31,8 @@ import (
 // (pkg/v3 backend/diy state.go backupStack; sdk go/common/env DIYBackendDisableCheckpointBackups).
 const backupsOff = "PULUMI_DIY_BACKEND_DISABLE_CHECKPOINT_BACKUPS"
 
-// prune asks the engine host, or without one the CLI (pruneByCLI), to keep only the newest
-// updates of stackName's history and backups that opts allows (Manager.keep: its KeepHistory,
+// prune asks the engine host's code (request: the host, or without one a pinned CLI process) to
+// keep only the newest updates of stackName's history and backups that opts allows (Manager.keep: its KeepHistory,
 // else Config.KeepHistory), after an operation that ran as a CLI process: best effort (the
 // operation has succeeded; the next prune catches up), so failures are only logged. Nothing
 // happens on Pulumi Cloud or with a depth of 0.
@@ -42,11 +41,10 @@ func (m *Manager) prune(ctx context.Context, stackName string, opts RunOptions) 
 	if m.backend.Kind == BackendCloud || keep < 1 || (!budgeted && !m.pruneDue(stackName)) {
 		return
 	}
-	if m.engineHost == nil {
-		m.pruneByCLI(ctx, stackName, keep)
-		return
+	r, err := m.request(ctx, protocol.Request{Op: protocol.OpPrune, Stack: stackName, Keep: keep})
+	if errors.Is(err, errNoRequests) {
+		return // said once (request)
 	}
-	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpPrune, Stack: stackName, Keep: keep})
 	if err != nil {
 		slog.Warn("could not prune the stack's history", "stack", stackName, "error", err)
 		return
@@ -58,11 +56,11 @@ func (m *Manager) prune(ctx context.Context, stackName string, opts RunOptions) 
 }
 
 // pruneDue reports whether an up or refresh of stackName that ran as a CLI process should prune
-// its history now: always, but with Config.CLIUps or without an engine host only every
+// its history now: always, but without an engine host only every
 // KeepHistory-th time per stack (counted in this process), so that each prune's process is paid
 // once per KeepHistory ups and the history holds at most twice KeepHistory updates.
 func (m *Manager) pruneDue(stackName string) bool {
-	if !m.cfg.CLIUps && m.engineHost != nil {
+	if m.engineHost != nil {
 		return true
 	}
 	m.unprunedMu.Lock()
@@ -76,33 +74,6 @@ func (m *Manager) pruneDue(stackName string) bool {
 	}
 	delete(m.unpruned, stackName)
 	return true
-}
-
-// pruneByCLI prunes stackName's history to keep updates with the pinned CLI's
-// protocol.PruneCommand, for a Manager without an engine host: best effort, like prune. A CLI
-// that does not know the command (not the project's build) is reported once and not asked again.
-func (m *Manager) pruneByCLI(ctx context.Context, stackName string, keep int) {
-	if m.noPruneCommand.Load() {
-		return
-	}
-	stdout, stderr, _, err := m.cmd.Run(ctx, filepath.Join(m.cfg.WorkRoot, stackName), nil, nil, nil, m.runEnv(),
-		protocol.PruneCommand, m.cfg.Project, stackName, strconv.Itoa(keep))
-	if err != nil {
-		if strings.Contains(stderr, `unknown command "`+protocol.PruneCommand+`"`) {
-			m.noPruneCommand.Store(true)
-			slog.Warn("this pulumi CLI cannot prune stack history (it is not the project's build, which has `pulumi operator-prune`): the backend keeps every update's history",
-				"pulumi", m.cfg.PulumiPath)
-			return
-		}
-		slog.Warn("could not prune the stack's history", "stack", stackName, "error", err, "stderr", RedactText(strings.TrimSpace(stderr)))
-		return
-	}
-	var r protocol.Reply
-	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
-		slog.Warn("unreadable reply of `pulumi operator-prune`", "stack", stackName, "error", err)
-		return
-	}
-	reportPrune(stackName, r)
 }
 
 // reportPrune logs what pruning did for the reply r of stackName: a warning when it failed.

@@ -65,9 +65,9 @@ func filesUnder(t *testing.T, dir string) []string {
 // greetingOf reads the "greeting" output out of a stored checkpoint.
 var greetingOf = regexp.MustCompile(`"greeting":\s*"([^"]*)"`)
 
-// TestHistoryBounded: on every path an up can take (no engine host at all; --engine-host none,
-// where ups are CLI runs and the engine host only serves; the engine host) and on the file and
-// PostgreSQL backends, 30 updates of one stack leave its state, the state's .json.bak and the
+// TestHistoryBounded: on every path an up can take (no engine host, as with --engine-host none:
+// ups are CLI runs and the pinned CLI's request processes prune; the engine host) and on the file
+// and PostgreSQL backends, 30 updates of one stack leave its state, the state's .json.bak and the
 // history of the KeepHistory newest updates, by update order even when the files' modification
 // times say otherwise, and no checkpoint backups; destroying the stack leaves nothing of it.
 func TestHistoryBounded(t *testing.T) {
@@ -75,14 +75,13 @@ func TestHistoryBounded(t *testing.T) {
 	file := func(t *testing.T) (stateBackend, string) { return fileBackend(t) }
 	postgres := func(t *testing.T) (stateBackend, string) { return postgresBackend(t), "" }
 	tests := map[string]struct {
-		backend      func(t *testing.T) (stateBackend, string) // and the file backend's directory
-		host, cliUps bool
+		backend func(t *testing.T) (stateBackend, string) // and the file backend's directory
+		host    bool
 	}{
-		"file, no engine host":         {backend: file},
-		"file, --engine-host none":     {backend: file, host: true, cliUps: true},
-		"file, engine host":            {backend: file, host: true},
-		"postgres, no engine host":     {backend: postgres},
-		"postgres, --engine-host none": {backend: postgres, host: true, cliUps: true},
+		"file, no engine host":     {backend: file},
+		"file, engine host":        {backend: file, host: true},
+		"postgres, no engine host": {backend: postgres},
+		"postgres, engine host":    {backend: postgres, host: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -91,7 +90,6 @@ func TestHistoryBounded(t *testing.T) {
 			m.cfg.KeepHistory = keep
 			if tc.host {
 				attachHost(t, m)
-				m.cfg.CLIUps, m.engineHost.oneShot = tc.cliUps, tc.cliUps
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
@@ -182,26 +180,40 @@ func TestHistoryBounded(t *testing.T) {
 }
 
 // TestPruneByCLIFails: without an engine host a failed prune never fails the up. A CLI that does
-// not know the prune command (one not built by this project; the wrapper answers as such a CLI
-// does) is asked once and never again; any other failure is tried again at the next prune.
+// not know the request command (one not built by this project; the wrapper answers every request
+// as such a CLI does: an error, and no reply) is asked once (the new stack's creation) and never
+// again; a failed prune (the command's reply says so) is tried again at the next one.
 func TestPruneByCLIFails(t *testing.T) {
 	tests := map[string]struct {
-		stderr   string
-		attempts int
+		only           string // the requests the wrapper fails: those whose JSON holds it ("": all)
+		stdout, stderr string
+		attempts       int
 	}{
-		"a CLI without the command": {stderr: `error: unknown command "operator-prune" for "pulumi"`, attempts: 1},
-		"the prune fails":           {stderr: "error: prune the history of stack x: list: connection refused", attempts: 3},
+		"a CLI without the command": {stderr: `error: unknown command "operator-request" for "pulumi"`, attempts: 1},
+		"the prune fails": {only: `"op":"prune"`, stdout: `{"code":1,"kind":"failed","pruneError":"prune the history of stack x: list: connection refused"}`,
+			stderr: "error: prune the history of stack x: list: connection refused", attempts: 3},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			log := filepath.Join(dir, "prunes.log")
+			log := filepath.Join(dir, "requests.log")
 			wrapper := filepath.Join(dir, "cli", "bin", "pulumi")
 			if err := os.MkdirAll(filepath.Dir(wrapper), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			script := fmt.Sprintf("#!/bin/sh\nfor a; do if [ \"$a\" = operator-prune ]; then echo prune >> %q; echo %q >&2; exit 1; fi; done\nexec %q \"$@\"\n",
-				log, tc.stderr, testenv.PulumiCLI(t))
+			script := fmt.Sprintf(`#!/bin/sh
+for a; do
+	if [ "$a" = operator-request ]; then
+		req=$(cat)
+		case "$req" in
+		*'%s'*) echo request >> %q; echo %q; echo %q >&2; exit 1;;
+		esac
+		printf '%%s\n' "$req" | %q "$@"
+		exit $?
+	fi
+done
+exec %q "$@"
+`, tc.only, log, tc.stdout, tc.stderr, testenv.PulumiCLI(t), testenv.PulumiCLI(t))
 			if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 				t.Fatal(err)
 			}
@@ -218,8 +230,8 @@ func TestPruneByCLIFails(t *testing.T) {
 				}
 			}
 			b, _ := os.ReadFile(log)
-			if got := strings.Count(string(b), "prune\n"); got != tc.attempts {
-				t.Errorf("the CLI was asked to prune %d times in 3 ups that each prune, want %d", got, tc.attempts)
+			if got := strings.Count(string(b), "request\n"); got != tc.attempts {
+				t.Errorf("the wrapper failed %d requests in 3 ups that each prune, want %d", got, tc.attempts)
 			}
 		})
 	}

@@ -67,22 +67,18 @@ type Config struct {
 	// (which the backend writes on every update and never prunes; its per-update checkpoint
 	// backups are turned off: history.go). The engine host's code prunes it: after each of the
 	// engine host's ups, and after an up or refresh run as a CLI process, through the engine
-	// host or, without one, the pinned CLI's `pulumi operator-prune`; with CLIUps or without an
-	// engine host after every KeepHistory-th only, so a stack keeps up to twice as many. Zero
-	// keeps everything.
+	// host or, without one, the pinned CLI's `pulumi operator-request`; without an engine host
+	// after every KeepHistory-th only, so a stack keeps up to twice as many. Zero keeps
+	// everything.
 	KeepHistory int
 	// EngineHost is the engine host (EngineHost, pulumi-operator-engine) that runs ups without
-	// a CLI process each and creates new stacks: a path, which must exist; empty runs every up
-	// as a `pulumi up` CLI process and creates stacks with `pulumi stack init`. It is used only
-	// on a DIY backend with the passphrase secrets provider; ups go to it only when they want no
-	// progress output (the watcher's; see useEngineHost) and CLIUps is not set.
+	// a CLI process each and answers the Manager's requests (a new stack, pruning, locks, the
+	// diagnosis of a failed run): a path, which must exist. Empty runs every up as a `pulumi up`
+	// CLI process and each request as a `pulumi operator-request` process of the pinned CLI
+	// (request.go): what `--engine-host none` means. It is used only on a DIY backend with the
+	// passphrase secrets provider; ups go to it only when they want no progress output (the
+	// watcher's; see useEngineHost).
 	EngineHost string
-	// CLIUps runs every up as a `pulumi up` CLI process although there is an EngineHost, which
-	// then still creates new stacks, reads and removes locks and prunes their history: what
-	// `--engine-host none` means. Its process then lives only while it has requests (one per new
-	// stack, lock lookup or removal, and one per KeepHistory ups of a stack, which each prune),
-	// so that this mode costs the memory of the CLI processes alone.
-	CLIUps bool
 	// PreviousPassphraseFile, when set, names a file holding the passphrase the stacks were
 	// encrypted with before the current one (PULUMI_CONFIG_PASSPHRASE[_FILE]): every up, refresh
 	// and destroy first re-encrypts a stack it opens under the current one (rotate.go). Read at
@@ -117,13 +113,13 @@ type Manager struct {
 	drop        []string
 	// engineHost runs ups without a CLI process each (enginehost.go); nil for the CLI.
 	engineHost *engineHost
-	// unpruned counts, per stack, the CLI-run ups and refreshes since its last prune, with
-	// Config.CLIUps (pruneDue); unprunedMu guards it.
+	// unpruned counts, per stack, the CLI-run ups and refreshes since its last prune, without an
+	// engine host (pruneDue); unprunedMu guards it.
 	unprunedMu sync.Mutex
 	unpruned   map[string]int
-	// noPruneCommand is set once the CLI turned out not to know protocol.PruneCommand
-	// (pruneByCLI).
-	noPruneCommand atomic.Bool
+	// noOperatorRequests is set once the CLI turned out not to know protocol.RequestCommand
+	// (request).
+	noOperatorRequests atomic.Bool
 	// cloudOrg is Pulumi Cloud's default organization for QualifiedName, asked once.
 	cloudOrgOnce sync.Once
 	cloudOrg     string
@@ -191,9 +187,6 @@ func New(cfg Config) (*Manager, error) {
 	host, err := engineHostFor(cfg, backend, procs)
 	if err != nil {
 		return nil, err
-	}
-	if host != nil && cfg.CLIUps {
-		host.oneShot = true
 	}
 	env := map[string]string{
 		// No network here and none wanted: never look for CLI updates, never download a

@@ -94,7 +94,7 @@ func (m *Manager) migrateLegacy(ctx context.Context, stackName, legacy string) e
 	if _, err := m.open(ctx, stackName, false); err == nil {
 		return nil
 	} else if !auto.IsSelectStack404Error(err) {
-		return fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
+		return fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(ctx, stackName, err))
 	}
 	d, found, err := m.stateOf(ctx, legacy)
 	if err != nil || !found {
@@ -147,7 +147,7 @@ func (m *Manager) reclaim(ctx context.Context, stackName string) error {
 		return fmt.Errorf("stack %s: %w: KindCustomHttp %s/%s's, whose stack %s exists too: move or remove one of them, or give this object another name",
 			stackName, ErrStackOfAnother, ns, name, target)
 	} else if !auto.IsSelectStack404Error(err) {
-		return fmt.Errorf("select stack %s: %w", target, m.classifyStack(target, err))
+		return fmt.Errorf("select stack %s: %w", target, m.classifyStack(ctx, target, err))
 	}
 	return m.rename(ctx, stackName, target)
 }
@@ -158,7 +158,7 @@ func (m *Manager) stateOf(ctx context.Context, stackName string) (d map[string]a
 	if _, err := m.open(ctx, stackName, false); auto.IsSelectStack404Error(err) {
 		return nil, false, nil
 	} else if err != nil {
-		return nil, false, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
+		return nil, false, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(ctx, stackName, err))
 	}
 	d, _, err = m.exportOpened(ctx, stackName)
 	return d, err == nil, err
@@ -176,11 +176,11 @@ func (m *Manager) rename(ctx context.Context, from, to string) error {
 	}
 	stdout, stderr, code, err := m.cmd.Run(ctx, dir, nil, nil, nil, m.runEnv(), "stack", "rename", to, "--stack", from)
 	if err != nil {
-		cerr := &cliError{op: "stack rename", code: code, stdout: stdout, stderr: stderr, err: err}
-		if _, oerr := m.open(ctx, to, false); oerr == nil && stackNotFound(cerr) {
+		derr := m.diagnosed(ctx, from, &cliError{op: "stack rename", code: code, stdout: stdout, stderr: stderr, err: err}, false, nil)
+		if _, oerr := m.open(ctx, to, false); oerr == nil && stackNotFound(derr) {
 			return m.forget(from)
 		}
-		return fmt.Errorf("rename stack %s to %s: %w", from, to, m.classifyStack(from, cerr))
+		return fmt.Errorf("rename stack %s to %s: %w", from, to, m.classifyStack(ctx, from, derr))
 	}
 	newDir := filepath.Join(m.cfg.WorkRoot, to)
 	if err := os.MkdirAll(newDir, 0o700); err != nil {

@@ -143,7 +143,7 @@ func (m *Manager) ready(ctx context.Context, stackName string, create bool) (rec
 		if !create && auto.IsSelectStack404Error(err) {
 			return nil, false, false, nil
 		}
-		return nil, false, false, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
+		return nil, false, false, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(ctx, stackName, err))
 	}
 	recovered, err = m.settlePending(ctx, st, stackName)
 	return recovered, true, created, err
@@ -189,7 +189,7 @@ func (m *Manager) operate(ctx context.Context, stackName string, create bool, re
 	res.End = time.Now()
 	if err != nil {
 		m.recordPending(stackName)
-		return out, true, fmt.Errorf("%s stack %s: %w", res.Operation, stackName, m.classifyStack(stackName, err))
+		return out, true, fmt.Errorf("%s stack %s: %w", res.Operation, stackName, m.classifyStack(ctx, stackName, err))
 	}
 	res.Changes = out.changes
 	return out, true, nil

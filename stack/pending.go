@@ -85,7 +85,7 @@ func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName st
 	}
 	first, err := st.Export(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, err))
+		return nil, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(ctx, stackName, err))
 	}
 	fixed, done, unread, err := adoptPending(first)
 	if err != nil {
@@ -112,13 +112,13 @@ func (m *Manager) settlePending(ctx context.Context, st auto.Stack, stackName st
 		}
 	}
 	if _, err := st.Refresh(ctx, optrefresh.SuppressProgress(), optrefresh.Color("never")); err != nil {
-		return done, fmt.Errorf("refresh stack %s after adopting its pending operations: %w", stackName, m.classifyStack(stackName, err))
+		return done, fmt.Errorf("refresh stack %s after adopting its pending operations: %w", stackName, m.classifyStack(ctx, stackName, err))
 	}
 	// The refresh has read the adopted objects, their managedFields included: give each the
 	// field manager that applied it (see restoreFieldManagers).
 	read, err := st.Export(ctx)
 	if err != nil {
-		return done, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, err))
+		return done, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(ctx, stackName, err))
 	}
 	lines, err := m.restoreFieldManagersOf(ctx, st, stackName, read)
 	if err != nil {
@@ -151,13 +151,13 @@ func (m *Manager) restoreFieldManagersOf(ctx context.Context, st auto.Stack, sta
 func (m *Manager) importIfQuiet(ctx context.Context, st auto.Stack, stackName string, before, fixed apitype.UntypedDeployment) error {
 	again, err := st.Export(ctx)
 	if err != nil {
-		return fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, err))
+		return fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(ctx, stackName, err))
 	}
 	if !bytes.Equal(before.Deployment, again.Deployment) {
 		return &OperationError{Summary: "stack " + stackName + "'s state changed while the operator was repairing it after an interrupted update: another update is running", Err: ErrLocked, kind: ErrLocked}
 	}
 	if err := st.Import(ctx, fixed); err != nil {
-		return fmt.Errorf("import repaired state of stack %s: %w", stackName, m.classifyStack(stackName, err))
+		return fmt.Errorf("import repaired state of stack %s: %w", stackName, m.classifyStack(ctx, stackName, err))
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ func (m *Manager) Preview(ctx context.Context, stackName string, program pulumi.
 		st, created, oerr := m.openCreated(ctx, stackName, true)
 		res.created = created
 		if oerr != nil {
-			return res, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, oerr))
+			return res, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(ctx, stackName, oerr))
 		}
 		defer func() {
 			_ = st.Workspace().RemoveStack(context.WithoutCancel(ctx), stackName)
@@ -40,7 +40,7 @@ func (m *Manager) Preview(ctx context.Context, stackName string, program pulumi.
 	}
 	res.End = time.Now()
 	if err != nil {
-		return res, fmt.Errorf("preview stack %s: %w", stackName, m.classifyStack(stackName, err))
+		return res, fmt.Errorf("preview stack %s: %w", stackName, m.classifyStack(ctx, stackName, err))
 	}
 	res.Changes = out.changes
 	return res, nil

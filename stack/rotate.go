@@ -191,7 +191,7 @@ func (m *Manager) exportOpened(ctx context.Context, stackName string) (map[strin
 		}
 		// The CLI's only word for a wrong passphrase (pkg/v3 secrets/passphrase).
 		if !strings.Contains(stderr, "incorrect passphrase") {
-			return nil, 0, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(stackName, fmt.Errorf("%w: %s", err, RedactText(stderr))))
+			return nil, 0, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(ctx, stackName, fmt.Errorf("%w: %s", err, RedactText(stderr))))
 		}
 		err = ErrIncorrectPassphrase
 	}
@@ -302,7 +302,7 @@ func (m *Manager) reencrypt(ctx context.Context, stackName string) (bool, error)
 		return false, err
 	}
 	if err := st.Import(ctx, apitype.UntypedDeployment{Version: version, Deployment: raw}); err != nil {
-		return false, fmt.Errorf("import the re-encrypted stack %s: %w", stackName, m.classifyStack(stackName, err))
+		return false, fmt.Errorf("import the re-encrypted stack %s: %w", stackName, m.classifyStack(ctx, stackName, err))
 	}
 	slog.Info("re-encrypted the stack's secrets with the current passphrase", "stack", stackName, "secrets", n)
 	return true, nil

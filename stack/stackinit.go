@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 
@@ -18,21 +19,23 @@ func engineHostCanServe(backend Backend, secretsProvider string) bool {
 	return backend.Kind != BackendCloud && secretsProvider == "passphrase"
 }
 
-// initStack creates stackName with the engine host (starting one when none runs): the same
-// pkg/v3 code as `pulumi stack init`, without a CLI process or a key derivation. created: the
-// host made it; exists: it was there already. Both false when there is no engine host or it
-// failed: the caller then goes the CLI's way (`pulumi stack init`, `stack select`), which
-// reports what is wrong in the CLI's words, so that a lock or an unreachable backend keeps its
-// one classification (classify). A failure other than a cancellation is logged as a warning.
+// initStack creates stackName with the engine host's code (protocol.OpInit through request: the
+// engine host, or without one a pinned CLI process): the same pkg/v3 code as `pulumi stack init`,
+// without its key derivation (the Manager writes the salt: writeSalt). created: it made the stack;
+// exists: it was there already. Both false when that code cannot serve the stack (Pulumi Cloud, a
+// secrets provider other than the passphrase: engineHostCanServe), when no request can be made,
+// or when it failed: the caller then goes the CLI's way (`pulumi stack init`, `stack select`),
+// whose failure is diagnosed as any other. A failure other than a cancellation is logged as a
+// warning.
 func (m *Manager) initStack(ctx context.Context, stackName string) (created, exists bool) {
-	if m.engineHost == nil {
+	if !engineHostCanServe(m.backend, m.cfg.SecretsProvider) {
 		return false, false
 	}
-	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpInit, Stack: stackName})
+	r, err := m.request(ctx, protocol.Request{Op: protocol.OpInit, Stack: stackName})
 	switch {
 	case err == nil && r.Code == 0:
 		return r.Created, !r.Created
-	case ctx.Err() != nil:
+	case ctx.Err() != nil || errors.Is(err, errNoRequests):
 		return false, false
 	default:
 		slog.Warn("the engine host could not create the stack; creating it with `pulumi stack init`", "stack", stackName,

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
+
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
 // TestEngineHostCanServe: the engine host makes stacks (and runs ups) only where `pulumi stack
@@ -49,9 +51,11 @@ func TestAdoptPendingEmptyStack(t *testing.T) {
 	}
 }
 
-// TestStackInitWithoutEngineHost: without an engine host (--engine-host none, or a backend it
-// cannot serve) a new stack is made by `pulumi stack init` and the up works. A failing engine
-// host falls back the same way: TestEngineHostInitFallsBack.
+// TestStackInitWithoutEngineHost: without an engine host (--engine-host none) a new stack is made
+// by the pinned CLI's `pulumi operator-request` (the engine host's code, no key derivation), and
+// the up works; a pulumi CLI without that command (the previous release's, made before it
+// existed) makes it with `pulumi stack init`. A failing engine host falls back the same way:
+// TestEngineHostInitFallsBack.
 func TestStackInitWithoutEngineHost(t *testing.T) {
 	m, _, runs := countingManager(t)
 	name, err := m.StackName("peerns", "fallback")
@@ -62,11 +66,23 @@ func TestStackInitWithoutEngineHost(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	if got, want := runs(), []string{"stack init", "up"}; !slices.Equal(got, want) {
+	if got, want := runs(), []string{"operator-request", "up"}; !slices.Equal(got, want) {
 		t.Fatalf("up of a new stack ran %q, want %q", got, want)
 	}
 	if up.Outputs["greeting"] != "hello" || up.Changes["create"] != 1 {
 		t.Fatalf("up = %+v, want greeting hello, 1 create", up)
+	}
+
+	old, err := New(Config{Project: "kindcustomhttp", BackendURL: "file://" + t.TempDir(), WorkRoot: t.TempDir(), PulumiPath: testenv.PreviousPulumiCLI(t),
+		PulumiHome: DefaultPulumiHome(testenv.PulumiCLI(t)), ClusterName: "test", Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test-passphrase"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up, err := old.Up(context.Background(), name, program("hello", 0), RunOptions{}); err != nil || up.Changes["create"] != 1 {
+		t.Fatalf("up with a CLI without the request command = %+v, %v; want the stack made by `pulumi stack init`, 1 create", up, err)
+	}
+	if !old.noOperatorRequests.Load() {
+		t.Fatal("the CLI without the request command was not found out")
 	}
 }
 

@@ -37,11 +37,11 @@ func (m *Manager) ListStacks(ctx context.Context) ([]StackInfo, error) {
 	}
 	ws, err := auto.NewLocalWorkspace(ctx, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("open workspace: %w", classify(err))
+		return nil, fmt.Errorf("open workspace: %w", m.classifyStack(ctx, "", err))
 	}
 	sums, err := ws.ListStacks(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list stacks: %w", classify(err))
+		return nil, fmt.Errorf("list stacks: %w", m.classifyStack(ctx, "", err))
 	}
 	out := make([]StackInfo, 0, len(sums))
 	for _, s := range sums {
@@ -72,5 +72,5 @@ func (m *Manager) Exists(ctx context.Context, stackName string) (bool, error) {
 	if auto.IsSelectStack404Error(err) {
 		return false, nil
 	}
-	return false, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(stackName, err))
+	return false, fmt.Errorf("select stack %s: %w", stackName, m.classifyStack(ctx, stackName, err))
 }

@@ -81,7 +81,7 @@ func (m *Manager) openCreated(ctx context.Context, stackName string, create bool
 	}
 	ws, err := auto.NewLocalWorkspace(ctx, opts...)
 	if err != nil {
-		return auto.Stack{}, false, fmt.Errorf("open workspace of stack %s: %w", stackName, m.classifyStack(stackName, err))
+		return auto.Stack{}, false, fmt.Errorf("open workspace of stack %s: %w", stackName, m.classifyStack(ctx, stackName, err))
 	}
 	// auto.UpsertStack selects, then creates; written out the other way round when create is
 	// set: a stack this process has not seen is most often a new object's, so trying `stack

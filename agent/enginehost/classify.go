@@ -68,16 +68,19 @@ func (h *host) backend(ctx context.Context) (backend.Backend, error) {
 
 // classify is the protocol.ErrorKind of a request on stack that failed with err, and the locks
 // other processes hold on it when that is the reason. The rules, in order:
-//   - cancelled, a bad request, a missing stack, a backend that cannot be opened: the error says
-//     so itself (the sentinels above, made where they happen);
+//   - cancelled, a bad request, a backend that cannot be opened: the error says so itself (the
+//     sentinels above, made where they happen);
 //   - a provider plugin that cannot be found: pkg/v3 loads providers while the program runs and
 //     hands a workspace.MissingError to the program over gRPC, which fails with its text and
 //     bails; the type does not survive that trip, so the engine's error diagnostic is recognized
 //     by MissingError's own format (pluginMissing), in this module, which pins that format;
 //   - locked: the run did not start a step and another process holds a lock on the stack (the
-//     backend's lock files, read here). pkg/v3's DIY backend reports a lock only as text
-//     (backend/diy lock.go checkForLock); a checkpoint read while another process rewrites it
-//     (an empty read on the file backend) is the same wait;
+//     backend's lock files, read here; one still being written is empty and a lock all the same).
+//     pkg/v3's DIY backend reports a lock only as text (backend/diy lock.go checkForLock), which
+//     is why the files are read; a checkpoint read while another process rewrites it
+//     (an empty read on the file backend) is the same wait, and so is a stack that does not exist
+//     while a lock on it is held (a `stack init` or `stack rm` under way, or killed in the middle);
+//   - a missing stack (errNoStack);
 //   - unreachable: a network error in the chain (connection refused, DNS);
 //   - anything else: KindFailed.
 func (h *host) classify(ctx context.Context, stack string, err error, ran runInfo) (protocol.ErrorKind, []protocol.Lock) {
@@ -87,17 +90,18 @@ func (h *host) classify(ctx context.Context, stack string, err error, ran runInf
 		return protocol.KindCancelled, nil
 	case errors.Is(err, errBadRequest):
 		return protocol.KindBadRequest, nil
-	case errors.Is(err, errNoStack):
-		return protocol.KindStackMissing, nil
 	case errors.Is(err, errOpenBackend):
 		return protocol.KindBackendUnreachable, nil
 	case errors.As(err, &missing) || ran.pluginMissing:
 		return protocol.KindPluginMissing, nil
 	}
 	if !ran.steps && !ran.lockOp && stack != "" {
-		if _, locks, lerr := h.locks(ctx, stack); lerr == nil && len(locks) > 0 {
+		if held, locks, lerr := h.locks(ctx, stack); lerr == nil && held {
 			return protocol.KindLocked, locks
 		}
+	}
+	if errors.Is(err, errNoStack) {
+		return protocol.KindStackMissing, nil
 	}
 	// *net.OpError and *net.DNSError, not the net.Error interface: a syscall.Errno satisfies
 	// that too, so a missing local file would count as a network failure.

@@ -79,3 +79,44 @@ func TestPluginMissingFormat(t *testing.T) {
 		t.Error("pluginMissing of an unrelated error = true")
 	}
 }
+
+// TestDiagnose: the diagnosis of a CLI run's failure, through the Engine service: a lock file of the stack is a lock's wait naming it; with a step run,
+// or with none held, a plain failure; a stack the backend does not hold is stack-missing. A wrong
+// request is a bad request with its reason, and touches nothing.
+func TestDiagnose(t *testing.T) {
+	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
+	dir := t.TempDir()
+	for rel, content := range map[string]string{
+		"stacks/proj/dev.json":                   "{}",
+		"stacks/proj/free.json":                  "{}",
+		"locks/organization/proj/dev/other.json": `{"pid":1,"username":"someone","hostname":"elsewhere","timestamp":"2026-11-25T00:00:00Z"}`,
+	} {
+		p := filepath.Join(dir, ".pulumi", filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := "file://" + dir
+	_, replies, _ := serveCalls(t, url, "proj",
+		`{"id":1,"op":"diagnose","stack":"dev"}`,
+		`{"id":2,"op":"diagnose","stack":"dev","steps":true}`,
+		`{"id":3,"op":"diagnose","stack":"free"}`,
+		`{"id":4,"op":"diagnose","stack":"gone"}`,
+		`{"id":5,"op":"diagnose","stack":"a/b/c/d"}`)
+	want := map[int64]protocol.ErrorKind{1: protocol.KindLocked, 2: protocol.KindFailed, 3: protocol.KindFailed, 4: protocol.KindStackMissing}
+	for id, kind := range want {
+		if r := replies[id]; r.Code != 0 || r.Kind != kind {
+			t.Errorf("diagnosis %d: %+v; want code 0, kind %s", id, r, kind)
+		}
+	}
+	if l := replies[1].Locks; len(l) != 1 || l[0].ID != "other" || l[0].Hostname != "elsewhere" {
+		t.Errorf("diagnosis of the locked stack names %+v; want the lock file other.json of someone@elsewhere", l)
+	}
+	if r := replies[5]; r.Code == 0 || r.Kind != protocol.KindBadRequest || !strings.Contains(r.Stderr, "a/b/c/d") {
+		t.Errorf("diagnosis of a bad stack name: %+v; want a bad request naming it", r)
+	}
+
+}

@@ -181,8 +181,8 @@ func (h *host) acquire(stack string, c *cancel.Context) (func(), bool) {
 	}
 }
 
-// run serves one request: an up, an init, a prune, a lock lookup or removal, or an error reply
-// for anything else. A failure's reply carries the CLI's exit code, its "error:" line and its
+// run serves one request: an up, an init, a prune, a lock lookup or removal, a diagnosis, or an
+// error reply for anything else. A failure's reply carries the CLI's exit code, its "error:" line and its
 // kind (classify).
 func (h *host) run(ctx context.Context, req protocol.Request, sc scope) protocol.Reply {
 	var stdout, stderr strings.Builder
@@ -212,9 +212,11 @@ func (h *host) run(ctx context.Context, req protocol.Request, sc scope) protocol
 	case protocol.OpUnlock:
 		ran.lockOp = true
 		r.Repaired, err = h.unlock(ctx, req.Stack, req.Locks)
+	case protocol.OpDiagnose:
+		r.Kind, r.Locks, r.Repaired, err = h.diagnose(ctx, req)
 	default:
-		err = badRequest("unknown operation %q: this engine host runs %s, %s, %s, %s and %s", req.Op,
-			protocol.OpUp, protocol.OpInit, protocol.OpPrune, protocol.OpLocks, protocol.OpUnlock)
+		err = badRequest("unknown operation %q: this engine host runs %s, %s, %s, %s, %s and %s", req.Op,
+			protocol.OpUp, protocol.OpInit, protocol.OpPrune, protocol.OpLocks, protocol.OpUnlock, protocol.OpDiagnose)
 	}
 	if err != nil {
 		// As the CLI's main does (cmd.DisplayErrorMessage, cmd.ExitCodeFor): a bail has been

@@ -2,22 +2,17 @@ package enginehost
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/pulumi/pulumi/pkg/v3/backend/diy"
-	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
 	"gocloud.dev/blob"
-
-	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
 
 // Every update of a DIY backend writes, per stack, a history entry (an update record and a copy
@@ -27,61 +22,13 @@ import (
 // the operator's volume. prune keeps the newest of each. No Pulumi setting bounds the history
 // (PULUMI_DIY_BACKEND_DISABLE_CHECKPOINT_BACKUPS turns the backups off, and the operator sets
 // it; PULUMI_DIY_BACKEND_RETAIN_CHECKPOINTS only adds copies), so this is the one place where
-// the operator deletes backend files itself: the engine host's OpPrune, and the same code as
-// the CLI command protocol.PruneCommand (PruneMain) where no engine host runs.
+// the operator deletes backend files itself: the engine host's OpPrune, also as the CLI's
+// protocol.RequestCommand (RequestMain) where no engine host runs.
 //
 // "Newest" is Pulumi's own order: the update time each file's name carries, which is how
 // `pulumi stack history` and the backend's latest configuration (diy state.go getHistory:
 // keys sorted by name) find the newest updates. A file's modification time plays no part: a
 // copied or restored backend keeps the names, not the times.
-
-const pruneUsage = "usage: PULUMI_BACKEND_URL=<DIY backend URL> pulumi " + protocol.PruneCommand + " <project> <stack> <keep>"
-
-// PruneMain is the pinned CLI's protocol.PruneCommand: args are the command's own arguments
-// (after its name), the backend comes from PULUMI_BACKEND_URL. It exits the process (see
-// pruneCommand for the codes); it never returns.
-func PruneMain(args []string) {
-	os.Exit(pruneCommand(context.Background(), os.Getenv("PULUMI_BACKEND_URL"), args, os.Stdout, os.Stderr))
-}
-
-// pruneCommand is PruneMain on backend URL url, args being the project, the stack (its name,
-// not organization/project/stack) and how many of its newest updates to keep (at least 1): it
-// prunes the stack as OpPrune does and writes one protocol.Reply line (Pruned) to stdout. Exit
-// codes: 0; 1 when pruning failed (an "error:" line on stderr: the backend cannot be opened, a
-// listing or delete failed, some files may be deleted); 2 for a wrong command line, project or
-// stack name, or a URL that is not a DIY backend's (usage on stderr, nothing touched).
-func pruneCommand(ctx context.Context, url string, args []string, stdout, stderr io.Writer) int {
-	bad := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "error: "+format+"\n%s\n", append(a, pruneUsage)...)
-		return 2
-	}
-	if len(args) != 3 {
-		return bad("want 3 arguments, got %d", len(args))
-	}
-	project, stack := args[0], args[1]
-	keep, err := strconv.Atoi(args[2])
-	switch {
-	case err != nil || keep < 1:
-		return bad("keep %q: want a number of at least 1", args[2])
-	case url == "" || !diy.IsDIYBackendURL(url):
-		scheme, _, _ := strings.Cut(url, ":") // the scheme alone: the rest may hold a password
-		return bad("PULUMI_BACKEND_URL %q: want a DIY backend's URL (file://, postgres://, s3://, ...)", scheme)
-	}
-	if err := tokens.ValidateProjectName(project); err != nil {
-		return bad("project %q: %v", project, err)
-	}
-	if _, err := tokens.ParseStackName(stack); err != nil || strings.Trim(stack, ".") == "" {
-		return bad("stack %q: not a stack name", stack)
-	}
-	h := &host{project: project, url: url}
-	n, err := h.prune(ctx, stack, keep)
-	if err != nil {
-		fmt.Fprintf(stderr, "error: prune the history of stack %s: %v\n", stack, err)
-		return 1
-	}
-	_ = json.NewEncoder(stdout).Encode(protocol.Reply{Pruned: n})
-	return 0
-}
 
 // openBucket opens the backend's bucket the way pkg/v3's DIY backend opens it (backend/diy
 // backend.go newDIYBackend: a file:// URL with no_tmp_dir, a sub-path of any other URL as a

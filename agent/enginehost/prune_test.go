@@ -1,9 +1,6 @@
 package enginehost
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
 
 // A prune request keeps the newest updates of the stack in its history (both files of an
@@ -170,67 +165,5 @@ func TestPruneIgnoresModTimes(t *testing.T) {
 	}
 	if got := fileNames(t, dir); !slices.Equal(got, want) {
 		t.Errorf("left %v, want the two updates with the latest times in their names: %v", got, want)
-	}
-}
-
-// TestPruneCommand: the CLI command (protocol.PruneCommand) prunes as OpPrune does and prints a
-// Reply with the count; a wrong command line or URL is exit 2 with the usage and touches
-// nothing; a backend that cannot be opened is exit 1 with an "error:" line.
-func TestPruneCommand(t *testing.T) {
-	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
-	notDir := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tests := map[string]struct {
-		url    string // "" takes the fixture's file:// URL
-		args   []string
-		code   int
-		pruned int
-		stderr string
-	}{
-		"prunes":               {args: []string{"proj", "dev", "2"}, pruned: 6},
-		"keeps all it has":     {args: []string{"proj", "dev", "9"}},
-		"keep 0":               {args: []string{"proj", "dev", "0"}, code: 2, stderr: `keep "0"`},
-		"keep not a number":    {args: []string{"proj", "dev", "all"}, code: 2, stderr: `keep "all"`},
-		"no keep":              {args: []string{"proj", "dev"}, code: 2, stderr: "want 3 arguments, got 2"},
-		"extra argument":       {args: []string{"proj", "dev", "1", "more"}, code: 2, stderr: "want 3 arguments, got 4"},
-		"flags":                {args: []string{"--project", "proj", "--stack", "dev", "--keep", "1"}, code: 2, stderr: "want 3 arguments"},
-		"empty stack":          {args: []string{"proj", "", "1"}, code: 2, stderr: "not a stack name"},
-		"stack out of its dir": {args: []string{"proj", "..", "1"}, code: 2, stderr: "not a stack name"},
-		"bad project":          {args: []string{"a b", "dev", "1"}, code: 2, stderr: "project"},
-		"Pulumi Cloud": {url: "https://user:hunter2@api.pulumi.com", args: []string{"proj", "dev", "1"},
-			code: 2, stderr: `"https"`},
-		"backend unopenable": {url: "file://" + notDir, args: []string{"proj", "dev", "1"},
-			code: 1, stderr: "error: prune the history of stack dev"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			dir := pruneFixture(t, 4, nil)
-			before := fileNames(t, dir)
-			url := tc.url
-			if url == "" {
-				url = "file://" + dir
-			}
-			var stdout, stderr bytes.Buffer
-			code := pruneCommand(context.Background(), url, tc.args, &stdout, &stderr)
-			if code != tc.code || !strings.Contains(stderr.String(), tc.stderr) || strings.Contains(stderr.String(), "hunter2") {
-				t.Fatalf("exit %d, stderr %q; want %d and %q (never the password)", code, stderr.String(), tc.code, tc.stderr)
-			}
-			left := fileNames(t, dir)
-			if tc.code != 0 {
-				if stdout.Len() != 0 || !slices.Equal(left, before) {
-					t.Errorf("stdout %q, files %v; want nothing printed or deleted", stdout.String(), left)
-				}
-				return
-			}
-			var r protocol.Reply
-			if err := json.Unmarshal(stdout.Bytes(), &r); err != nil || r.Pruned != tc.pruned {
-				t.Fatalf("stdout %q (%v); want a reply with %d pruned", stdout.String(), err, tc.pruned)
-			}
-			if len(left) != len(before)-tc.pruned {
-				t.Errorf("%d files left of %d, want %d deleted", len(left), len(before), tc.pruned)
-			}
-		})
 	}
 }

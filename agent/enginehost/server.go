@@ -98,6 +98,15 @@ func (s *server) Unlock(ctx context.Context, m *enginepb.UnlockRequest) (*engine
 	return &enginepb.UnlockReply{Repaired: r.Repaired}, nil
 }
 
+// Diagnose serves protocol.OpDiagnose.
+func (s *server) Diagnose(ctx context.Context, m *enginepb.DiagnoseRequest) (*enginepb.DiagnoseReply, error) {
+	r := s.unary(ctx, protocol.Request{Op: protocol.OpDiagnose, Stack: m.GetStack(), Steps: m.GetSteps(), Diagnostics: m.GetDiagnostics()})
+	if r.Code != 0 {
+		return nil, protocol.ErrorStatus(r)
+	}
+	return &enginepb.DiagnoseReply{Kind: protocol.KindToProto(r.Kind), Locks: protocol.LocksToProto(r.Locks), Repaired: r.Repaired}, nil
+}
+
 // unary runs req for a unary call whose context ctx cancels it while it waits for its stack.
 func (s *server) unary(ctx context.Context, req protocol.Request) protocol.Reply {
 	c, src := cancel.NewContext(context.WithoutCancel(ctx))

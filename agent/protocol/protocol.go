@@ -42,15 +42,24 @@ const (
 	// the stack's torn metadata sidecars on a file:// backend (Reply.Repaired). Only for locks
 	// whose owners are known to be gone: an update still running would go on unlocked.
 	OpUnlock Op = "unlock"
+	// OpDiagnose says what kind of failure a pulumi CLI run of the operator on Request.Stack had
+	// (Reply.Kind, never KindNone; Reply.Locks when it is KindLocked), by the rules of the host's
+	// own failures applied to what the backend holds now and to what the run's event log said
+	// (Request.Steps, Request.Diagnostics). With no lock held it first removes the stack's torn
+	// metadata sidecars on a file:// backend (Reply.Repaired), as OpUnlock does. The request
+	// itself fails only when it is bad; with no Request.Stack only the backend is looked at.
+	OpDiagnose Op = "diagnose"
 )
 
-// PruneCommand is OpPrune as a command of the pinned CLI (agent/cmd/pulumi), for a Manager with
-// no engine host: `pulumi operator-prune <project> <stack> <keep>`, with the backend in
-// PULUMI_BACKEND_URL as for any CLI run. Its arguments are positional so that a CLI not built by
-// this project says `unknown command "operator-prune"` (given flags, it would first refuse them). It prints one Reply line (Pruned) on
-// standard output and exits 0; on failure it prints an "error:" line on standard error and
-// exits 1 (2 for a wrong command line or backend URL).
-const PruneCommand = "operator-prune"
+// RequestCommand is the engine host's service as a command of the pinned CLI (agent/cmd/pulumi),
+// one request per process, for an operator that runs no engine host (--engine-host none, or none
+// beside the CLI): `pulumi operator-request <project>`, with the backend in PULUMI_BACKEND_URL as
+// for any CLI run, one Request as a JSON line on standard input (any Op but OpUp, which is the
+// CLI's own `pulumi up`), and the same code as the host's. It prints one Reply as a JSON line on
+// standard output, whatever the outcome, and exits with its Code: a caller that reads no Reply
+// knows the CLI is not this project's build. Its one argument is positional so that such a CLI
+// refuses the command itself, not a flag first.
+const RequestCommand = "operator-request"
 
 // Request is one call to the engine host: Op says which of the service's methods (Call and
 // StartUp send it).
@@ -69,17 +78,23 @@ type Request struct {
 	// Keep, when positive, prunes the stack's history and backups to its Keep newest updates
 	// after an up that succeeded, and is what an OpPrune keeps.
 	Keep int `json:"keep,omitempty"`
+	// Steps and Diagnostics are what the event log of the CLI run an OpDiagnose asks about said:
+	// whether it holds a resource step (the run held the stack's lock), and the messages of its
+	// error diagnostics.
+	Steps       bool     `json:"steps,omitempty"`
+	Diagnostics []string `json:"diagnostics,omitempty"`
 }
 
 // Reply is the engine host's answer to one Request: a method's reply message, or the Error of a
-// failed call (ReplyOfError). The prune command (PruneCommand) prints one as a JSON line.
+// failed call (ReplyOfError). The request command (RequestCommand) prints one as a JSON line.
 type Reply struct {
 	// Code is the exit code `pulumi up` would have had: 0 on success.
 	Code int `json:"code"`
-	// Kind says what kind of failure a non-zero Code is; KindNone on success.
+	// Kind says what kind of failure a non-zero Code is; KindNone on success. It is OpDiagnose's
+	// result too (with Code 0: the diagnosis itself succeeded).
 	Kind ErrorKind `json:"kind,omitempty"`
-	// Locks are the locks other processes hold on the stack when Kind is KindLocked, and
-	// OpLocks' result.
+	// Locks are the locks other processes hold on the stack when Kind is KindLocked (a failed
+	// request's, or OpDiagnose's result), and OpLocks' result.
 	Locks []Lock `json:"locks,omitempty"`
 	// Stdout and Stderr are what the CLI would have printed with --suppress-progress
 	// --color=never: the display, and "error: ..." lines. They are for people; the operator
@@ -90,8 +105,8 @@ type Reply struct {
 	Created bool `json:"created,omitempty"`
 	// Held is OpLocks' result: at least one lock file exists on the stack.
 	Held bool `json:"held,omitempty"`
-	// Repaired lists the torn metadata sidecars OpUnlock removed (paths in the file backend's
-	// directory), for the operator to log.
+	// Repaired lists the torn metadata sidecars OpUnlock or OpDiagnose removed (paths in the
+	// file backend's directory), for the operator to log.
 	Repaired []string `json:"repaired,omitempty"`
 	// Changes counts the engine's steps by operation ("create", "update", "same", ...), the
 	// engine's summary event (Changes).

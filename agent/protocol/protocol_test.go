@@ -6,19 +6,27 @@ import (
 	"testing"
 )
 
-// TestPruneReplyJSON pins the JSON names of the prune command's reply line (PruneCommand), which
-// the operator decodes.
-func TestPruneReplyJSON(t *testing.T) {
-	b, err := json.Marshal(Reply{Pruned: 2, PruneError: "p"})
+// TestCommandJSON pins the JSON names of the request command's input and output lines
+// (RequestCommand), which the operator and the pinned CLI of one release exchange.
+func TestCommandJSON(t *testing.T) {
+	b, err := json.Marshal(Reply{Code: 1, Kind: KindLocked, Locks: []Lock{{ID: "a", Pid: 3}}, Pruned: 2, PruneError: "p", Repaired: []string{"f"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"code":0,"pruned":2,"pruneError":"p"}`; string(b) != want {
+	want := `{"code":1,"kind":"locked","locks":[{"id":"a","pid":3,"username":"","hostname":"","timestamp":"0001-01-01T00:00:00Z"}],"repaired":["f"],"pruned":2,"pruneError":"p"}`
+	if string(b) != want {
 		t.Fatalf("reply JSON\n got %s\nwant %s", b, want)
 	}
 	var back Reply
-	if err := json.Unmarshal(b, &back); err != nil || back.Pruned != 2 || back.PruneError != "p" {
+	if err := json.Unmarshal(b, &back); err != nil || back.Pruned != 2 || back.PruneError != "p" || back.Kind != KindLocked || back.Locks[0].ID != "a" {
 		t.Fatalf("decoded %+v, %v", back, err)
+	}
+	b, err = json.Marshal(Request{Op: OpDiagnose, Stack: "s", Keep: 2, Locks: []string{"a"}, Steps: true, Diagnostics: []string{"d"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"op":"diagnose","stack":"s","locks":["a"],"keep":2,"steps":true,"diagnostics":["d"]}`; string(b) != want {
+		t.Fatalf("request JSON\n got %s\nwant %s", b, want)
 	}
 }
 

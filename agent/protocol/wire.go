@@ -58,6 +58,15 @@ func kindOf(k enginepb.ErrorKind) ErrorKind {
 	return KindFailed
 }
 
+// KindToProto is k as the service's enum: ERROR_KIND_FAILED for a kind it has no value of
+// (KindNone among them).
+func KindToProto(k ErrorKind) enginepb.ErrorKind {
+	if v, ok := kinds[k]; ok {
+		return v
+	}
+	return enginepb.ErrorKind_ERROR_KIND_FAILED
+}
+
 // ErrorStatus is the gRPC status error of r, a failed Reply (Code non-zero): its kind's code,
 // the last line of r.Stderr as the message, and an enginepb.Error detail holding the kind, the
 // code, the locks and the output (each clipped to its last maxErrorText bytes).
@@ -209,6 +218,11 @@ func Call(ctx context.Context, c enginepb.EngineClient, req Request) (Reply, err
 		var m *enginepb.UnlockReply
 		if m, err = c.Unlock(ctx, &enginepb.UnlockRequest{Stack: req.Stack, Locks: req.Locks}); err == nil {
 			r.Repaired = m.GetRepaired()
+		}
+	case OpDiagnose:
+		var m *enginepb.DiagnoseReply
+		if m, err = c.Diagnose(ctx, &enginepb.DiagnoseRequest{Stack: req.Stack, Steps: req.Steps, Diagnostics: req.Diagnostics}); err == nil {
+			r.Kind, r.Locks, r.Repaired = kindOf(m.GetKind()), LocksFromProto(m.GetLocks()), m.GetRepaired()
 		}
 	default:
 		return Reply{}, fmt.Errorf("call the engine host: operation %q is not a unary call (OpUp is StartUp's)", req.Op)

@@ -1,9 +1,9 @@
 // Command pulumi is the pinned pulumi CLI and, started as pulumi-operator-engine, the operator's
 // engine host (package enginehost): one binary, two names, chosen by the base name of os.Args[0]
 // the way busybox or k3s choose (bin/ and the image hold pulumi-operator-engine as a symbolic
-// link to pulumi). As the CLI it has one command of the operator's besides the CLI's own,
-// `pulumi operator-prune` (protocol.PruneCommand, enginehost.PruneMain): the engine host's
-// history pruning for an operator that runs without an engine host.
+// link to pulumi). As the CLI it has one command of the operator's besides the CLI's own, `pulumi
+// operator-request` (protocol.RequestCommand, enginehost.RequestMain): one request of the engine
+// host's service per process, for an operator that runs without an engine host.
 //
 // Why one binary: the engine host is pkg/v3's engine and DIY backend, most of what the CLI
 // links, and must be the very pkg/v3 the CLI runs; in one binary the image carries pkg/v3 once.
@@ -36,8 +36,8 @@ const EngineHostName = "pulumi-operator-engine"
 // record the operator gave it from the plugins it will start (protocol.KeepHolderRecord), takes on
 // the lease a leader-elected operator hands down (protocol.WatchLease: this process and what it
 // started end at the lease's deadline, whether or not the operator can still act), then turns the
-// process into the engine host when it was started by that name, or runs the prune command when
-// the arguments name it; anything else is the CLI. A
+// process into the engine host when it was started by that name, or runs the request command
+// when the arguments name it; anything else is the CLI. A
 // lease that cannot be read ends the process at once, exit code 255: the operator meant it to
 // write only under one.
 func init() {
@@ -49,15 +49,16 @@ func init() {
 	if isEngineHost(os.Args) {
 		enginehost.Main() // exits the process
 	}
-	if args, ok := pruneArgs(os.Args); ok {
-		enginehost.PruneMain(args) // exits the process
+	if args, ok := commandArgs(os.Args, protocol.RequestCommand); ok {
+		enginehost.RequestMain(args) // exits the process
 	}
 }
 
-// pruneArgs returns the arguments of protocol.PruneCommand when args (os.Args) run it: the
-// first argument after the program's name and any --non-interactive (which the operator puts
-// before every command, as the Automation API does) is the command's name.
-func pruneArgs(args []string) ([]string, bool) {
+// commandArgs returns the arguments of the operator's command name (protocol.RequestCommand) when
+// args (os.Args) run it: the first argument after the program's name and any --non-interactive
+// (which the operator puts before every command, as the Automation API does) is the command's
+// name.
+func commandArgs(args []string, name string) ([]string, bool) {
 	if len(args) == 0 {
 		return nil, false
 	}
@@ -65,7 +66,7 @@ func pruneArgs(args []string) ([]string, bool) {
 	for len(rest) > 0 && rest[0] == "--non-interactive" {
 		rest = rest[1:]
 	}
-	if len(rest) == 0 || rest[0] != protocol.PruneCommand {
+	if len(rest) == 0 || rest[0] != name {
 		return nil, false
 	}
 	return rest[1:], true

@@ -35,27 +35,29 @@ func TestIsEngineHost(t *testing.T) {
 	}
 }
 
-// TestPruneArgs: the prune command is the first argument, after any --non-interactive; its own
-// arguments follow. A CLI command, the engine host, or the word anywhere else is not it.
-func TestPruneArgs(t *testing.T) {
+// TestCommandArgs: the operator's command is the first argument, after any --non-interactive;
+// its own arguments follow. A CLI command, another word, the engine host, or the word anywhere
+// else is not it.
+func TestCommandArgs(t *testing.T) {
 	for name, tc := range map[string]struct {
 		args []string
 		want []string
 		ok   bool
 	}{
-		"bare":                      {[]string{"pulumi", "operator-prune", "proj", "s", "1"}, []string{"proj", "s", "1"}, true},
-		"after non-interactive":     {[]string{"/bin/pulumi", "--non-interactive", "operator-prune", "p", "s", "2"}, []string{"p", "s", "2"}, true},
-		"no arguments of its own":   {[]string{"pulumi", "operator-prune"}, []string{}, true},
+		"bare":                      {[]string{"pulumi", "operator-request", "proj", "s", "1"}, []string{"proj", "s", "1"}, true},
+		"after non-interactive":     {[]string{"/bin/pulumi", "--non-interactive", "operator-request", "p", "s", "2"}, []string{"p", "s", "2"}, true},
+		"no arguments of its own":   {[]string{"pulumi", "operator-request"}, []string{}, true},
 		"a CLI command":             {[]string{"pulumi", "--non-interactive", "up", "--yes"}, nil, false},
-		"the word later":            {[]string{"pulumi", "stack", "operator-prune"}, nil, false},
-		"another global flag first": {[]string{"pulumi", "--color=never", "operator-prune"}, nil, false},
+		"the word later":            {[]string{"pulumi", "stack", "operator-request"}, nil, false},
+		"a longer word":             {[]string{"pulumi", "operator-requests", "proj"}, nil, false},
+		"another global flag first": {[]string{"pulumi", "--color=never", "operator-request"}, nil, false},
 		"program name only":         {[]string{"pulumi"}, nil, false},
 		"nothing":                   {nil, nil, false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, ok := pruneArgs(tc.args)
+			got, ok := commandArgs(tc.args, "operator-request")
 			if ok != tc.ok || (ok && !slices.Equal(got, tc.want)) {
-				t.Errorf("pruneArgs(%q) = %q, %v; want %q, %v", tc.args, got, ok, tc.want, tc.ok)
+				t.Errorf("commandArgs(%q, operator-request) = %q, %v; want %q, %v", tc.args, got, ok, tc.want, tc.ok)
 			}
 		})
 	}

@@ -797,6 +797,135 @@ func (x *UnlockReply) GetRepaired() []string {
 	return nil
 }
 
+// DiagnoseRequest is a failed CLI run to diagnose.
+type DiagnoseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// stack is the stack the run was on; empty for a run on no stack (a listing of stacks), of
+	// which only the backend is looked at.
+	Stack string `protobuf:"bytes,1,opt,name=stack,proto3" json:"stack,omitempty"`
+	// steps: the run's event log holds a resource step, so the run held the stack's lock and its
+	// failure is no lock's.
+	Steps bool `protobuf:"varint,2,opt,name=steps,proto3" json:"steps,omitempty"`
+	// diagnostics are the messages of the error diagnostics in the run's event log.
+	Diagnostics   []string `protobuf:"bytes,3,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiagnoseRequest) Reset() {
+	*x = DiagnoseRequest{}
+	mi := &file_enginepb_engine_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiagnoseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiagnoseRequest) ProtoMessage() {}
+
+func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_enginepb_engine_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiagnoseRequest.ProtoReflect.Descriptor instead.
+func (*DiagnoseRequest) Descriptor() ([]byte, []int) {
+	return file_enginepb_engine_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DiagnoseRequest) GetStack() string {
+	if x != nil {
+		return x.Stack
+	}
+	return ""
+}
+
+func (x *DiagnoseRequest) GetSteps() bool {
+	if x != nil {
+		return x.Steps
+	}
+	return false
+}
+
+func (x *DiagnoseRequest) GetDiagnostics() []string {
+	if x != nil {
+		return x.Diagnostics
+	}
+	return nil
+}
+
+// DiagnoseReply is the failure's kind (never ERROR_KIND_UNSPECIFIED), the locks other processes
+// hold on the stack when that is the reason, and the torn metadata sidecars removed (paths in the
+// file backend's directory), for the operator to log.
+type DiagnoseReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          ErrorKind              `protobuf:"varint,1,opt,name=kind,proto3,enum=pulumioperator.engine.v1.ErrorKind" json:"kind,omitempty"`
+	Locks         []*Lock                `protobuf:"bytes,2,rep,name=locks,proto3" json:"locks,omitempty"`
+	Repaired      []string               `protobuf:"bytes,3,rep,name=repaired,proto3" json:"repaired,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiagnoseReply) Reset() {
+	*x = DiagnoseReply{}
+	mi := &file_enginepb_engine_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiagnoseReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiagnoseReply) ProtoMessage() {}
+
+func (x *DiagnoseReply) ProtoReflect() protoreflect.Message {
+	mi := &file_enginepb_engine_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiagnoseReply.ProtoReflect.Descriptor instead.
+func (*DiagnoseReply) Descriptor() ([]byte, []int) {
+	return file_enginepb_engine_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DiagnoseReply) GetKind() ErrorKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ErrorKind_ERROR_KIND_UNSPECIFIED
+}
+
+func (x *DiagnoseReply) GetLocks() []*Lock {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *DiagnoseReply) GetRepaired() []string {
+	if x != nil {
+		return x.Repaired
+	}
+	return nil
+}
+
 // Lock is one lock a DIY backend holds on a stack: its lock file
 // (.pulumi/locks/<organization>/<project>/<stack>/<id>.json, pkg/v3 backend/diy lockContent).
 type Lock struct {
@@ -815,7 +944,7 @@ type Lock struct {
 
 func (x *Lock) Reset() {
 	*x = Lock{}
-	mi := &file_enginepb_engine_proto_msgTypes[12]
+	mi := &file_enginepb_engine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +956,7 @@ func (x *Lock) String() string {
 func (*Lock) ProtoMessage() {}
 
 func (x *Lock) ProtoReflect() protoreflect.Message {
-	mi := &file_enginepb_engine_proto_msgTypes[12]
+	mi := &file_enginepb_engine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +969,7 @@ func (x *Lock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lock.ProtoReflect.Descriptor instead.
 func (*Lock) Descriptor() ([]byte, []int) {
-	return file_enginepb_engine_proto_rawDescGZIP(), []int{12}
+	return file_enginepb_engine_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Lock) GetId() string {
@@ -903,7 +1032,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_enginepb_engine_proto_msgTypes[13]
+	mi := &file_enginepb_engine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1044,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_enginepb_engine_proto_msgTypes[13]
+	mi := &file_enginepb_engine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1057,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_enginepb_engine_proto_rawDescGZIP(), []int{13}
+	return file_enginepb_engine_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Error) GetKind() ErrorKind {
@@ -1016,7 +1145,15 @@ const file_enginepb_engine_proto_rawDesc = "" +
 	"\x05stack\x18\x01 \x01(\tR\x05stack\x12\x14\n" +
 	"\x05locks\x18\x02 \x03(\tR\x05locks\")\n" +
 	"\vUnlockReply\x12\x1a\n" +
-	"\brepaired\x18\x01 \x03(\tR\brepaired\"\xb0\x01\n" +
+	"\brepaired\x18\x01 \x03(\tR\brepaired\"_\n" +
+	"\x0fDiagnoseRequest\x12\x14\n" +
+	"\x05stack\x18\x01 \x01(\tR\x05stack\x12\x14\n" +
+	"\x05steps\x18\x02 \x01(\bR\x05steps\x12 \n" +
+	"\vdiagnostics\x18\x03 \x03(\tR\vdiagnostics\"\x9a\x01\n" +
+	"\rDiagnoseReply\x127\n" +
+	"\x04kind\x18\x01 \x01(\x0e2#.pulumioperator.engine.v1.ErrorKindR\x04kind\x124\n" +
+	"\x05locks\x18\x02 \x03(\v2\x1e.pulumioperator.engine.v1.LockR\x05locks\x12\x1a\n" +
+	"\brepaired\x18\x03 \x03(\tR\brepaired\"\xb0\x01\n" +
 	"\x04Lock\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05stack\x18\x02 \x01(\tR\x05stack\x12\x10\n" +
@@ -1039,13 +1176,14 @@ const file_enginepb_engine_proto_rawDesc = "" +
 	"\x18ERROR_KIND_STACK_MISSING\x10\x05\x12\x18\n" +
 	"\x14ERROR_KIND_CANCELLED\x10\x06\x12\x15\n" +
 	"\x11ERROR_KIND_FENCED\x10\a\x12\x1a\n" +
-	"\x16ERROR_KIND_BAD_REQUEST\x10\b2\xb6\x03\n" +
+	"\x16ERROR_KIND_BAD_REQUEST\x10\b2\x96\x04\n" +
 	"\x06Engine\x12P\n" +
 	"\x02Up\x12#.pulumioperator.engine.v1.UpMessage\x1a!.pulumioperator.engine.v1.UpReply(\x010\x01\x12R\n" +
 	"\x04Init\x12%.pulumioperator.engine.v1.InitRequest\x1a#.pulumioperator.engine.v1.InitReply\x12U\n" +
 	"\x05Prune\x12&.pulumioperator.engine.v1.PruneRequest\x1a$.pulumioperator.engine.v1.PruneReply\x12U\n" +
 	"\x05Locks\x12&.pulumioperator.engine.v1.LocksRequest\x1a$.pulumioperator.engine.v1.LocksReply\x12X\n" +
-	"\x06Unlock\x12'.pulumioperator.engine.v1.UnlockRequest\x1a%.pulumioperator.engine.v1.UnlockReplyBDZBgithub.com/pulumi-operator/pulumi-operator/agent/protocol/enginepbb\x06proto3"
+	"\x06Unlock\x12'.pulumioperator.engine.v1.UnlockRequest\x1a%.pulumioperator.engine.v1.UnlockReply\x12^\n" +
+	"\bDiagnose\x12).pulumioperator.engine.v1.DiagnoseRequest\x1a'.pulumioperator.engine.v1.DiagnoseReplyBDZBgithub.com/pulumi-operator/pulumi-operator/agent/protocol/enginepbb\x06proto3"
 
 var (
 	file_enginepb_engine_proto_rawDescOnce sync.Once
@@ -1060,7 +1198,7 @@ func file_enginepb_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_enginepb_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_enginepb_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_enginepb_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_enginepb_engine_proto_goTypes = []any{
 	(ErrorKind)(0),                // 0: pulumioperator.engine.v1.ErrorKind
 	(*UpMessage)(nil),             // 1: pulumioperator.engine.v1.UpMessage
@@ -1075,36 +1213,42 @@ var file_enginepb_engine_proto_goTypes = []any{
 	(*LocksReply)(nil),            // 10: pulumioperator.engine.v1.LocksReply
 	(*UnlockRequest)(nil),         // 11: pulumioperator.engine.v1.UnlockRequest
 	(*UnlockReply)(nil),           // 12: pulumioperator.engine.v1.UnlockReply
-	(*Lock)(nil),                  // 13: pulumioperator.engine.v1.Lock
-	(*Error)(nil),                 // 14: pulumioperator.engine.v1.Error
-	nil,                           // 15: pulumioperator.engine.v1.UpReply.ChangesEntry
-	nil,                           // 16: pulumioperator.engine.v1.UpReply.OutputsEntry
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*DiagnoseRequest)(nil),       // 13: pulumioperator.engine.v1.DiagnoseRequest
+	(*DiagnoseReply)(nil),         // 14: pulumioperator.engine.v1.DiagnoseReply
+	(*Lock)(nil),                  // 15: pulumioperator.engine.v1.Lock
+	(*Error)(nil),                 // 16: pulumioperator.engine.v1.Error
+	nil,                           // 17: pulumioperator.engine.v1.UpReply.ChangesEntry
+	nil,                           // 18: pulumioperator.engine.v1.UpReply.OutputsEntry
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
 }
 var file_enginepb_engine_proto_depIdxs = []int32{
 	2,  // 0: pulumioperator.engine.v1.UpMessage.request:type_name -> pulumioperator.engine.v1.UpRequest
 	3,  // 1: pulumioperator.engine.v1.UpMessage.cancel:type_name -> pulumioperator.engine.v1.Cancel
-	15, // 2: pulumioperator.engine.v1.UpReply.changes:type_name -> pulumioperator.engine.v1.UpReply.ChangesEntry
-	16, // 3: pulumioperator.engine.v1.UpReply.outputs:type_name -> pulumioperator.engine.v1.UpReply.OutputsEntry
-	13, // 4: pulumioperator.engine.v1.LocksReply.locks:type_name -> pulumioperator.engine.v1.Lock
-	17, // 5: pulumioperator.engine.v1.Lock.timestamp:type_name -> google.protobuf.Timestamp
-	0,  // 6: pulumioperator.engine.v1.Error.kind:type_name -> pulumioperator.engine.v1.ErrorKind
-	13, // 7: pulumioperator.engine.v1.Error.locks:type_name -> pulumioperator.engine.v1.Lock
-	1,  // 8: pulumioperator.engine.v1.Engine.Up:input_type -> pulumioperator.engine.v1.UpMessage
-	5,  // 9: pulumioperator.engine.v1.Engine.Init:input_type -> pulumioperator.engine.v1.InitRequest
-	7,  // 10: pulumioperator.engine.v1.Engine.Prune:input_type -> pulumioperator.engine.v1.PruneRequest
-	9,  // 11: pulumioperator.engine.v1.Engine.Locks:input_type -> pulumioperator.engine.v1.LocksRequest
-	11, // 12: pulumioperator.engine.v1.Engine.Unlock:input_type -> pulumioperator.engine.v1.UnlockRequest
-	4,  // 13: pulumioperator.engine.v1.Engine.Up:output_type -> pulumioperator.engine.v1.UpReply
-	6,  // 14: pulumioperator.engine.v1.Engine.Init:output_type -> pulumioperator.engine.v1.InitReply
-	8,  // 15: pulumioperator.engine.v1.Engine.Prune:output_type -> pulumioperator.engine.v1.PruneReply
-	10, // 16: pulumioperator.engine.v1.Engine.Locks:output_type -> pulumioperator.engine.v1.LocksReply
-	12, // 17: pulumioperator.engine.v1.Engine.Unlock:output_type -> pulumioperator.engine.v1.UnlockReply
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	17, // 2: pulumioperator.engine.v1.UpReply.changes:type_name -> pulumioperator.engine.v1.UpReply.ChangesEntry
+	18, // 3: pulumioperator.engine.v1.UpReply.outputs:type_name -> pulumioperator.engine.v1.UpReply.OutputsEntry
+	15, // 4: pulumioperator.engine.v1.LocksReply.locks:type_name -> pulumioperator.engine.v1.Lock
+	0,  // 5: pulumioperator.engine.v1.DiagnoseReply.kind:type_name -> pulumioperator.engine.v1.ErrorKind
+	15, // 6: pulumioperator.engine.v1.DiagnoseReply.locks:type_name -> pulumioperator.engine.v1.Lock
+	19, // 7: pulumioperator.engine.v1.Lock.timestamp:type_name -> google.protobuf.Timestamp
+	0,  // 8: pulumioperator.engine.v1.Error.kind:type_name -> pulumioperator.engine.v1.ErrorKind
+	15, // 9: pulumioperator.engine.v1.Error.locks:type_name -> pulumioperator.engine.v1.Lock
+	1,  // 10: pulumioperator.engine.v1.Engine.Up:input_type -> pulumioperator.engine.v1.UpMessage
+	5,  // 11: pulumioperator.engine.v1.Engine.Init:input_type -> pulumioperator.engine.v1.InitRequest
+	7,  // 12: pulumioperator.engine.v1.Engine.Prune:input_type -> pulumioperator.engine.v1.PruneRequest
+	9,  // 13: pulumioperator.engine.v1.Engine.Locks:input_type -> pulumioperator.engine.v1.LocksRequest
+	11, // 14: pulumioperator.engine.v1.Engine.Unlock:input_type -> pulumioperator.engine.v1.UnlockRequest
+	13, // 15: pulumioperator.engine.v1.Engine.Diagnose:input_type -> pulumioperator.engine.v1.DiagnoseRequest
+	4,  // 16: pulumioperator.engine.v1.Engine.Up:output_type -> pulumioperator.engine.v1.UpReply
+	6,  // 17: pulumioperator.engine.v1.Engine.Init:output_type -> pulumioperator.engine.v1.InitReply
+	8,  // 18: pulumioperator.engine.v1.Engine.Prune:output_type -> pulumioperator.engine.v1.PruneReply
+	10, // 19: pulumioperator.engine.v1.Engine.Locks:output_type -> pulumioperator.engine.v1.LocksReply
+	12, // 20: pulumioperator.engine.v1.Engine.Unlock:output_type -> pulumioperator.engine.v1.UnlockReply
+	14, // 21: pulumioperator.engine.v1.Engine.Diagnose:output_type -> pulumioperator.engine.v1.DiagnoseReply
+	16, // [16:22] is the sub-list for method output_type
+	10, // [10:16] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_enginepb_engine_proto_init() }
@@ -1122,7 +1266,7 @@ func file_enginepb_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_enginepb_engine_proto_rawDesc), len(file_enginepb_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

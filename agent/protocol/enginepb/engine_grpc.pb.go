@@ -30,11 +30,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Engine_Up_FullMethodName     = "/pulumioperator.engine.v1.Engine/Up"
-	Engine_Init_FullMethodName   = "/pulumioperator.engine.v1.Engine/Init"
-	Engine_Prune_FullMethodName  = "/pulumioperator.engine.v1.Engine/Prune"
-	Engine_Locks_FullMethodName  = "/pulumioperator.engine.v1.Engine/Locks"
-	Engine_Unlock_FullMethodName = "/pulumioperator.engine.v1.Engine/Unlock"
+	Engine_Up_FullMethodName       = "/pulumioperator.engine.v1.Engine/Up"
+	Engine_Init_FullMethodName     = "/pulumioperator.engine.v1.Engine/Init"
+	Engine_Prune_FullMethodName    = "/pulumioperator.engine.v1.Engine/Prune"
+	Engine_Locks_FullMethodName    = "/pulumioperator.engine.v1.Engine/Locks"
+	Engine_Unlock_FullMethodName   = "/pulumioperator.engine.v1.Engine/Unlock"
+	Engine_Diagnose_FullMethodName = "/pulumioperator.engine.v1.Engine/Diagnose"
 )
 
 // EngineClient is the client API for Engine service.
@@ -64,6 +65,14 @@ type EngineClient interface {
 	// stack exists, after removing the stack's torn metadata sidecars on a file:// backend. Only for
 	// locks whose owners are known to be gone: an update still running would go on unlocked.
 	Unlock(ctx context.Context, in *UnlockRequest, opts ...grpc.CallOption) (*UnlockReply, error)
+	// Diagnose says what kind of failure a pulumi CLI process of the operator had on a stack (the
+	// runs that are not the host's: previews, refreshes, destroys, stack commands, and every up with
+	// --engine-host none), by the rules of the host's own failures applied to what the backend holds
+	// now and to what the run's event log said, so that the operator decides from a kind for both,
+	// never from the CLI's words. With no lock held on the stack it first removes the stack's torn
+	// metadata sidecars on a file:// backend, as Unlock does, so that a retry reads the stack. The
+	// call fails only for a bad request.
+	Diagnose(ctx context.Context, in *DiagnoseRequest, opts ...grpc.CallOption) (*DiagnoseReply, error)
 }
 
 type engineClient struct {
@@ -127,6 +136,16 @@ func (c *engineClient) Unlock(ctx context.Context, in *UnlockRequest, opts ...gr
 	return out, nil
 }
 
+func (c *engineClient) Diagnose(ctx context.Context, in *DiagnoseRequest, opts ...grpc.CallOption) (*DiagnoseReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DiagnoseReply)
+	err := c.cc.Invoke(ctx, Engine_Diagnose_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EngineServer is the server API for Engine service.
 // All implementations must embed UnimplementedEngineServer
 // for forward compatibility.
@@ -154,6 +173,14 @@ type EngineServer interface {
 	// stack exists, after removing the stack's torn metadata sidecars on a file:// backend. Only for
 	// locks whose owners are known to be gone: an update still running would go on unlocked.
 	Unlock(context.Context, *UnlockRequest) (*UnlockReply, error)
+	// Diagnose says what kind of failure a pulumi CLI process of the operator had on a stack (the
+	// runs that are not the host's: previews, refreshes, destroys, stack commands, and every up with
+	// --engine-host none), by the rules of the host's own failures applied to what the backend holds
+	// now and to what the run's event log said, so that the operator decides from a kind for both,
+	// never from the CLI's words. With no lock held on the stack it first removes the stack's torn
+	// metadata sidecars on a file:// backend, as Unlock does, so that a retry reads the stack. The
+	// call fails only for a bad request.
+	Diagnose(context.Context, *DiagnoseRequest) (*DiagnoseReply, error)
 	mustEmbedUnimplementedEngineServer()
 }
 
@@ -178,6 +205,9 @@ func (UnimplementedEngineServer) Locks(context.Context, *LocksRequest) (*LocksRe
 }
 func (UnimplementedEngineServer) Unlock(context.Context, *UnlockRequest) (*UnlockReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Unlock not implemented")
+}
+func (UnimplementedEngineServer) Diagnose(context.Context, *DiagnoseRequest) (*DiagnoseReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Diagnose not implemented")
 }
 func (UnimplementedEngineServer) mustEmbedUnimplementedEngineServer() {}
 func (UnimplementedEngineServer) testEmbeddedByValue()                {}
@@ -279,6 +309,24 @@ func _Engine_Unlock_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Engine_Diagnose_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DiagnoseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EngineServer).Diagnose(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Engine_Diagnose_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EngineServer).Diagnose(ctx, req.(*DiagnoseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Engine_ServiceDesc is the grpc.ServiceDesc for Engine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -301,6 +349,10 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Unlock",
 			Handler:    _Engine_Unlock_Handler,
+		},
+		{
+			MethodName: "Diagnose",
+			Handler:    _Engine_Diagnose_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
