@@ -53,8 +53,8 @@ const diagnoseTimeout = 30 * time.Second
 // the messages of its error diagnostics). It is err unchanged when err has a kind already, when ctx
 // has ended (the failure is then the cancellation's, and a diagnosis would start a process for a
 // caller that has gone), when the fence refused the run (fence.ErrFenced: nothing may start), or
-// when no diagnosis can be had. Each torn metadata sidecar the
-// diagnosis removed is logged as a warning with slog's default logger.
+// when no diagnosis can be had. Each torn metadata sidecar the diagnosis removed is logged as a
+// warning with slog's default logger.
 func (m *Manager) diagnosed(ctx context.Context, stackName string, err error, steps bool, diagnostics []string) error {
 	var ke *kindError
 	if err == nil || errors.As(err, &ke) || ctx.Err() != nil || errors.Is(err, fence.ErrFenced) {

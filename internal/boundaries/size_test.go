@@ -11,8 +11,8 @@ import (
 	"testing"
 )
 
-// maxProductLines is the most lines a hand-written product Go file may have (issue 46: a file
-// that grows past it holds more than one idea and is split so that each reads top-down).
+// maxProductLines is the most lines a hand-written product Go file may have: a file that grows
+// past it holds more than one idea, and is split so that each reads top-down.
 const maxProductLines = 400
 
 // repoRoot is the repository's root, relative to this package's directory.
