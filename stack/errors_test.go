@@ -109,11 +109,11 @@ func TestDiagnosis(t *testing.T) {
 	}
 }
 
-// TestNoDiagnosisWithoutTheOperatorCommands: a pulumi CLI without the operator's diagnose command
+// TestNoDiagnosisWithoutTheRequestCommand: a pulumi CLI without the operator's request command
 // (the previous release's build, made before the command existed; an upstream CLI has none either)
 // prints no diagnosis: the failure stays a plain one although a lock is held, and the Manager does
 // not ask again.
-func TestNoDiagnosisWithoutTheOperatorCommands(t *testing.T) {
+func TestNoDiagnosisWithoutTheRequestCommand(t *testing.T) {
 	dir := t.TempDir()
 	lock := filepath.Join(dir, ".pulumi", "locks", "organization", "kindcustomhttp", "test.ns.x", "a.json")
 	if err := os.MkdirAll(filepath.Dir(lock), 0o700); err != nil {
