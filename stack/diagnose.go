@@ -73,9 +73,10 @@ func (m *Manager) diagnosed(ctx context.Context, stackName string, err error, st
 }
 
 // diagnose sends req (protocol.OpDiagnose) to the engine host, or runs it as a pinned CLI process
-// (request), and returns the diagnosis. ok is false when none can be had (on Pulumi Cloud, with a
-// CLI not built by this project, or when the host or the command failed); the reason is logged,
-// except for the first two, which are no failure of the diagnosis.
+// (request), and returns the diagnosis. ok is false when none can be had (on Pulumi Cloud, or with
+// a CLI not built by this project). When the host or the command itself failed, the reason is
+// logged and the diagnosis is KindFailed, a plain failure: said once, so that the caller's later
+// classifyStack of the same error does not ask again.
 func (m *Manager) diagnose(ctx context.Context, req protocol.Request) (protocol.Reply, bool) {
 	r, err := m.request(ctx, req)
 	switch {
@@ -83,12 +84,12 @@ func (m *Manager) diagnose(ctx context.Context, req protocol.Request) (protocol.
 		return protocol.Reply{}, false
 	case err != nil:
 		slog.Warn("could not diagnose a failed pulumi run", "stack", req.Stack, "error", err)
-		return protocol.Reply{}, false
+		return protocol.Reply{Kind: protocol.KindFailed}, true
 	case r.Code != 0 && r.Kind == protocol.KindFenced:
 		return protocol.Reply{Kind: protocol.KindFenced}, true // the run's failure too: this replica may no longer write
 	case r.Code != 0:
 		slog.Warn("could not diagnose a failed pulumi run", "stack", req.Stack, "kind", r.Kind, "error", RedactText(strings.TrimSpace(r.Stderr)))
-		return protocol.Reply{}, false
+		return protocol.Reply{Kind: protocol.KindFailed}, true
 	}
 	return r, true
 }
