@@ -77,3 +77,53 @@ func TestRequestCommand(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestCommandBatch: the request command answers every request it is given, one Reply per
+// Request in their order, and exits with the first failure's code: a prune and a diagnosis both
+// run beside an up, which alone is refused; a line that is not JSON after a request is a bad
+// request after that request's reply, which still ran.
+func TestRequestCommandBatch(t *testing.T) {
+	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
+	tests := map[string]struct {
+		stdin string
+		codes []int
+		kinds []protocol.ErrorKind
+		exit  int
+	}{
+		"prune, diagnose, up": {
+			stdin: `{"op":"prune","stack":"dev","keep":2}` + "\n" + `{"op":"diagnose","stack":"dev"}` + "\n" + `{"op":"up","stack":"dev"}` + "\n",
+			codes: []int{0, 0, 2}, kinds: []protocol.ErrorKind{protocol.KindNone, protocol.KindStackMissing, protocol.KindBadRequest}, exit: 2,
+		},
+		"all succeed": {
+			stdin: `{"op":"diagnose","stack":"dev"}{"op":"prune","stack":"dev","keep":2}`,
+			codes: []int{0, 0}, kinds: []protocol.ErrorKind{protocol.KindStackMissing, protocol.KindNone}, exit: 0,
+		},
+		"not JSON after a request": {
+			stdin: `{"op":"prune","stack":"dev","keep":2}` + "\nprune dev\n",
+			codes: []int{0, 2}, kinds: []protocol.ErrorKind{protocol.KindNone, protocol.KindBadRequest}, exit: 2,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := pruneFixture(t, 4, nil)
+			var stdout, stderr bytes.Buffer
+			exit := requestCommand(context.Background(), "file://"+dir, []string{"proj"}, strings.NewReader(tc.stdin), &stdout, &stderr)
+			var codes []int
+			var kinds []protocol.ErrorKind
+			pruned := 0
+			for dec := json.NewDecoder(&stdout); dec.More(); {
+				var r protocol.Reply
+				if err := dec.Decode(&r); err != nil {
+					t.Fatalf("stdout is not JSON replies: %v", err)
+				}
+				codes, kinds, pruned = append(codes, r.Code), append(kinds, r.Kind), pruned+r.Pruned
+			}
+			if exit != tc.exit || !slices.Equal(codes, tc.codes) || !slices.Equal(kinds, tc.kinds) {
+				t.Fatalf("exit %d, replies' codes %v kinds %q; want %d, %v, %q (stderr %q)", exit, codes, kinds, tc.exit, tc.codes, tc.kinds, stderr.String())
+			}
+			if pruned != 6 {
+				t.Errorf("the prune removed %d files, want 6: it ran beside the others", pruned)
+			}
+		})
+	}
+}

@@ -181,7 +181,8 @@ func (h *host) acquire(stack string, c *cancel.Context) (func(), bool) {
 	}
 }
 
-// run serves one request: an up, an init, a prune, a lock lookup or removal, a diagnosis, or an
+// run serves one request: an up, an init, a prune, a lock lookup or removal, a diagnosis, an
+// export, or an
 // error reply for anything else. A failure's reply carries the CLI's exit code, its "error:" line and its
 // kind (classify).
 func (h *host) run(ctx context.Context, req protocol.Request, sc scope) protocol.Reply {
@@ -214,9 +215,11 @@ func (h *host) run(ctx context.Context, req protocol.Request, sc scope) protocol
 		r.Repaired, err = h.unlock(ctx, req.Stack, req.Locks)
 	case protocol.OpDiagnose:
 		r.Kind, r.Locks, r.Repaired, err = h.diagnose(ctx, req)
+	case protocol.OpExport:
+		r.Deployment, err = h.export(ctx, req.Stack)
 	default:
-		err = badRequest("unknown operation %q: this engine host runs %s, %s, %s, %s, %s and %s", req.Op,
-			protocol.OpUp, protocol.OpInit, protocol.OpPrune, protocol.OpLocks, protocol.OpUnlock, protocol.OpDiagnose)
+		err = badRequest("unknown operation %q: this engine host runs %s, %s, %s, %s, %s, %s and %s", req.Op,
+			protocol.OpUp, protocol.OpInit, protocol.OpPrune, protocol.OpLocks, protocol.OpUnlock, protocol.OpDiagnose, protocol.OpExport)
 	}
 	if err != nil {
 		// As the CLI's main does (cmd.DisplayErrorMessage, cmd.ExitCodeFor): a bail has been

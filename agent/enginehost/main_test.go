@@ -275,3 +275,59 @@ func TestOneRunPerStack(t *testing.T) {
 	}
 	release()
 }
+
+// TestExport: export reads a stack's deployment as `pulumi stack export` prints it, as the backend
+// holds it: with no passphrase anywhere in the environment, a passphrase-encrypted secret comes
+// back still encrypted, beside its salt. A stack that does not exist is kind stack-missing, a bad
+// stack name a bad request.
+func TestExport(t *testing.T) {
+	t.Setenv("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "")
+	os.Unsetenv("PULUMI_CONFIG_PASSPHRASE")
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE_FILE", "")
+	os.Unsetenv("PULUMI_CONFIG_PASSPHRASE_FILE")
+	dir := t.TempDir()
+	_, replies, _ := serveCalls(t, "file://"+dir, "proj", `{"id":1,"op":"init","stack":"dev"}`)
+	if r := replies[1]; r.Code != 0 || !r.Created {
+		t.Fatalf("init: %+v, want created", r)
+	}
+	const salt = "v1:c2FsdHNhbHQ=:v1:bm9uY2Vub25jZQ==:Y2hlY2s="
+	const cipher = "v1:bm9uY2Vub25jZQ==:c2VjcmV0"
+	checkpoint := `{"version":3,"checkpoint":{"stack":"organization/proj/dev","latest":{"manifest":{"time":"2026-01-01T00:00:00Z","magic":"","version":""},` +
+		`"secrets_providers":{"type":"passphrase","state":{"salt":"` + salt + `"}},` +
+		`"resources":[{"urn":"urn:pulumi:dev::proj::pulumi:pulumi:Stack::proj-dev","custom":false,"type":"pulumi:pulumi:Stack",` +
+		`"outputs":{"token":{"4dabf18193072939515e22adb298388d":"1b47061264138c4ac30d75fd1eb44270","ciphertext":"` + cipher + `"}}}]}}}`
+	if err := os.WriteFile(filepath.Join(dir, ".pulumi", "stacks", "proj", "dev.json"), []byte(checkpoint), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, replies, _ = serveCalls(t, "file://"+dir, "proj",
+		`{"id":2,"op":"export","stack":"dev"}`, `{"id":3,"op":"export","stack":"gone"}`, `{"id":4,"op":"export","stack":"no/such/thing/here"}`)
+	r := replies[2]
+	var d struct {
+		Version    int `json:"version"`
+		Deployment struct {
+			SecretsProviders struct {
+				Type  string `json:"type"`
+				State struct {
+					Salt string `json:"salt"`
+				} `json:"state"`
+			} `json:"secrets_providers"`
+			Resources []struct {
+				Outputs map[string]map[string]string `json:"outputs"`
+			} `json:"resources"`
+		} `json:"deployment"`
+	}
+	if err := json.Unmarshal(r.Deployment, &d); r.Code != 0 || err != nil {
+		t.Fatalf("export: %+v (%v); want a deployment", r, err)
+	}
+	if d.Version != 3 || d.Deployment.SecretsProviders.Type != "passphrase" || d.Deployment.SecretsProviders.State.Salt != salt ||
+		len(d.Deployment.Resources) != 1 || d.Deployment.Resources[0].Outputs["token"]["ciphertext"] != cipher {
+		t.Fatalf("export = %s; want version 3, the salt and the secret's ciphertext as the backend holds them", r.Deployment)
+	}
+	if r := replies[3]; r.Code == 0 || r.Kind != protocol.KindStackMissing {
+		t.Errorf("export of a missing stack: %+v; want kind %s", r, protocol.KindStackMissing)
+	}
+	if r := replies[4]; r.Code == 0 || r.Kind != protocol.KindBadRequest {
+		t.Errorf("export of a bad stack name: %+v; want kind %s", r, protocol.KindBadRequest)
+	}
+}

@@ -107,6 +107,15 @@ func (s *server) Diagnose(ctx context.Context, m *enginepb.DiagnoseRequest) (*en
 	return &enginepb.DiagnoseReply{Kind: protocol.KindToProto(r.Kind), Locks: protocol.LocksToProto(r.Locks), Repaired: r.Repaired}, nil
 }
 
+// Export serves protocol.OpExport.
+func (s *server) Export(ctx context.Context, m *enginepb.ExportRequest) (*enginepb.ExportReply, error) {
+	r := s.unary(ctx, protocol.Request{Op: protocol.OpExport, Stack: m.GetStack()})
+	if r.Code != 0 {
+		return nil, protocol.ErrorStatus(r)
+	}
+	return &enginepb.ExportReply{Deployment: r.Deployment}, nil
+}
+
 // unary runs req for a unary call whose context ctx cancels it while it waits for its stack.
 func (s *server) unary(ctx context.Context, req protocol.Request) protocol.Reply {
 	c, src := cancel.NewContext(context.WithoutCancel(ctx))

@@ -12,6 +12,7 @@
 package protocol
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -49,16 +50,20 @@ const (
 	// metadata sidecars on a file:// backend (Reply.Repaired), as OpUnlock does. The request
 	// itself fails only when it is bad; with no Request.Stack only the backend is looked at.
 	OpDiagnose Op = "diagnose"
+	// OpExport reads the stack's deployment as `pulumi stack export` prints it (Reply.Deployment),
+	// without its passphrase.
+	OpExport Op = "export"
 )
 
 // RequestCommand is the engine host's service as a command of the pinned CLI (agent/cmd/pulumi),
-// one request per process, for an operator that runs no engine host (--engine-host none, or none
-// beside the CLI): `pulumi operator-request <project>`, with the backend in PULUMI_BACKEND_URL as
-// for any CLI run, one Request as a JSON line on standard input (any Op but OpUp, which is the
-// CLI's own `pulumi up`), and the same code as the host's. It prints one Reply as a JSON line on
-// standard output, whatever the outcome, and exits with its Code: a caller that reads no Reply
-// knows the CLI is not this project's build. Its one argument is positional so that such a CLI
-// refuses the command itself, not a flag first.
+// for an operator that runs no engine host (--engine-host none, or none beside the CLI): `pulumi
+// operator-request <project>`, with the backend in PULUMI_BACKEND_URL as for any CLI run, one or
+// more Requests as JSON lines on standard input until its end (any Op but OpUp, which is the CLI's
+// own `pulumi up`), run at once with the same code as the host's. It prints one Reply per Request
+// as a JSON line on standard output, in the order of the requests, whatever the outcomes, and
+// exits with the first non-zero Code among them (0 when all succeeded): a caller that reads no
+// Reply knows the CLI is not this project's build. Its one argument is positional so that such a
+// CLI refuses the command itself, not a flag first.
 const RequestCommand = "operator-request"
 
 // Request is one call to the engine host: Op says which of the service's methods (Call and
@@ -86,7 +91,8 @@ type Request struct {
 }
 
 // Reply is the engine host's answer to one Request: a method's reply message, or the Error of a
-// failed call (ReplyOfError). The request command (RequestCommand) prints one as a JSON line.
+// failed call (ReplyOfError). The request command (RequestCommand) prints one per request as a JSON
+// line.
 type Reply struct {
 	// Code is the exit code `pulumi up` would have had: 0 on success.
 	Code int `json:"code"`
@@ -117,6 +123,9 @@ type Reply struct {
 	// pruning failed (the up itself did not).
 	Pruned     int    `json:"pruned,omitempty"`
 	PruneError string `json:"pruneError,omitempty"`
+	// Deployment is OpExport's result: the JSON of an apitype.UntypedDeployment (version,
+	// deployment, secrets encrypted), as `pulumi stack export` prints it.
+	Deployment json.RawMessage `json:"deployment,omitempty"`
 }
 
 // ErrorKind classifies a failed request, so that the operator decides what to do (wait, retry

@@ -224,6 +224,11 @@ func Call(ctx context.Context, c enginepb.EngineClient, req Request) (Reply, err
 		if m, err = c.Diagnose(ctx, &enginepb.DiagnoseRequest{Stack: req.Stack, Steps: req.Steps, Diagnostics: req.Diagnostics}); err == nil {
 			r.Kind, r.Locks, r.Repaired = kindOf(m.GetKind()), LocksFromProto(m.GetLocks()), m.GetRepaired()
 		}
+	case OpExport:
+		var m *enginepb.ExportReply
+		if m, err = c.Export(ctx, &enginepb.ExportRequest{Stack: req.Stack}); err == nil {
+			r.Deployment = m.GetDeployment()
+		}
 	default:
 		return Reply{}, fmt.Errorf("call the engine host: operation %q is not a unary call (OpUp is StartUp's)", req.Op)
 	}

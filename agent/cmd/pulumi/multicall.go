@@ -2,8 +2,8 @@
 // engine host (package enginehost): one binary, two names, chosen by the base name of os.Args[0]
 // the way busybox or k3s choose (bin/ and the image hold pulumi-operator-engine as a symbolic
 // link to pulumi). As the CLI it has one command of the operator's besides the CLI's own, `pulumi
-// operator-request` (protocol.RequestCommand, enginehost.RequestMain): one request of the engine
-// host's service per process, for an operator that runs without an engine host.
+// operator-request` (protocol.RequestCommand, enginehost.RequestMain): the requests of the engine
+// host's service that one process is given, for an operator that runs without an engine host.
 //
 // Why one binary: the engine host is pkg/v3's engine and DIY backend, most of what the CLI
 // links, and must be the very pkg/v3 the CLI runs; in one binary the image carries pkg/v3 once.

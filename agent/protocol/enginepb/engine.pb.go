@@ -1,6 +1,6 @@
 // The engine host's protocol: how the operator (package stack of the root module) asks its engine
-// host (agent/enginehost, pulumi-operator-engine) to run `pulumi up` and to create, prune, and read
-// or remove the locks of, the stacks of one project on one DIY backend. Both sides import the
+// host (agent/enginehost, pulumi-operator-engine) to run `pulumi up` and to create, prune, export,
+// and read or remove the locks of, the stacks of one project on one DIY backend. Both sides import the
 // generated package (enginepb); `make proto` regenerates it, and TestGenerated checks that the
 // committed code is what this file generates.
 //
@@ -926,6 +926,97 @@ func (x *DiagnoseReply) GetRepaired() []string {
 	return nil
 }
 
+// ExportRequest names the stack to export.
+type ExportRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stack         string                 `protobuf:"bytes,1,opt,name=stack,proto3" json:"stack,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportRequest) Reset() {
+	*x = ExportRequest{}
+	mi := &file_enginepb_engine_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportRequest) ProtoMessage() {}
+
+func (x *ExportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_enginepb_engine_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportRequest.ProtoReflect.Descriptor instead.
+func (*ExportRequest) Descriptor() ([]byte, []int) {
+	return file_enginepb_engine_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ExportRequest) GetStack() string {
+	if x != nil {
+		return x.Stack
+	}
+	return ""
+}
+
+// ExportReply is the stack's deployment: the JSON of an apitype.UntypedDeployment (version,
+// deployment), as `pulumi stack export` prints it.
+type ExportReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deployment    []byte                 `protobuf:"bytes,1,opt,name=deployment,proto3" json:"deployment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportReply) Reset() {
+	*x = ExportReply{}
+	mi := &file_enginepb_engine_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportReply) ProtoMessage() {}
+
+func (x *ExportReply) ProtoReflect() protoreflect.Message {
+	mi := &file_enginepb_engine_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportReply.ProtoReflect.Descriptor instead.
+func (*ExportReply) Descriptor() ([]byte, []int) {
+	return file_enginepb_engine_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ExportReply) GetDeployment() []byte {
+	if x != nil {
+		return x.Deployment
+	}
+	return nil
+}
+
 // Lock is one lock a DIY backend holds on a stack: its lock file
 // (.pulumi/locks/<organization>/<project>/<stack>/<id>.json, pkg/v3 backend/diy lockContent).
 type Lock struct {
@@ -944,7 +1035,7 @@ type Lock struct {
 
 func (x *Lock) Reset() {
 	*x = Lock{}
-	mi := &file_enginepb_engine_proto_msgTypes[14]
+	mi := &file_enginepb_engine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1047,7 @@ func (x *Lock) String() string {
 func (*Lock) ProtoMessage() {}
 
 func (x *Lock) ProtoReflect() protoreflect.Message {
-	mi := &file_enginepb_engine_proto_msgTypes[14]
+	mi := &file_enginepb_engine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1060,7 @@ func (x *Lock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lock.ProtoReflect.Descriptor instead.
 func (*Lock) Descriptor() ([]byte, []int) {
-	return file_enginepb_engine_proto_rawDescGZIP(), []int{14}
+	return file_enginepb_engine_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Lock) GetId() string {
@@ -1032,7 +1123,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_enginepb_engine_proto_msgTypes[15]
+	mi := &file_enginepb_engine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1135,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_enginepb_engine_proto_msgTypes[15]
+	mi := &file_enginepb_engine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1148,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_enginepb_engine_proto_rawDescGZIP(), []int{15}
+	return file_enginepb_engine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Error) GetKind() ErrorKind {
@@ -1153,7 +1244,13 @@ const file_enginepb_engine_proto_rawDesc = "" +
 	"\rDiagnoseReply\x127\n" +
 	"\x04kind\x18\x01 \x01(\x0e2#.pulumioperator.engine.v1.ErrorKindR\x04kind\x124\n" +
 	"\x05locks\x18\x02 \x03(\v2\x1e.pulumioperator.engine.v1.LockR\x05locks\x12\x1a\n" +
-	"\brepaired\x18\x03 \x03(\tR\brepaired\"\xb0\x01\n" +
+	"\brepaired\x18\x03 \x03(\tR\brepaired\"%\n" +
+	"\rExportRequest\x12\x14\n" +
+	"\x05stack\x18\x01 \x01(\tR\x05stack\"-\n" +
+	"\vExportReply\x12\x1e\n" +
+	"\n" +
+	"deployment\x18\x01 \x01(\fR\n" +
+	"deployment\"\xb0\x01\n" +
 	"\x04Lock\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05stack\x18\x02 \x01(\tR\x05stack\x12\x10\n" +
@@ -1176,14 +1273,15 @@ const file_enginepb_engine_proto_rawDesc = "" +
 	"\x18ERROR_KIND_STACK_MISSING\x10\x05\x12\x18\n" +
 	"\x14ERROR_KIND_CANCELLED\x10\x06\x12\x15\n" +
 	"\x11ERROR_KIND_FENCED\x10\a\x12\x1a\n" +
-	"\x16ERROR_KIND_BAD_REQUEST\x10\b2\x96\x04\n" +
+	"\x16ERROR_KIND_BAD_REQUEST\x10\b2\xf0\x04\n" +
 	"\x06Engine\x12P\n" +
 	"\x02Up\x12#.pulumioperator.engine.v1.UpMessage\x1a!.pulumioperator.engine.v1.UpReply(\x010\x01\x12R\n" +
 	"\x04Init\x12%.pulumioperator.engine.v1.InitRequest\x1a#.pulumioperator.engine.v1.InitReply\x12U\n" +
 	"\x05Prune\x12&.pulumioperator.engine.v1.PruneRequest\x1a$.pulumioperator.engine.v1.PruneReply\x12U\n" +
 	"\x05Locks\x12&.pulumioperator.engine.v1.LocksRequest\x1a$.pulumioperator.engine.v1.LocksReply\x12X\n" +
 	"\x06Unlock\x12'.pulumioperator.engine.v1.UnlockRequest\x1a%.pulumioperator.engine.v1.UnlockReply\x12^\n" +
-	"\bDiagnose\x12).pulumioperator.engine.v1.DiagnoseRequest\x1a'.pulumioperator.engine.v1.DiagnoseReplyBDZBgithub.com/pulumi-operator/pulumi-operator/agent/protocol/enginepbb\x06proto3"
+	"\bDiagnose\x12).pulumioperator.engine.v1.DiagnoseRequest\x1a'.pulumioperator.engine.v1.DiagnoseReply\x12X\n" +
+	"\x06Export\x12'.pulumioperator.engine.v1.ExportRequest\x1a%.pulumioperator.engine.v1.ExportReplyBDZBgithub.com/pulumi-operator/pulumi-operator/agent/protocol/enginepbb\x06proto3"
 
 var (
 	file_enginepb_engine_proto_rawDescOnce sync.Once
@@ -1198,7 +1296,7 @@ func file_enginepb_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_enginepb_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_enginepb_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_enginepb_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_enginepb_engine_proto_goTypes = []any{
 	(ErrorKind)(0),                // 0: pulumioperator.engine.v1.ErrorKind
 	(*UpMessage)(nil),             // 1: pulumioperator.engine.v1.UpMessage
@@ -1215,37 +1313,41 @@ var file_enginepb_engine_proto_goTypes = []any{
 	(*UnlockReply)(nil),           // 12: pulumioperator.engine.v1.UnlockReply
 	(*DiagnoseRequest)(nil),       // 13: pulumioperator.engine.v1.DiagnoseRequest
 	(*DiagnoseReply)(nil),         // 14: pulumioperator.engine.v1.DiagnoseReply
-	(*Lock)(nil),                  // 15: pulumioperator.engine.v1.Lock
-	(*Error)(nil),                 // 16: pulumioperator.engine.v1.Error
-	nil,                           // 17: pulumioperator.engine.v1.UpReply.ChangesEntry
-	nil,                           // 18: pulumioperator.engine.v1.UpReply.OutputsEntry
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*ExportRequest)(nil),         // 15: pulumioperator.engine.v1.ExportRequest
+	(*ExportReply)(nil),           // 16: pulumioperator.engine.v1.ExportReply
+	(*Lock)(nil),                  // 17: pulumioperator.engine.v1.Lock
+	(*Error)(nil),                 // 18: pulumioperator.engine.v1.Error
+	nil,                           // 19: pulumioperator.engine.v1.UpReply.ChangesEntry
+	nil,                           // 20: pulumioperator.engine.v1.UpReply.OutputsEntry
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
 }
 var file_enginepb_engine_proto_depIdxs = []int32{
 	2,  // 0: pulumioperator.engine.v1.UpMessage.request:type_name -> pulumioperator.engine.v1.UpRequest
 	3,  // 1: pulumioperator.engine.v1.UpMessage.cancel:type_name -> pulumioperator.engine.v1.Cancel
-	17, // 2: pulumioperator.engine.v1.UpReply.changes:type_name -> pulumioperator.engine.v1.UpReply.ChangesEntry
-	18, // 3: pulumioperator.engine.v1.UpReply.outputs:type_name -> pulumioperator.engine.v1.UpReply.OutputsEntry
-	15, // 4: pulumioperator.engine.v1.LocksReply.locks:type_name -> pulumioperator.engine.v1.Lock
+	19, // 2: pulumioperator.engine.v1.UpReply.changes:type_name -> pulumioperator.engine.v1.UpReply.ChangesEntry
+	20, // 3: pulumioperator.engine.v1.UpReply.outputs:type_name -> pulumioperator.engine.v1.UpReply.OutputsEntry
+	17, // 4: pulumioperator.engine.v1.LocksReply.locks:type_name -> pulumioperator.engine.v1.Lock
 	0,  // 5: pulumioperator.engine.v1.DiagnoseReply.kind:type_name -> pulumioperator.engine.v1.ErrorKind
-	15, // 6: pulumioperator.engine.v1.DiagnoseReply.locks:type_name -> pulumioperator.engine.v1.Lock
-	19, // 7: pulumioperator.engine.v1.Lock.timestamp:type_name -> google.protobuf.Timestamp
+	17, // 6: pulumioperator.engine.v1.DiagnoseReply.locks:type_name -> pulumioperator.engine.v1.Lock
+	21, // 7: pulumioperator.engine.v1.Lock.timestamp:type_name -> google.protobuf.Timestamp
 	0,  // 8: pulumioperator.engine.v1.Error.kind:type_name -> pulumioperator.engine.v1.ErrorKind
-	15, // 9: pulumioperator.engine.v1.Error.locks:type_name -> pulumioperator.engine.v1.Lock
+	17, // 9: pulumioperator.engine.v1.Error.locks:type_name -> pulumioperator.engine.v1.Lock
 	1,  // 10: pulumioperator.engine.v1.Engine.Up:input_type -> pulumioperator.engine.v1.UpMessage
 	5,  // 11: pulumioperator.engine.v1.Engine.Init:input_type -> pulumioperator.engine.v1.InitRequest
 	7,  // 12: pulumioperator.engine.v1.Engine.Prune:input_type -> pulumioperator.engine.v1.PruneRequest
 	9,  // 13: pulumioperator.engine.v1.Engine.Locks:input_type -> pulumioperator.engine.v1.LocksRequest
 	11, // 14: pulumioperator.engine.v1.Engine.Unlock:input_type -> pulumioperator.engine.v1.UnlockRequest
 	13, // 15: pulumioperator.engine.v1.Engine.Diagnose:input_type -> pulumioperator.engine.v1.DiagnoseRequest
-	4,  // 16: pulumioperator.engine.v1.Engine.Up:output_type -> pulumioperator.engine.v1.UpReply
-	6,  // 17: pulumioperator.engine.v1.Engine.Init:output_type -> pulumioperator.engine.v1.InitReply
-	8,  // 18: pulumioperator.engine.v1.Engine.Prune:output_type -> pulumioperator.engine.v1.PruneReply
-	10, // 19: pulumioperator.engine.v1.Engine.Locks:output_type -> pulumioperator.engine.v1.LocksReply
-	12, // 20: pulumioperator.engine.v1.Engine.Unlock:output_type -> pulumioperator.engine.v1.UnlockReply
-	14, // 21: pulumioperator.engine.v1.Engine.Diagnose:output_type -> pulumioperator.engine.v1.DiagnoseReply
-	16, // [16:22] is the sub-list for method output_type
-	10, // [10:16] is the sub-list for method input_type
+	15, // 16: pulumioperator.engine.v1.Engine.Export:input_type -> pulumioperator.engine.v1.ExportRequest
+	4,  // 17: pulumioperator.engine.v1.Engine.Up:output_type -> pulumioperator.engine.v1.UpReply
+	6,  // 18: pulumioperator.engine.v1.Engine.Init:output_type -> pulumioperator.engine.v1.InitReply
+	8,  // 19: pulumioperator.engine.v1.Engine.Prune:output_type -> pulumioperator.engine.v1.PruneReply
+	10, // 20: pulumioperator.engine.v1.Engine.Locks:output_type -> pulumioperator.engine.v1.LocksReply
+	12, // 21: pulumioperator.engine.v1.Engine.Unlock:output_type -> pulumioperator.engine.v1.UnlockReply
+	14, // 22: pulumioperator.engine.v1.Engine.Diagnose:output_type -> pulumioperator.engine.v1.DiagnoseReply
+	16, // 23: pulumioperator.engine.v1.Engine.Export:output_type -> pulumioperator.engine.v1.ExportReply
+	17, // [17:24] is the sub-list for method output_type
+	10, // [10:17] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
 	10, // [10:10] is the sub-list for extension extendee
 	0,  // [0:10] is the sub-list for field type_name
@@ -1266,7 +1368,7 @@ func file_enginepb_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_enginepb_engine_proto_rawDesc), len(file_enginepb_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,6 +1,6 @@
 // The engine host's protocol: how the operator (package stack of the root module) asks its engine
-// host (agent/enginehost, pulumi-operator-engine) to run `pulumi up` and to create, prune, and read
-// or remove the locks of, the stacks of one project on one DIY backend. Both sides import the
+// host (agent/enginehost, pulumi-operator-engine) to run `pulumi up` and to create, prune, export,
+// and read or remove the locks of, the stacks of one project on one DIY backend. Both sides import the
 // generated package (enginepb); `make proto` regenerates it, and TestGenerated checks that the
 // committed code is what this file generates.
 //
@@ -36,6 +36,7 @@ const (
 	Engine_Locks_FullMethodName    = "/pulumioperator.engine.v1.Engine/Locks"
 	Engine_Unlock_FullMethodName   = "/pulumioperator.engine.v1.Engine/Unlock"
 	Engine_Diagnose_FullMethodName = "/pulumioperator.engine.v1.Engine/Diagnose"
+	Engine_Export_FullMethodName   = "/pulumioperator.engine.v1.Engine/Export"
 )
 
 // EngineClient is the client API for Engine service.
@@ -73,6 +74,9 @@ type EngineClient interface {
 	// metadata sidecars on a file:// backend, as Unlock does, so that a retry reads the stack. The
 	// call fails only for a bad request.
 	Diagnose(ctx context.Context, in *DiagnoseRequest, opts ...grpc.CallOption) (*DiagnoseReply, error)
+	// Export reads a stack's deployment as `pulumi stack export` prints it, from the backend as it is:
+	// no passphrase is needed, and secrets stay encrypted.
+	Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (*ExportReply, error)
 }
 
 type engineClient struct {
@@ -146,6 +150,16 @@ func (c *engineClient) Diagnose(ctx context.Context, in *DiagnoseRequest, opts .
 	return out, nil
 }
 
+func (c *engineClient) Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (*ExportReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExportReply)
+	err := c.cc.Invoke(ctx, Engine_Export_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EngineServer is the server API for Engine service.
 // All implementations must embed UnimplementedEngineServer
 // for forward compatibility.
@@ -181,6 +195,9 @@ type EngineServer interface {
 	// metadata sidecars on a file:// backend, as Unlock does, so that a retry reads the stack. The
 	// call fails only for a bad request.
 	Diagnose(context.Context, *DiagnoseRequest) (*DiagnoseReply, error)
+	// Export reads a stack's deployment as `pulumi stack export` prints it, from the backend as it is:
+	// no passphrase is needed, and secrets stay encrypted.
+	Export(context.Context, *ExportRequest) (*ExportReply, error)
 	mustEmbedUnimplementedEngineServer()
 }
 
@@ -208,6 +225,9 @@ func (UnimplementedEngineServer) Unlock(context.Context, *UnlockRequest) (*Unloc
 }
 func (UnimplementedEngineServer) Diagnose(context.Context, *DiagnoseRequest) (*DiagnoseReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Diagnose not implemented")
+}
+func (UnimplementedEngineServer) Export(context.Context, *ExportRequest) (*ExportReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Export not implemented")
 }
 func (UnimplementedEngineServer) mustEmbedUnimplementedEngineServer() {}
 func (UnimplementedEngineServer) testEmbeddedByValue()                {}
@@ -327,6 +347,24 @@ func _Engine_Diagnose_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Engine_Export_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EngineServer).Export(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Engine_Export_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EngineServer).Export(ctx, req.(*ExportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Engine_ServiceDesc is the grpc.ServiceDesc for Engine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -353,6 +391,10 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Diagnose",
 			Handler:    _Engine_Diagnose_Handler,
+		},
+		{
+			MethodName: "Export",
+			Handler:    _Engine_Export_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
