@@ -203,7 +203,7 @@ func testBackend(t *testing.T, b stateBackend) {
 	if n := len(history()); n < 4 {
 		t.Fatalf("history of %s holds %d files after several updates, want at least 4", name, n)
 	}
-	if r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpPrune, Stack: name, Keep: 1}); err != nil || r.Code != 0 || r.Pruned == 0 {
+	if r, err := m.eng.request(ctx, protocol.Request{Op: protocol.OpPrune, Stack: name, Keep: 1}); err != nil || r.Code != 0 || r.Pruned == 0 {
 		t.Fatalf("prune to 1 = %+v, %v; want files deleted", r, err)
 	}
 	if got := history(); len(got) != 2 {

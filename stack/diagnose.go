@@ -17,7 +17,7 @@ import (
 // (agent/enginehost classify.go), from what the backend holds and what the run's engine events
 // said, never from the words of an error: the host judges its own runs, and this Manager asks it
 // about every pulumi CLI run that failed (diagnose, protocol.OpDiagnose). Without an engine
-// host the pinned CLI answers the same request as a command of its own (request.go: the same
+// host the pinned CLI answers the same request as a command of its own (cliPerRun.request: the same
 // code). Either way the failure reaches the callers as a *kindError.
 
 // kindError is a failed run and the kind of its failure, as the engine host's classifier decided
@@ -73,12 +73,12 @@ func (m *Manager) diagnosed(ctx context.Context, stackName string, err error, st
 }
 
 // diagnose sends req (protocol.OpDiagnose) to the engine host, or runs it as a pinned CLI process
-// (request), and returns the diagnosis. ok is false when none can be had (on Pulumi Cloud, or with
+// (engine.request), and returns the diagnosis. ok is false when none can be had (on Pulumi Cloud, or with
 // a CLI not built by this project). When the host or the command itself failed, the reason is
 // logged and the diagnosis is KindFailed, a plain failure: said once, so that the caller's later
 // classifyStack of the same error does not ask again.
 func (m *Manager) diagnose(ctx context.Context, req protocol.Request) (protocol.Reply, bool) {
-	r, err := m.request(ctx, req)
+	r, err := m.eng.request(ctx, req)
 	switch {
 	case errors.Is(err, errNoRequests):
 		return protocol.Reply{}, false

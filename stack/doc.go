@@ -16,19 +16,23 @@
 // current passphrase when a previous one is configured (rotate.go), and settles the pending
 // operations a killed update left in it (pending.go).
 //
-// With Config.EngineHost set (pulumi-operator sets it to an engine host it finds beside its own
-// binary or the pulumi CLI, or to --engine-host: commands/stackmanager.go), a DIY backend and the
-// passphrase secrets provider, the Manager sends to the engine host (enginehost.go, engineproc.go)
-// each new stack's creation, the history pruning, the lookup and removal of a stack's locks
-// (CancelLock), the diagnosis of a failed CLI run, and the ups that want no progress output
-// (useEngineHost has the rule). The engine host is the pinned CLI's binary running the CLI's pkg/v3
-// code (agent/enginehost) for many requests: the Manager replaces its process after engineHostRuns
-// requests and stops it after engineHostIdle without one. It replies with what the CLI would have
-// printed and the kind of failure. Without an engine host every such request is a process of the
-// pinned CLI, `pulumi operator-request`, the same code (request.go). Preview, refresh, destroy and
-// the other stack commands stay CLI runs; when one fails, the Manager asks the host's classifier
-// what kind of failure it was (diagnose.go: the same rules, applied to the backend and the run's
-// event log), so every failure reaches the callers with a kind, never read from its text.
+// Everything the Manager has Pulumi's engine do to a stack goes through one interface, engine
+// (cliperrun.go): engine runs (up, preview, refresh, destroy) and protocol.Requests (a new stack's
+// creation, the history pruning, the lookup and removal of a stack's locks, the diagnosis of a
+// failed run). It has two implementations, chosen once by New. With Config.EngineHost set
+// (pulumi-operator sets it to an engine host it finds beside its own binary or the pulumi CLI, or
+// to --engine-host: commands/stackmanager.go), a DIY backend and the passphrase secrets provider,
+// it is hostEngine (enginehost.go, engineproc.go): the requests and the ups that want no progress
+// output (hostEngine.takes) go to the engine host, the pinned CLI's binary running the CLI's pkg/v3
+// code (agent/enginehost) for many requests; the Manager replaces its process after
+// engineHostRuns requests and stops it after engineHostIdle without one. It replies with what the
+// CLI would have printed and the kind of failure. Otherwise it is cliPerRun: one process of the
+// pinned CLI per run, and per request `pulumi operator-request`, the engine host's code again.
+// Previews, refreshes, destroys and ups with progress output are CLI runs either way; when one
+// fails, the Manager asks the host's classifier what kind of failure it was (diagnose.go: the same
+// rules, applied to the backend and the run's event log), so every failure reaches the callers with
+// a kind, never read from its text. The stack commands that have no engine run (select, export,
+// import, rename, rm) are the CLI's either way, through the Automation API's PulumiCommand.
 //
 // A Manager is safe for concurrent use: operations on different stacks may run at once, and
 // ListStacks beside any of them. Each runs its own CLI processes in a workspace directory no other

@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"path/filepath"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/util/rpcutil"
@@ -20,15 +18,6 @@ import (
 
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
-
-// Why this file runs the CLI itself instead of auto.Stack.Up, Refresh and Destroy: those run
-// `pulumi stack output` and `pulumi stack history` (and Destroy's `stack rm`) after every
-// engine run, only to return the outputs and the summary (sdk v3.255.0 go/auto/stack.go,
-// Up 493-509). Each is a CLI process that loads the backend, so an up through auto would be
-// several CLI runs where one does the work (docs/benchmarks.md). The engine writes both to its
-// own event log (--event-log, the file auto itself tails), so one run says everything. The CLI
-// is run through auto's PulumiCommand all the same (its version check, --non-interactive,
-// process group and interrupt on cancel).
 
 // engineOutcome is what one engine run's event log says.
 type engineOutcome struct {
@@ -41,6 +30,8 @@ type engineOutcome struct {
 	// messages of its error diagnostics. Both are what a failed run's diagnosis is given.
 	steps       bool
 	diagnostics []string
+	// pruned: the run pruned the stack's history itself (the engine host's up).
+	pruned bool
 }
 
 // cliError is a failed CLI run: the command, its exit code and both output streams. Its
@@ -67,54 +58,27 @@ func stackNotFound(err error) bool {
 	return errors.As(err, &ke) && ke.kind == protocol.KindStackMissing
 }
 
-// engine runs one engine operation, `pulumi <op> <args> --stack stackName --event-log F`, in
-// stackName's workspace directory, which must exist with its Pulumi.yaml (open made it).
-// program is served to the engine in-process (runtimeServer, --client), as auto does for an
-// inline program: refresh and destroy get emptyProgram, which the CLI asks only for its
-// plugins (it never runs it without --run-program); without --client it would start the Go
-// language host that the workspace's `runtime: go` names, which the operator does not need.
-// Progress goes where opts says. An up that wants no progress goes to the engine host when the
-// Manager has one (useEngineHost): the same run without a CLI process. Errors: the run's
-// *cliError, as a *kindError once diagnosed (diagnosed; the engine host's reply is one with the
-// same text); a log that cannot be read.
+// engine runs one engine operation, `pulumi <op> <args>` on stackName, through the Manager's
+// engine (m.eng: the engine host or a CLI process, which must find the stack's workspace directory
+// with its Pulumi.yaml: open made it), with program served to it in-process (runtimeServer): refresh
+// and destroy get emptyProgram, which the engine asks only for its plugins. A failed run is
+// diagnosed (diagnosed); after an up or refresh the stack's history is pruned unless the run did
+// it itself. Errors: a *kindError once diagnosed (the engine host's reply is one already), else
+// the run's *cliError; a log that cannot be read.
 func (m *Manager) engine(ctx context.Context, stackName, op string, program pulumi.RunFunc, args []string, opts RunOptions) (engineOutcome, error) {
 	srv, err := serveProgram(program)
 	if err != nil {
 		return engineOutcome{}, fmt.Errorf("serve the program to the engine: %w", err)
 	}
 	defer srv.close()
-	if op == "up" && m.useEngineHost(opts) {
-		out, err := m.engineHostUp(ctx, stackName, srv.address, opts)
-		if !errors.Is(err, errEngineHostStart) {
-			return out, err
-		}
-		// Nothing ran: the up goes the CLI's way, as it would without an engine host.
-		slog.Warn("the engine host could not be started; running `pulumi up`", "stack", stackName, "error", err)
-	}
-	dir := filepath.Join(m.cfg.WorkRoot, stackName)
-	logFile := filepath.Join(dir, scratchName(".events-")+".jsonl")
-	defer os.Remove(logFile)
-	args = append([]string{op}, args...)
-	args = append(args, "--client="+srv.address, "--exec-kind=auto.inline")
-	args = append(args, "--color="+colorOf(opts), "--event-log", logFile, "--stack", stackName)
-	streams := m.streams(opts)
-	if streams == nil {
-		args = append(args, "--suppress-progress")
-	}
-	// --event-log is one of the CLI's debug flags: it exists only with PULUMI_DEBUG_COMMANDS
-	// (auto sets it for every run too).
-	env := append(m.runEnv(), "PULUMI_DEBUG_COMMANDS=true")
-	stdout, stderr, code, err := m.cmd.Run(ctx, dir, nil, streams, nil, env, args...)
+	out, err := m.eng.run(ctx, engineRun{stack: stackName, op: op, client: srv.address, args: args, opts: opts})
 	if err != nil {
-		// What the run's events said (a step started; its error diagnostics) goes to the diagnosis;
-		// a log the run did not get to write says nothing.
-		ran, _ := readEventLog(logFile)
-		return engineOutcome{}, m.diagnosed(ctx, stackName, &cliError{op: op, code: code, stdout: stdout, stderr: stderr, err: err}, ran.steps, ran.diagnostics)
+		return engineOutcome{}, m.diagnosed(ctx, stackName, err, out.steps, out.diagnostics)
 	}
-	if op == "up" || op == "refresh" {
+	if !out.pruned && (op == "up" || op == "refresh") {
 		m.prune(ctx, stackName, opts) // the history entry this run wrote
 	}
-	return readEventLog(logFile)
+	return out, nil
 }
 
 // readEventLog reads an engine event log (one JSON apitype.EngineEvent per line) for the

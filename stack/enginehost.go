@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -86,35 +87,54 @@ type engineHost struct {
 	proc *engineProc
 }
 
-// useEngineHost reports whether an up of stackName with opts goes to the engine host: there is
-// one, no progress output is wanted (the host reports at the end, the CLI as it goes: laptop
-// commands keep the CLI), and the CLI's passphrase is one the host reads alike from any
-// directory (PULUMI_CONFIG_PASSPHRASE, or an absolute PULUMI_CONFIG_PASSPHRASE_FILE; a relative
-// one is the CLI's relative to each stack's workspace).
-func (m *Manager) useEngineHost(opts RunOptions) bool {
-	if m.engineHost == nil || m.streams(opts) != nil {
+// hostEngine is the engine with an engine host: the ups that want no progress output and every
+// request go to the engine host process, the rest (previews, refreshes, destroys, ups with
+// progress output, an up when the host cannot be started) to cli.
+type hostEngine struct {
+	m    *Manager
+	host *engineHost
+	cli  *cliPerRun
+}
+
+var _ engine = (*hostEngine)(nil)
+
+// run sends r to the engine host when it is an up that takes (takes), else runs it as cli does.
+// An up that could not start the host (errEngineHostStart) runs as cli does: nothing ran.
+func (h *hostEngine) run(ctx context.Context, r engineRun) (engineOutcome, error) {
+	if r.op != "up" || !h.takes(r.opts) {
+		return h.cli.run(ctx, r)
+	}
+	out, err := h.up(ctx, r)
+	if !errors.Is(err, errEngineHostStart) {
+		return out, err
+	}
+	slog.Warn("the engine host could not be started; running `pulumi up`", "stack", r.stack, "error", err)
+	return h.cli.run(ctx, r)
+}
+
+// takes reports whether an up with opts goes to the engine host: no progress output is wanted
+// (the host reports at the end, the CLI as it goes: laptop commands keep the CLI), and the CLI's
+// passphrase is one the host reads alike from any directory (PULUMI_CONFIG_PASSPHRASE, or an
+// absolute PULUMI_CONFIG_PASSPHRASE_FILE; a relative one is the CLI's relative to each stack's
+// workspace).
+func (h *hostEngine) takes(opts RunOptions) bool {
+	if h.m.streams(opts) != nil {
 		return false
 	}
-	if _, ok := m.lookupEnv("PULUMI_CONFIG_PASSPHRASE"); ok {
+	if _, ok := h.m.lookupEnv("PULUMI_CONFIG_PASSPHRASE"); ok {
 		return true
 	}
-	f, _ := m.lookupEnv("PULUMI_CONFIG_PASSPHRASE_FILE")
+	f, _ := h.m.lookupEnv("PULUMI_CONFIG_PASSPHRASE_FILE")
 	return filepath.IsAbs(f)
 }
 
-// lookupEnv is k in the CLI's environment: Config.Env (and New's settings) over this process's.
-func (m *Manager) lookupEnv(k string) (string, bool) {
-	if v, ok := m.env[k]; ok {
-		return v, true
-	}
-	return os.LookupEnv(k)
-}
-
-// engineHostUp is engine's up through the engine host: the same run, reported the same way (a
-// failure is a *kindError holding what the CLI would have printed, and the reply's kind), except
-// that a host that cannot be started is errEngineHostStart, nothing having run.
-func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, opts RunOptions) (engineOutcome, error) {
-	dir := filepath.Join(m.cfg.WorkRoot, stackName)
+// up is r, an up, through the engine host: the same run, reported the same way (a failure is a
+// *kindError holding what the CLI would have printed, and the reply's kind), except that a host
+// that cannot be started is errEngineHostStart, nothing having run. The host prunes the stack's
+// history itself (the outcome's pruned).
+func (h *hostEngine) up(ctx context.Context, r engineRun) (engineOutcome, error) {
+	m := h.m
+	dir := filepath.Join(m.cfg.WorkRoot, r.stack)
 	// A passphrase changed since the host started (a rotated Secret) must be seen as the CLI
 	// would see it: pkg/v3 caches a stack's key by its salt alone, so an old host would go on
 	// with the old key. A new host reads the new one.
@@ -122,33 +142,39 @@ func (m *Manager) engineHostUp(ctx context.Context, stackName, client string, op
 	if err != nil {
 		return engineOutcome{}, &cliError{op: "up", code: 255, stderr: "error: " + err.Error(), err: err}
 	}
-	keep, _ := m.keep(opts)
-	r, err := m.engineHost.do(ctx, protocol.Request{Op: protocol.OpUp, Stack: stackName, Dir: dir, Client: client, Refresh: opts.Refresh, Keep: keep},
+	keep, _ := m.keep(r.opts)
+	reply, err := h.host.do(ctx, protocol.Request{Op: protocol.OpUp, Stack: r.stack, Dir: dir, Client: r.client, Refresh: r.opts.Refresh, Keep: keep},
 		phrase, m.engineHostEnv)
 	if errors.Is(err, errEngineHostStart) {
-		return engineOutcome{}, err // engine runs the CLI instead
+		return engineOutcome{}, err // run goes the CLI's way instead
 	}
 	if err != nil {
 		return engineOutcome{}, &cliError{op: "up", code: -1, stderr: "error: " + err.Error(), err: err}
 	}
-	if r.Code != 0 {
-		return engineOutcome{}, newReplyError("up", r)
+	if reply.Code != 0 {
+		return engineOutcome{}, newReplyError("up", reply)
 	}
-	reportPrune(stackName, r)
-	return engineOutcome{changes: r.Changes, outputs: r.Outputs}, nil
+	reportPrune(r.stack, reply)
+	return engineOutcome{changes: reply.Changes, outputs: reply.Outputs, pruned: true}, nil
 }
 
-// hostRequest sends req, a request that runs no program (init, prune, locks, unlock, diagnose), to the
-// engine host (which must be configured) and waits for its reply. The process is picked by the
-// passphrase req.Stack's runs would use, so that such a request does not replace a process that
-// its ups use. Errors: the passphrase cannot be read, or engineHost.do's.
-func (m *Manager) hostRequest(ctx context.Context, req protocol.Request) (protocol.Reply, error) {
-	phrase, err := m.passphrase(filepath.Join(m.cfg.WorkRoot, req.Stack))
+// request sends req, a request that runs no program (init, prune, locks, unlock, diagnose), to the
+// engine host and waits for its reply. The process is picked by the passphrase req.Stack's runs
+// would use, so that such a request does not replace a process that its ups use. Errors: the
+// passphrase cannot be read, or engineHost.do's.
+func (h *hostEngine) request(ctx context.Context, req protocol.Request) (protocol.Reply, error) {
+	phrase, err := h.m.passphrase(filepath.Join(h.m.cfg.WorkRoot, req.Stack))
 	if err != nil {
 		return protocol.Reply{}, err
 	}
-	return m.engineHost.do(ctx, req, phrase, m.engineHostEnv)
+	return h.host.do(ctx, req, phrase, h.m.engineHostEnv)
 }
+
+// pruneEvery is 1: a prune is a request to the running host, no process of its own.
+func (h *hostEngine) pruneEvery() int { return 1 }
+
+// close ends the host process once its runs have finished.
+func (h *hostEngine) close() { h.host.close() }
 
 // engineHostEnv is the engine host's environment: the CLI's (this process's, allow-listed by childEnv, New's settings and
 // Config.Env over it, PULUMI_HOME) and the backend URL, which the host reads from there.

@@ -34,16 +34,35 @@ func hostManager(t *testing.T) (m *Manager, backend string, runs func() []string
 // would have from the start.
 func attachHost(t *testing.T, m *Manager) {
 	t.Helper()
-	m.engineHost = &engineHost{path: testenv.EngineHost(t), project: m.cfg.Project, maxRuns: engineHostRuns, idle: engineHostIdle,
-		cancelGrace: engineHostCancelGrace, procs: m.procs}
+	m.eng = m.engineFor(&engineHost{path: testenv.EngineHost(t), project: m.cfg.Project, maxRuns: engineHostRuns, idle: engineHostIdle,
+		cancelGrace: engineHostCancelGrace, procs: m.procs})
 	t.Cleanup(m.Close)
+}
+
+// hostOf is m's engine host; the test fails when m has none.
+func hostOf(t *testing.T, m *Manager) *engineHost {
+	t.Helper()
+	h, ok := m.eng.(*hostEngine)
+	if !ok {
+		t.Fatalf("the Manager has no engine host (its engine is a %T)", m.eng)
+	}
+	return h.host
+}
+
+// cliOf is m's CLI-per-run engine, its own or its engine host's.
+func cliOf(m *Manager) *cliPerRun {
+	if h, ok := m.eng.(*hostEngine); ok {
+		return h.cli
+	}
+	return m.eng.(*cliPerRun)
 }
 
 // hostPid is the pid of m's engine host process, 0 when none runs.
 func hostPid(m *Manager) int {
-	m.engineHost.mu.Lock()
-	defer m.engineHost.mu.Unlock()
-	if p := m.engineHost.proc; p != nil {
+	h := m.eng.(*hostEngine).host
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if p := h.proc; p != nil {
 		return p.cmd.Process.Pid
 	}
 	return 0
@@ -261,7 +280,7 @@ func TestEngineHostKilled(t *testing.T) {
 // 3 runs a process the first two ups share one and the third starts another.
 func TestEngineHostRecycled(t *testing.T) {
 	m, _, _ := hostManager(t)
-	m.engineHost.maxRuns = 3
+	hostOf(t, m).maxRuns = 3
 	name, _ := m.StackName("ns", "recycled")
 	var pids []int
 	for i := range 3 {
@@ -343,7 +362,7 @@ func TestEngineHostNotUsed(t *testing.T) {
 	}
 	delete(m.env, "PULUMI_CONFIG_PASSPHRASE")
 	m.env["PULUMI_CONFIG_PASSPHRASE_FILE"] = "relative/passphrase"
-	if m.useEngineHost(RunOptions{}) {
+	if m.eng.(*hostEngine).takes(RunOptions{}) {
 		t.Error("a relative PULUMI_CONFIG_PASSPHRASE_FILE goes to the engine host, want the CLI (it is relative to each workspace)")
 	}
 
@@ -368,12 +387,12 @@ func TestEngineHostNotUsed(t *testing.T) {
 // reports.
 func TestEngineHostInitFallsBack(t *testing.T) {
 	m, backend, runs := hostManager(t)
-	m.engineHost.path = fakeEngine(t, "fail")
+	hostOf(t, m).path = fakeEngine(t, "fail")
 	first, _ := m.StackName("ns", "first")
 	if _, err := m.Up(context.Background(), first, program("x", 0), RunOptions{}); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Fatalf("up through a failing engine host: %v, want its error", err)
 	}
-	if !m.engineHost.running() {
+	if !hostOf(t, m).running() {
 		t.Fatal("the stand-in engine host is not running after its first reply")
 	}
 	runs()
@@ -398,7 +417,7 @@ func TestEngineHostInitFallsBack(t *testing.T) {
 // goes back after a burst), and the next up starts a new one and works.
 func TestEngineHostIdleExit(t *testing.T) {
 	m, _, _ := hostManager(t)
-	m.engineHost.idle = 500 * time.Millisecond
+	hostOf(t, m).idle = 500 * time.Millisecond
 	name, _ := m.StackName("ns", "idle")
 	if _, err := m.Up(context.Background(), name, program("a", 0), RunOptions{}); err != nil {
 		t.Fatal(err)
@@ -431,12 +450,12 @@ func TestEngineHostStartAndPassphraseErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Close()
-	real := m.engineHost.path
+	real := hostOf(t, m).path
 	notExec := filepath.Join(t.TempDir(), "pulumi-operator-engine")
 	if err := os.WriteFile(notExec, []byte("not a program"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m.engineHost.path = notExec
+	hostOf(t, m).path = notExec
 	runs()
 	if res, err := m.Up(context.Background(), name, program("b", 0), RunOptions{}); err != nil || res.Outputs["greeting"] != "b" {
 		t.Fatalf("up with an engine host that cannot start: %v, %v; want it done by the CLI", res.Outputs, err)
@@ -444,7 +463,7 @@ func TestEngineHostStartAndPassphraseErrors(t *testing.T) {
 	if got := runs(); !slices.Contains(got, "up") {
 		t.Fatalf("up with an engine host that cannot start ran %v, want a CLI up", got)
 	}
-	m.engineHost.path = real
+	hostOf(t, m).path = real
 
 	file := filepath.Join(t.TempDir(), "passphrase")
 	delete(m.env, "PULUMI_CONFIG_PASSPHRASE")
@@ -468,13 +487,13 @@ func TestEngineHostStartAndPassphraseErrors(t *testing.T) {
 // caller and no process is held for ever; the next up starts a new process.
 func TestEngineHostHungRunAbandoned(t *testing.T) {
 	m, _, _ := hostManager(t)
-	m.engineHost.path = fakeEngine(t, "hang")
-	m.engineHost.cancelGrace = 300 * time.Millisecond
+	hostOf(t, m).path = fakeEngine(t, "hang")
+	hostOf(t, m).cancelGrace = 300 * time.Millisecond
 	name, _ := m.StackName("ns", "hung")
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := m.engineHostUp(ctx, name, "127.0.0.1:1", RunOptions{})
+	_, err := m.eng.(*hostEngine).up(ctx, engineRun{stack: name, op: "up", client: "127.0.0.1:1"})
 	if !errors.Is(err, errEngineHostHung) {
 		t.Fatalf("up on a hung engine host: %v, want errEngineHostHung", err)
 	}
@@ -490,7 +509,7 @@ func TestEngineHostHungRunAbandoned(t *testing.T) {
 			t.Fatalf("the hung engine host %d still runs", pid)
 		}
 	}
-	if m.engineHost.running() {
+	if hostOf(t, m).running() {
 		t.Error("the hung engine host still takes requests")
 	}
 }
@@ -529,21 +548,21 @@ func TestStopEndsTheEngineHost(t *testing.T) {
 // process starts afterwards.
 func TestStopKillsARunThatDoesNotEnd(t *testing.T) {
 	m, _, _ := hostManager(t)
-	m.engineHost.path = fakeEngine(t, "hang")
-	m.engineHost.cancelGrace = time.Hour // the run is never given up by its caller
+	hostOf(t, m).path = fakeEngine(t, "hang")
+	hostOf(t, m).cancelGrace = time.Hour // the run is never given up by its caller
 	name, _ := m.StackName("ns", "stuck")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	upErr := make(chan error, 1)
 	go func() {
-		_, err := m.engineHostUp(ctx, name, "127.0.0.1:1", RunOptions{})
+		_, err := m.eng.(*hostEngine).up(ctx, engineRun{stack: name, op: "up", client: "127.0.0.1:1"})
 		upErr <- err
 	}()
 	var pid int
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		m.engineHost.mu.Lock()
-		p := m.engineHost.proc
-		m.engineHost.mu.Unlock()
+		hostOf(t, m).mu.Lock()
+		p := hostOf(t, m).proc
+		hostOf(t, m).mu.Unlock()
 		if p != nil {
 			p.mu.Lock()
 			inflight := p.inflight
@@ -657,7 +676,7 @@ func TestNoEngineHostRequests(t *testing.T) {
 			t.Errorf("after up %d the history holds %d updates, want %d", i+1, got, w.histories)
 		}
 	}
-	if m.engineHost != nil {
+	if _, ok := m.eng.(*hostEngine); ok {
 		t.Fatal("a Manager without Config.EngineHost has an engine host")
 	}
 	if ids, ok := m.LockIDs(context.Background()); !ok || len(ids) != 0 {

@@ -133,7 +133,7 @@ func TestNoDiagnosisWithoutTheRequestCommand(t *testing.T) {
 		if err == nil || errors.Is(err, ErrLocked) || !errors.Is(err, failed) {
 			t.Fatalf("classify %d = %v, want a plain failure (no diagnosis)", i, err)
 		}
-		if !m.noOperatorRequests.Load() {
+		if !cliOf(m).noOperatorRequests.Load() {
 			t.Fatalf("after classify %d: the Manager would ask the CLI again", i)
 		}
 	}

@@ -17,7 +17,7 @@ import (
 //     it to Config.KeepHistory updates (prune), always with the engine host's code (package
 //     agent/enginehost), the one place that deletes backend files: a request to the engine
 //     host when the Manager has one, else the pinned CLI's `pulumi operator-request`
-//     (protocol.RequestCommand, request.go). Newest is Pulumi's own order, the update time in
+//     (protocol.RequestCommand, cliPerRun.request). Newest is Pulumi's own order, the update time in
 //     each file's name, never a file's modification time (agent/enginehost/prune.go);
 //   - the backups, one more copy of the checkpoint per update (.pulumi/backups/...): the
 //     checkpoint right after the update, which the history's copy holds too, so the Manager
@@ -41,9 +41,9 @@ func (m *Manager) prune(ctx context.Context, stackName string, opts RunOptions) 
 	if m.backend.Kind == BackendCloud || keep < 1 || (!budgeted && !m.pruneDue(stackName)) {
 		return
 	}
-	r, err := m.request(ctx, protocol.Request{Op: protocol.OpPrune, Stack: stackName, Keep: keep})
+	r, err := m.eng.request(ctx, protocol.Request{Op: protocol.OpPrune, Stack: stackName, Keep: keep})
 	if errors.Is(err, errNoRequests) {
-		return // said once (request)
+		return // said once (cliPerRun.request)
 	}
 	if err != nil {
 		slog.Warn("could not prune the stack's history", "stack", stackName, "error", err)
@@ -56,11 +56,12 @@ func (m *Manager) prune(ctx context.Context, stackName string, opts RunOptions) 
 }
 
 // pruneDue reports whether an up or refresh of stackName that ran as a CLI process should prune
-// its history now: always, but without an engine host only every
-// KeepHistory-th time per stack (counted in this process), so that each prune's process is paid
-// once per KeepHistory ups and the history holds at most twice KeepHistory updates.
+// its history now: every engine.pruneEvery-th time per stack (counted in this process): always
+// with an engine host, else every KeepHistory-th, so that each prune's process is paid once per
+// KeepHistory ups and the history holds at most twice KeepHistory updates.
 func (m *Manager) pruneDue(stackName string) bool {
-	if m.engineHost != nil {
+	every := m.eng.pruneEvery()
+	if every <= 1 {
 		return true
 	}
 	m.unprunedMu.Lock()
@@ -69,7 +70,7 @@ func (m *Manager) pruneDue(stackName string) bool {
 		m.unpruned = map[string]int{}
 	}
 	m.unpruned[stackName]++
-	if m.unpruned[stackName] < m.cfg.KeepHistory {
+	if m.unpruned[stackName] < every {
 		return false
 	}
 	delete(m.unpruned, stackName)

@@ -45,7 +45,7 @@ func (m *Manager) HolderGone(l Lock, stackName string) (gone, alive bool, why st
 // gone: an update still running would go on without a lock, and two updates at once can corrupt
 // the state.
 //
-// The engine host's code does it (protocol.OpUnlock through request: the engine host, or without
+// The engine host's code does it (protocol.OpUnlock through engine.request: the engine host, or without
 // one a pinned CLI process), on any DIY backend, also for a stack that does not exist: a DIY
 // backend's `stack init` and `stack rm` take the lock too (pkg/backend/diy CreateStack,
 // RemoveStack), so a process killed inside either leaves the lock of a missing stack, which the
@@ -63,7 +63,7 @@ func (m *Manager) CancelLock(ctx context.Context, stackName string, ids []string
 	if len(ids) == 0 || slices.Contains(ids, "") {
 		return fmt.Errorf("cancel lock of stack %s: no lock named (a lock whose file is not known is never removed)", stackName)
 	}
-	r, err := m.request(ctx, protocol.Request{Op: protocol.OpUnlock, Stack: stackName, Locks: ids})
+	r, err := m.eng.request(ctx, protocol.Request{Op: protocol.OpUnlock, Stack: stackName, Locks: ids})
 	if errors.Is(err, errNoRequests) {
 		if len(allLocks) != len(ids) {
 			return fmt.Errorf("cancel lock of stack %s: it holds %d locks and only %d may be removed, and `pulumi cancel` removes them all: "+
@@ -104,11 +104,11 @@ func (m *Manager) cancelLockCLI(ctx context.Context, stackName string) error {
 }
 
 // LockIDs lists the IDs of every lock held now on a stack of the Manager's project, read by the
-// engine host's code (protocol.OpLocks through request); ok is false when no request can be made
+// engine host's code (protocol.OpLocks through engine.request); ok is false when no request can be made
 // or it could not tell. A new leader takes this snapshot when it acquires the Lease: the locks of
 // earlier leaders it may remove are among these, never one taken later.
 func (m *Manager) LockIDs(ctx context.Context) (ids map[string]bool, ok bool) {
-	r, err := m.request(ctx, protocol.Request{Op: protocol.OpLocks})
+	r, err := m.eng.request(ctx, protocol.Request{Op: protocol.OpLocks})
 	if err != nil || r.Code != 0 {
 		return nil, false
 	}

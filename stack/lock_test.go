@@ -125,7 +125,7 @@ func TestStaleLockCancel(t *testing.T) {
 			case "engine host":
 				attachHost(t, m)
 			case "pulumi cancel":
-				m.noOperatorRequests.Store(true) // as a CLI without the request command
+				cliOf(m).noOperatorRequests.Store(true) // as a CLI without the request command
 			}
 			_, err := m.Up(ctx, name, program("z", 0), RunOptions{})
 			if err == nil || (mode != "pulumi cancel" && !errors.Is(err, ErrLocked)) {
@@ -186,13 +186,13 @@ func TestLockOfRemovedStack(t *testing.T) {
 			}
 			if !host {
 				// As with a CLI that has no request command: `pulumi cancel`, which refuses.
-				m.noOperatorRequests.Store(true)
+				cliOf(m).noOperatorRequests.Store(true)
 				if err := m.CancelLock(ctx, name, []string{lock.ID}, []Lock{lock}); err == nil || !strings.Contains(err.Error(), "does not exist") ||
 					!strings.Contains(err.Error(), PinnedCLIVersion) {
 					t.Fatalf("CancelLock of a missing stack with `pulumi cancel` = %v; want an error saying the stack does not exist and naming the pinned CLI %s",
 						err, PinnedCLIVersion)
 				}
-				m.noOperatorRequests.Store(false)
+				cliOf(m).noOperatorRequests.Store(false)
 			}
 			if err := m.CancelLock(ctx, name, []string{lock.ID}, []Lock{lock}); err != nil {
 				t.Fatalf("CancelLock: %v", err)
@@ -320,12 +320,12 @@ func TestTornSidecarWithoutEngineHost(t *testing.T) {
 // host or it could not tell (then whether a lock is held is unknown). It waits at most
 // diagnoseTimeout.
 func (m *Manager) heldLocks(stackName string) (held bool, locks []Lock, ok bool) {
-	if m.engineHost == nil {
+	if _, ok := m.eng.(*hostEngine); !ok {
 		return false, nil, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), diagnoseTimeout)
 	defer cancel()
-	r, err := m.hostRequest(ctx, protocol.Request{Op: protocol.OpLocks, Stack: stackName})
+	r, err := m.eng.request(ctx, protocol.Request{Op: protocol.OpLocks, Stack: stackName})
 	if err != nil || r.Code != 0 {
 		return false, nil, false
 	}

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/blang/semver"
@@ -75,9 +74,9 @@ type Config struct {
 	// a CLI process each and answers the Manager's requests (a new stack, pruning, locks, the
 	// diagnosis of a failed run): a path, which must exist. Empty runs every up as a `pulumi up`
 	// CLI process and each request as a `pulumi operator-request` process of the pinned CLI
-	// (request.go): what `--engine-host none` means. It is used only on a DIY backend with the
+	// (cliPerRun): what `--engine-host none` means. It is used only on a DIY backend with the
 	// passphrase secrets provider; ups go to it only when they want no progress output (the
-	// watcher's; see useEngineHost).
+	// watcher's; see hostEngine.takes).
 	EngineHost string
 	// PreviousPassphraseFile, when set, names a file holding the passphrase the stacks were
 	// encrypted with before the current one (PULUMI_CONFIG_PASSPHRASE[_FILE]): every up, refresh
@@ -111,15 +110,13 @@ type Manager struct {
 	// leaves out because of it.
 	credentials *os.File
 	drop        []string
-	// engineHost runs ups without a CLI process each (enginehost.go); nil for the CLI.
-	engineHost *engineHost
+	// eng is how Pulumi's engine is reached: a *hostEngine with an engine host, else a *cliPerRun
+	// (cliperrun.go).
+	eng engine
 	// unpruned counts, per stack, the CLI-run ups and refreshes since its last prune, without an
 	// engine host (pruneDue); unprunedMu guards it.
 	unprunedMu sync.Mutex
 	unpruned   map[string]int
-	// noOperatorRequests is set once the CLI turned out not to know protocol.RequestCommand
-	// (request).
-	noOperatorRequests atomic.Bool
 	// cloudOrg is Pulumi Cloud's default organization for QualifiedName, asked once.
 	cloudOrgOnce sync.Once
 	cloudOrg     string
@@ -227,8 +224,10 @@ func New(cfg Config) (*Manager, error) {
 	if tc, ok := cmd.(*trackedCommand); ok {
 		tc.drop = drop
 	}
-	return &Manager{cfg: cfg, backend: backend, cmd: cmd, env: env, procs: procs, engineHost: host, settled: map[string]bool{}, named: map[string]bool{},
-		credentials: credentials, drop: drop}, nil
+	m := &Manager{cfg: cfg, backend: backend, cmd: cmd, env: env, procs: procs, settled: map[string]bool{}, named: map[string]bool{},
+		credentials: credentials, drop: drop}
+	m.eng = m.engineFor(host)
+	return m, nil
 }
 
 // cliEnv is what every CLI run of the Manager adds to its environment: Config.Env and the
@@ -249,9 +248,7 @@ func (m *Manager) cliEnv() map[string]string {
 // call it when no process of this Manager may write any more (a leader that lost its Lease),
 // after a graceful cancel had its chance. No pulumi process starts afterwards.
 func (m *Manager) Kill() int {
-	if m.engineHost != nil {
-		m.engineHost.close()
-	}
+	m.eng.close()
 	return m.procs.killAll()
 }
 
@@ -276,9 +273,16 @@ func (m *Manager) Stop(wait time.Duration) int {
 // Manager stays usable: a later up starts another. Without Close the host exits with this
 // process.
 func (m *Manager) Close() {
-	if m.engineHost != nil {
-		m.engineHost.close()
+	m.eng.close()
+}
+
+// engineFor is the Manager's engine: a hostEngine on host, or a cliPerRun when host is nil.
+func (m *Manager) engineFor(host *engineHost) engine {
+	cli := &cliPerRun{m: m}
+	if host == nil {
+		return cli
 	}
+	return &hostEngine{m: m, host: host, cli: cli}
 }
 
 // CLIVersion is the version of the pulumi CLI the Manager runs.

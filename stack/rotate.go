@@ -17,6 +17,8 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/config"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
+
+	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
 
 // Passphrase rotation. A stack of the passphrase secrets provider keeps its salt and a check
@@ -151,8 +153,7 @@ func reencryptDeployment(ctx context.Context, d map[string]any, old config.Decry
 }
 
 // exportDeployment returns stackName, opened, and its deployment, decoded (numbers kept as
-// json.Number), and the deployment's version. `pulumi stack export` decrypts the state to check it, so it runs with the current
-// passphrase and, when that one is refused, with the previous one.
+// json.Number), and the deployment's version (exportOpened).
 func (m *Manager) exportDeployment(ctx context.Context, stackName string) (auto.Stack, map[string]any, int, error) {
 	st, err := m.open(ctx, stackName, false)
 	if err != nil {
@@ -162,44 +163,19 @@ func (m *Manager) exportDeployment(ctx context.Context, stackName string) (auto.
 	return st, d, version, err
 }
 
-// exportOpened is exportDeployment's export, for a stack opened already (its workspace exists).
+// exportOpened is exportDeployment's export, for a stack opened already (its workspace exists):
+// protocol.OpExport (engine.request), which reads the deployment as the backend holds it, secrets
+// encrypted, without a passphrase, so that which passphrase opens it is decided from its salt
+// alone (whichPassphrase). Where no request can be made (Pulumi Cloud, a CLI of another build) it
+// is `pulumi stack export`, which opens the stack with a passphrase: the current one, and when
+// that run fails the previous one; when both fail, the first failure is the error, classified.
 func (m *Manager) exportOpened(ctx context.Context, stackName string) (map[string]any, int, error) {
-	dir := filepath.Join(m.cfg.WorkRoot, stackName)
-	phrases := []string{}
-	for _, get := range []func() (string, error){func() (string, error) { return m.passphrase(dir) }, m.previousPassphrase} {
-		p, err := get()
-		if err != nil {
-			return nil, 0, err
-		}
-		if p != "" {
-			phrases = append(phrases, p)
-		}
-	}
-	var out string
-	var err error
-	for _, phrase := range phrases {
-		env := []string{"PULUMI_CONFIG_PASSPHRASE=" + phrase, "PULUMI_CONFIG_PASSPHRASE_FILE="}
-		for k, v := range m.cliEnv() {
-			if k != "PULUMI_CONFIG_PASSPHRASE" && k != "PULUMI_CONFIG_PASSPHRASE_FILE" {
-				env = append(env, k+"="+v)
-			}
-		}
-		var stderr string
-		out, stderr, _, err = m.cmd.Run(ctx, dir, nil, nil, nil, env, "stack", "export", "--stack", stackName)
-		if err == nil {
-			break
-		}
-		// The CLI's only word for a wrong passphrase (pkg/v3 secrets/passphrase).
-		if !strings.Contains(stderr, "incorrect passphrase") {
-			return nil, 0, fmt.Errorf("export stack %s: %w", stackName, m.classifyStack(ctx, stackName, fmt.Errorf("%w: %s", err, RedactText(stderr))))
-		}
-		err = ErrIncorrectPassphrase
-	}
+	out, err := m.exportState(ctx, stackName)
 	if err != nil {
-		return nil, 0, fmt.Errorf("export stack %s: %w: neither the passphrase nor the previous one (--previous-passphrase-file) opens it", stackName, err)
+		return nil, 0, fmt.Errorf("export stack %s: %w", stackName, err)
 	}
 	var ud apitype.UntypedDeployment
-	if err := json.Unmarshal([]byte(out), &ud); err != nil {
+	if err := json.Unmarshal(out, &ud); err != nil {
 		return nil, 0, fmt.Errorf("read the export of stack %s: %w", stackName, err)
 	}
 	var d map[string]any
@@ -209,6 +185,50 @@ func (m *Manager) exportOpened(ctx context.Context, stackName string) (map[strin
 		return nil, 0, fmt.Errorf("read the deployment of stack %s: %w", stackName, err)
 	}
 	return d, ud.Version, nil
+}
+
+// exportState is exportOpened's export: the JSON of an apitype.UntypedDeployment. Errors are
+// classified (*OperationError).
+func (m *Manager) exportState(ctx context.Context, stackName string) ([]byte, error) {
+	r, err := m.eng.request(ctx, protocol.Request{Op: protocol.OpExport, Stack: stackName})
+	switch {
+	case err == nil && r.Code == 0:
+		return r.Deployment, nil
+	case err == nil:
+		return nil, m.classifyStack(ctx, stackName, newReplyError("export", r))
+	case !errors.Is(err, errNoRequests):
+		return nil, m.classifyStack(ctx, stackName, err)
+	}
+	dir := filepath.Join(m.cfg.WorkRoot, stackName)
+	current, err := m.passphrase(dir)
+	if err != nil {
+		return nil, err
+	}
+	previous, err := m.previousPassphrase()
+	if err != nil {
+		return nil, err
+	}
+	phrases := []string{current}
+	if previous != "" {
+		phrases = append(phrases, previous)
+	}
+	var first error
+	for _, phrase := range phrases {
+		env := []string{"PULUMI_CONFIG_PASSPHRASE=" + phrase, "PULUMI_CONFIG_PASSPHRASE_FILE="}
+		for k, v := range m.cliEnv() {
+			if k != "PULUMI_CONFIG_PASSPHRASE" && k != "PULUMI_CONFIG_PASSPHRASE_FILE" {
+				env = append(env, k+"="+v)
+			}
+		}
+		out, stderr, code, err := m.cmd.Run(ctx, dir, nil, nil, nil, env, "stack", "export", "--stack", stackName)
+		if err == nil {
+			return []byte(out), nil
+		}
+		if first == nil {
+			first = &cliError{op: "stack export", code: code, stdout: out, stderr: stderr, err: err}
+		}
+	}
+	return nil, m.classifyStack(ctx, stackName, first)
 }
 
 // PassphraseOf reports which passphrase opens stackName's secrets: PassphraseCurrent,

@@ -93,7 +93,8 @@ func TestReencryptDeployment(t *testing.T) {
 // one: PassphraseOf says previous; its up re-encrypts first (the secret output still reads
 // back); PassphraseOf then says current, a Manager with "old" alone can no longer open the stack
 // and one with "new" alone can; a stack re-encrypted by another Manager (its workspace holding
-// the stale salt) is only synced. Neither passphrase: ErrIncorrectPassphrase, saying what to do.
+// the stale salt) is only synced; a CLI without the request command finds the previous passphrase
+// by trying it. Neither passphrase: ErrIncorrectPassphrase, saying what to do.
 func TestRotatePassphrase(t *testing.T) {
 	dir := t.TempDir()
 	backend := "file://" + filepath.Join(dir, "backend")
@@ -150,6 +151,24 @@ func TestRotatePassphrase(t *testing.T) {
 	}
 	if _, err := rot.Up(ctx, b, secretProgram("b"), RunOptions{}); err != nil {
 		t.Fatalf("up of b, re-encrypted elsewhere: %v", err)
+	}
+
+	// A CLI without the request command (the previous release's) exports with a passphrase: the
+	// current one fails, the previous one opens the stack.
+	c, _ := old.StackName("ns", "c")
+	if _, err := old.Up(ctx, c, secretProgram("c"), RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	foreign := mk(t, "new", "old", "ws-foreign")
+	foreign.cfg.PulumiPath = testenv.PreviousPulumiCLI(t)
+	if foreign.cmd, err = pulumiCommand(foreign.cfg.PulumiPath, foreign.cfg.WorkRoot, foreign.procs); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := foreign.PassphraseOf(ctx, c); err != nil || got != PassphrasePrevious {
+		t.Fatalf("PassphraseOf with a CLI without the request command = %q, %v; want previous", got, err)
+	}
+	if !cliOf(foreign).noOperatorRequests.Load() {
+		t.Fatal("the export went through the request command of a CLI that has none")
 	}
 
 	neither := mk(t, "third", "fourth", "ws-neither")

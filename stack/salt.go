@@ -78,6 +78,14 @@ func (m *Manager) passphrase(dir string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
+// lookupEnv is k in the CLI's environment: Config.Env (and New's settings) over this process's.
+func (m *Manager) lookupEnv(k string) (string, bool) {
+	if v, ok := m.env[k]; ok {
+		return v, true
+	}
+	return os.LookupEnv(k)
+}
+
 // newStackSalt returns the salt state for a new stack whose workspace is dir: the one made
 // before when the passphrase is the same (a passphrase changed since, e.g. a rotated Secret,
 // gets a new one). It derives a key only then; other callers wait for it meanwhile.

@@ -19,7 +19,7 @@ func engineHostCanServe(backend Backend, secretsProvider string) bool {
 	return backend.Kind != BackendCloud && secretsProvider == "passphrase"
 }
 
-// initStack creates stackName with the engine host's code (protocol.OpInit through request: the
+// initStack creates stackName with the engine host's code (protocol.OpInit through engine.request: the
 // engine host, or without one a pinned CLI process): the same pkg/v3 code as `pulumi stack init`,
 // without its key derivation (the Manager writes the salt: writeSalt). created: it made the stack;
 // exists: it was there already. Both false when that code cannot serve the stack (Pulumi Cloud, a
@@ -31,7 +31,7 @@ func (m *Manager) initStack(ctx context.Context, stackName string) (created, exi
 	if !engineHostCanServe(m.backend, m.cfg.SecretsProvider) {
 		return false, false
 	}
-	r, err := m.request(ctx, protocol.Request{Op: protocol.OpInit, Stack: stackName})
+	r, err := m.eng.request(ctx, protocol.Request{Op: protocol.OpInit, Stack: stackName})
 	switch {
 	case err == nil && r.Code == 0:
 		return r.Created, !r.Created

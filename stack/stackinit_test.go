@@ -81,7 +81,7 @@ func TestStackInitWithoutEngineHost(t *testing.T) {
 	if up, err := old.Up(context.Background(), name, program("hello", 0), RunOptions{}); err != nil || up.Changes["create"] != 1 {
 		t.Fatalf("up with a CLI without the request command = %+v, %v; want the stack made by `pulumi stack init`, 1 create", up, err)
 	}
-	if !old.noOperatorRequests.Load() {
+	if !cliOf(old).noOperatorRequests.Load() {
 		t.Fatal("the CLI without the request command was not found out")
 	}
 }
