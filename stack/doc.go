@@ -17,7 +17,7 @@
 // operations a killed update left in it (pending.go).
 //
 // Everything the Manager has Pulumi's engine do to a stack goes through one interface, engine
-// (cliperrun.go): engine runs (up, preview, refresh, destroy) and protocol.Requests (a new stack's
+// (engine.go): engine runs (up, preview, refresh, destroy) and protocol.Requests (a new stack's
 // creation, the history pruning, the lookup and removal of a stack's locks, the diagnosis of a
 // failed run). It has two implementations, chosen once by New. With Config.EngineHost set
 // (pulumi-operator sets it to an engine host it finds beside its own binary or the pulumi CLI, or

@@ -19,6 +19,44 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 )
 
+// engine is everything the Manager has done to a stack by Pulumi's engine, one interface with two
+// implementations chosen once by New:
+//
+//   - cliPerRun, one pinned pulumi CLI process per run and per request (`pulumi up`, `pulumi
+//     preview`, ..., `pulumi operator-request`): --engine-host none, Pulumi Cloud, a secrets
+//     provider other than the passphrase;
+//   - hostEngine, the long-lived engine host process for the ups that want no progress output and
+//     for every request, the rest as cliPerRun does it.
+//
+// Stack commands that neither has an engine run for (select, export, import, rename, rm) are the
+// CLI's in both, through the Automation API's PulumiCommand (Manager.cmd).
+type engine interface {
+	// run runs r, one engine operation on one stack, and returns what its event log said. On
+	// failure the error is a *kindError when its kind is known already (the engine host's reply),
+	// else the run's *cliError, and the outcome holds what the log said of the failed run (steps,
+	// diagnostics) for its diagnosis (Manager.diagnosed).
+	run(ctx context.Context, r engineRun) (engineOutcome, error)
+	// request sends req (any Op but protocol.OpUp) and returns the reply, which may be a failure's
+	// (Code non-zero, with its Kind). Errors: errNoRequests when nothing can answer it; no reply
+	// could be had (ctx ended, the fence refused, the process could not be started, died, or printed
+	// none).
+	request(ctx context.Context, req protocol.Request) (protocol.Reply, error)
+	// pruneEvery is how many of a stack's ups and refreshes run as CLI processes go between two
+	// prunes of its history (Manager.pruneDue): 1 when a request costs no process, else
+	// Config.KeepHistory, so that each prune's process is paid once per KeepHistory runs.
+	pruneEvery() int
+	// close stops a long-lived process, if one runs, once its runs have finished.
+	close()
+}
+
+// engineRun is one engine operation: `pulumi <op> <args>` on stack, with the program served at
+// client (serveProgram) and progress where opts says.
+type engineRun struct {
+	stack, op, client string
+	args              []string
+	opts              RunOptions
+}
+
 // engineOutcome is what one engine run's event log says.
 type engineOutcome struct {
 	// changes counts resources by kind of change (the engine's summary event).
