@@ -65,6 +65,9 @@ func (c *cliPerRun) run(ctx context.Context, r engineRun) (engineOutcome, error)
 	// --event-log is one of the CLI's debug flags: it exists only with PULUMI_DEBUG_COMMANDS
 	// (auto sets it for every run too).
 	env := append(m.runEnv(), "PULUMI_DEBUG_COMMANDS=true")
+	if r.opts.Background {
+		ctx = withNice(ctx, BackgroundNice)
+	}
 	stdout, stderr, code, err := m.cmd.Run(ctx, dir, nil, streams, nil, env, args...)
 	if err != nil {
 		// A log the run did not get to write says nothing.

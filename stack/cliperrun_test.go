@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,5 +130,48 @@ func TestRequestProcessEndsWithItsCallers(t *testing.T) {
 	}
 	if r, err := m.eng.request(context.Background(), protocol.Request{Op: protocol.OpLocks}); err != nil || r.Code != 0 {
 		t.Fatalf("the next request = %+v, %v; want answered by a process of its own", r, err)
+	}
+}
+
+// TestBackgroundRunsNiced: a background up (RunOptions.Background) runs as a pulumi CLI process of
+// nice value BackgroundNice, which the provider plugins it starts inherit; a foreground up, and a
+// request process, keep the operator's.
+func TestBackgroundRunsNiced(t *testing.T) {
+	real := testenv.PulumiCLI(t)
+	dir := t.TempDir()
+	log := filepath.Join(dir, "nice.log")
+	wrapper := filepath.Join(dir, "cli", "bin", "pulumi")
+	if err := os.MkdirAll(filepath.Dir(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The nice value is set just after the process starts: read it a moment later, then run the
+	// CLI in this very process (exec), whose plugins inherit it.
+	script := fmt.Sprintf("#!/bin/sh\nsleep 0.3\nprintf '%%s %%s\\n' \"$2\" \"$(cut -d' ' -f19 /proc/$$/stat)\" >> %q\nexec %q \"$@\"\n", log, real)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Project: "kindcustomhttp", BackendURL: "file://" + filepath.Join(dir, "backend"), WorkRoot: filepath.Join(dir, "ws"),
+		PulumiPath: wrapper, PulumiHome: DefaultPulumiHome(real), ClusterName: "test", Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test-passphrase"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _ := m.StackName("ns", "nice")
+	if err := os.Remove(log); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(context.Background(), name, program("one", 0), RunOptions{}); err != nil {
+		t.Fatalf("foreground up: %v", err)
+	}
+	if _, err := m.Up(context.Background(), name, program("two", 0), RunOptions{Background: true, Refresh: true}); err != nil {
+		t.Fatalf("background up: %v", err)
+	}
+	raw, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	want := []string{protocol.RequestCommand + " 0", "up 0", "up " + fmt.Sprint(BackgroundNice)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("processes and their nice values: %q; want %q", got, want)
 	}
 }

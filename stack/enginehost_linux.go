@@ -37,3 +37,9 @@ func killGroup(p *os.Process) {
 	}
 	killSession(p.Pid)
 }
+
+// setNice sets the nice value of process pid to n (setpriority(2), PRIO_PROCESS): the processes
+// it starts from then on inherit it.
+func setNice(pid, n int) error {
+	return syscall.Setpriority(syscall.PRIO_PROCESS, pid, n)
+}

@@ -16,3 +16,6 @@ func setProcAttr(*exec.Cmd) {}
 
 // killGroup kills p alone off Linux.
 func killGroup(p *os.Process) { _ = p.Kill() }
+
+// setNice does nothing off Linux: background runs keep the operator's priority.
+func setNice(int, int) error { return nil }

@@ -79,7 +79,19 @@ type RunOptions struct {
 	// is never run, so an object the stack holds is never declared with an import ID (which
 	// would make Pulumi refuse any replacement of it). Refresh and Destroy ignore it.
 	Adopt pulumi.RunFunc
+	// Background marks work no user waits on as they wait on a create or a change (a drift
+	// repair, a requested refresh, a program upgrade): run as a pulumi CLI process, the process
+	// and the provider plugins it starts get the lower CPU priority BackgroundNice, so that on a
+	// busy machine the foreground ups of every namespace go first. The engine host's ups share one
+	// process and keep its priority.
+	Background bool
 }
+
+// BackgroundNice is the nice value (Linux setpriority: 0 normal, 19 lowest) that the pulumi
+// processes of a RunOptions.Background run get: low enough that a foreground process on the same
+// core gets most of it (the kernel's CFS weights fall by about 1.25x per step), not so low that
+// background work stops while the foreground keeps the machine busy.
+const BackgroundNice = 10
 
 // keep is the history depth of an operation with opts (RunOptions.KeepHistory), and whether it
 // is below Config.KeepHistory (a state budget's, pruned every time).

@@ -183,6 +183,12 @@ func (c *trackedCommand) Run(ctx context.Context, workdir string, stdin io.Reade
 	code := -2
 	exited, err := c.procs.start(cmd, stackArg(args))
 	if err == nil {
+		if n := niceOf(ctx); n > 0 {
+			// Its children inherit it: the provider plugins start after this.
+			if perr := setNice(cmd.Process.Pid, n); perr != nil {
+				slog.Debug("could not lower a pulumi run's CPU priority", "command", commandName(args), "pid", cmd.Process.Pid, "error", perr)
+			}
+		}
 		awaitExit(cmd.Process.Pid)
 		if n := killSession(cmd.Process.Pid); n > 0 {
 			slog.Debug("killed what a pulumi run left running", "command", commandName(args), "pid", cmd.Process.Pid, "processes", n)
@@ -196,6 +202,20 @@ func (c *trackedCommand) Run(ctx context.Context, workdir string, stdin io.Reade
 		code = 0
 	}
 	return stdout.String(), stderr.String(), code, err
+}
+
+// niceKey is the context key of withNice.
+type niceKey struct{}
+
+// withNice is ctx telling trackedCommand.Run to start its process at nice value n (1..19).
+func withNice(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, niceKey{}, n)
+}
+
+// niceOf is the nice value withNice put in ctx; 0 when none.
+func niceOf(ctx context.Context) int {
+	n, _ := ctx.Value(niceKey{}).(int)
+	return n
 }
 
 // commandName is the pulumi command args run: the first argument that is not a flag.

@@ -124,7 +124,11 @@ func (s *fakeStacks) Up(ctx context.Context, d api.Desired, adopt infra.Adopt, o
 	defer s.mu.Unlock()
 	s.ups = append(s.ups, opts)
 	s.adopts = append(s.adopts, adopt)
-	s.j.add("up refresh=%v", opts.Refresh)
+	if opts.Background {
+		s.j.add("up refresh=%v background", opts.Refresh)
+	} else {
+		s.j.add("up refresh=%v", opts.Refresh)
+	}
 	if s.onUp != nil {
 		s.onUp()
 	}

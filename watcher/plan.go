@@ -28,6 +28,12 @@ type plan struct {
 	requested string
 }
 
+// background reports whether p's up is work no user waits on as they wait on their create or
+// change: a drift repair, a requested refresh, a program upgrade (stack.RunOptions.Background).
+func (p plan) background() bool {
+	return p.why == ReasonRepaired || p.why == ReasonRequested || p.why == ReasonProgramUpgraded
+}
+
 // plan decides, in this order: a spec (or program, stack, salt) not yet applied -> up
 // (Created the first time, Updated after); else a new reconcile-request annotation value ->
 // up with refresh (Requested); else owned objects changed by hand -> up with refresh

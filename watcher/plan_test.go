@@ -121,7 +121,7 @@ func TestUnitPlan(t *testing.T) {
 		"requested: a new annotation value runs up with refresh": {
 			applied: true,
 			setup:   request,
-			journal: []string{statusProgressing, "up refresh=true", statusReady},
+			journal: []string{statusProgressing, "up refresh=true background", statusReady},
 			events:  []string{"Normal " + ReasonRequested},
 			check: func(t *testing.T, o *api.KindCustomHttp, before string) {
 				if o.Status.LastHandledReconcileAt != requestedAt {
@@ -149,7 +149,7 @@ func TestUnitPlan(t *testing.T) {
 				dep.Spec.Replicas = &five
 				f.putOwned(dep)
 			},
-			journal: []string{statusProgressing, "up refresh=true", statusReady},
+			journal: []string{statusProgressing, "up refresh=true background", statusReady},
 			events:  []string{"Normal " + ReasonDriftDetected, "Normal " + ReasonRepaired},
 		},
 		// An up that leaves the drift (a field another field manager applied stays) is said so,
@@ -163,7 +163,7 @@ func TestUnitPlan(t *testing.T) {
 				dep.Spec.Replicas = &five
 				f.putOwned(dep)
 			},
-			journal: []string{statusProgressing, "up refresh=true", statusReady},
+			journal: []string{statusProgressing, "up refresh=true background", statusReady},
 			events:  []string{"Normal " + ReasonDriftDetected, "Normal " + ReasonRepaired, "Warning " + ReasonDriftNotRepaired},
 		},
 		"drift: ConfigMap deleted is repaired with refresh": {
@@ -172,7 +172,7 @@ func TestUnitPlan(t *testing.T) {
 				_, _, cm := owned(f.t, f.stored("web"))
 				f.deleteOwned(cm)
 			},
-			journal: []string{statusProgressing, "up refresh=true", statusReady},
+			journal: []string{statusProgressing, "up refresh=true background", statusReady},
 			events:  []string{"Normal " + ReasonDriftDetected, "Normal " + ReasonRepaired},
 		},
 		"drift: Service type changed is repaired with refresh": {
@@ -182,7 +182,7 @@ func TestUnitPlan(t *testing.T) {
 				svc.Spec.Type = "NodePort"
 				f.putOwned(svc)
 			},
-			journal: []string{statusProgressing, "up refresh=true", statusReady},
+			journal: []string{statusProgressing, "up refresh=true background", statusReady},
 			events:  []string{"Normal " + ReasonDriftDetected, "Normal " + ReasonRepaired},
 		},
 		"nothing: a difference only the cache shows is not drift": {
@@ -348,7 +348,7 @@ func TestUnitPlanStaleCache(t *testing.T) {
 	if err := f.reconcile("web"); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.journal.take(); !slices.Equal(got, []string{statusProgressing, "up refresh=true", statusReady}) {
+	if got := f.journal.take(); !slices.Equal(got, []string{statusProgressing, "up refresh=true background", statusReady}) {
 		t.Fatalf("request: %q", got)
 	}
 	if err := f.w.informer.GetIndexer().Update(stale); err != nil {
@@ -412,7 +412,7 @@ func TestUnitIdleMemory(t *testing.T) {
 				dep.Spec.Replicas = &five
 				f.putOwned(dep)
 			},
-			want:   []string{statusProgressing, "up refresh=true", statusReady},
+			want:   []string{statusProgressing, "up refresh=true background", statusReady},
 			events: []string{"Normal " + ReasonDriftDetected, "Normal " + ReasonRepaired},
 		},
 		// A name deleted and made again is another object (another UID), even at the same

@@ -185,7 +185,7 @@ func TestUnitFairShare(t *testing.T) {
 		if err := f.reconcile("web"); err != nil {
 			t.Fatal(err)
 		}
-		if got := f.journal.take(); !slices.Contains(got, "up refresh=true") {
+		if got := f.journal.take(); !slices.Contains(got, "up refresh=true background") {
 			t.Fatalf("first request: %q, want an up with refresh", got)
 		}
 		request(f, "r2")
@@ -210,7 +210,7 @@ func TestUnitFairShare(t *testing.T) {
 		if err := f.reconcile("web"); err != nil {
 			t.Fatal(err)
 		}
-		if got := f.journal.take(); !slices.Contains(got, "up refresh=true") {
+		if got := f.journal.take(); !slices.Contains(got, "up refresh=true background") {
 			t.Errorf("a request after the interval: %q, want its up", got)
 		}
 	})

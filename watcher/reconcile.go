@@ -276,7 +276,7 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 	opCtx, cancel := context.WithTimeout(ctx, w.opts.OperationTimeout)
 	// Under a state budget the stack keeps as many updates as fit (Options.StateBudget).
 	keep := infra.HistoryWithin(w.opts.StateBudget, infra.EstimateStateBytes(d))
-	res, upErr := w.stacks.Up(opCtx, d, infra.Adopt{}, stack.RunOptions{Refresh: p.refresh, KeepHistory: keep})
+	res, upErr := w.stacks.Up(opCtx, d, infra.Adopt{}, stack.RunOptions{Refresh: p.refresh, KeepHistory: keep, Background: p.background()})
 	upErr = w.timedOut(ctx, opCtx, "up", stackName, upErr)
 	cancel()
 	w.reportRecovered(u, stackName, res)
