@@ -679,8 +679,8 @@ func TestNoEngineHostRequests(t *testing.T) {
 	if _, ok := m.eng.(*hostEngine); ok {
 		t.Fatal("a Manager without Config.EngineHost has an engine host")
 	}
-	if ids, ok := m.LockIDs(context.Background()); !ok || len(ids) != 0 {
-		t.Fatalf("LockIDs without an engine host = %v, %v; want none held, read by a request process", ids, ok)
+	if locks, ok := m.Locks(context.Background()); !ok || len(locks) != 0 {
+		t.Fatalf("Locks without an engine host = %v, %v; want none held, read by a request process", locks, ok)
 	}
 }
 

@@ -26,6 +26,8 @@ type Lock struct {
 	Pid  int
 	// Created is when the lock was taken, by the taker's wall clock.
 	Created time.Time
+	// Stack is the stack it locks, in Manager.Locks' listing of every stack; empty otherwise.
+	Stack string
 }
 
 // HolderGone says whether lock l of stackName was taken by a pulumi process this operator (this
@@ -103,27 +105,24 @@ func (m *Manager) cancelLockCLI(ctx context.Context, stackName string) error {
 	return nil
 }
 
-// LockIDs lists the IDs of every lock held now on a stack of the Manager's project, read by the
-// engine host's code (protocol.OpLocks through engine.request); ok is false when no request can be made
-// or it could not tell. A new leader takes this snapshot when it acquires the Lease: the locks of
-// earlier leaders it may remove are among these, never one taken later.
-func (m *Manager) LockIDs(ctx context.Context) (ids map[string]bool, ok bool) {
+// Locks lists every lock held now on a stack of the Manager's project, each with the stack it
+// locks (Lock.Stack), read by the engine host's code (protocol.OpLocks through engine.request); ok
+// is false when no request can be made or it could not tell. A new leader takes this snapshot when
+// it acquires the Lease: the locks of earlier leaders it may remove are among these, never one
+// taken later, and their stacks are those whose operation the change of leader cut short.
+func (m *Manager) Locks(ctx context.Context) (locks []Lock, ok bool) {
 	r, err := m.eng.request(ctx, protocol.Request{Op: protocol.OpLocks})
 	if err != nil || r.Code != 0 {
 		return nil, false
 	}
-	ids = map[string]bool{}
-	for _, l := range r.Locks {
-		ids[l.ID] = true
-	}
-	return ids, true
+	return fromProtocolLocks(r.Locks), true
 }
 
 // fromProtocolLocks converts the engine host's locks.
 func fromProtocolLocks(in []protocol.Lock) []Lock {
 	var out []Lock
 	for _, l := range in {
-		out = append(out, Lock{ID: l.ID, User: l.Username, Host: l.Hostname, Pid: l.Pid, Created: l.Timestamp})
+		out = append(out, Lock{ID: l.ID, User: l.Username, Host: l.Hostname, Pid: l.Pid, Created: l.Timestamp, Stack: l.Stack})
 	}
 	return out
 }

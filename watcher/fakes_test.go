@@ -98,9 +98,9 @@ type fakeStacks struct {
 	// cancelled pulumi run does. hangHard makes Up ignore its context too, as a run whose cancel
 	// never gets through does: only Kill ends it.
 	hang, hangHard bool
-	// holderGone and holderAlive say, by pid, what HolderGone finds; lockIDs is what LockIDs lists.
+	// holderGone and holderAlive say, by pid, what HolderGone finds; locks is what Locks lists.
 	holderGone, holderAlive map[int]bool
-	lockIDs                 map[string]bool
+	locks                   []stack.Lock
 	killed                  chan struct{}
 	killOnce                sync.Once
 	// onStop, when set, runs inside Stop (the processes' end, which a test may hold up).
@@ -228,11 +228,11 @@ func (s *fakeStacks) HolderGone(l stack.Lock, _ string) (bool, bool, string) {
 	return false, false, ""
 }
 
-// LockIDs answers lockIDs (nil: the listing fails).
-func (s *fakeStacks) LockIDs(context.Context) (map[string]bool, bool) {
+// Locks answers locks (nil: the listing fails).
+func (s *fakeStacks) Locks(context.Context) ([]stack.Lock, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.lockIDs, s.lockIDs != nil
+	return s.locks, s.locks != nil
 }
 
 // unitFixture is one Watcher over fake clients.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pulumi-operator/pulumi-operator/internal/fence"
 	"github.com/pulumi-operator/pulumi-operator/internal/kubeclient"
+	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
 // LeaderElection configures RunLeaderElected. Durations follow client-go's (and
@@ -249,14 +250,18 @@ func (w *Watcher) recordLeader(ctx context.Context, kube kubeclient.Interface, l
 func (w *Watcher) snapshotLocks(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, lockSnapshotTimeout)
 	defer cancel()
-	ids, ok := w.stacks.LockIDs(ctx)
+	locks, ok := w.stacks.Locks(ctx)
 	if !ok {
 		w.leaseLocks.Store(nil)
 		w.log.Warn("could not list the stacks' locks on becoming leader: locks left by earlier operator pods will be waited out, not removed")
 		return
 	}
-	w.leaseLocks.Store(&ids)
-	w.log.Info("listed the stacks' locks on becoming leader", "locks", len(ids))
+	held := make(map[string]stack.Lock, len(locks))
+	for _, l := range locks {
+		held[l.ID] = l
+	}
+	w.leaseLocks.Store(&held)
+	w.log.Info("listed the stacks' locks on becoming leader", "locks", len(locks))
 }
 
 // lockSnapshotTimeout bounds snapshotLocks: one listing of the backend's lock directory.

@@ -36,8 +36,9 @@ func (p plan) background() bool {
 
 // plan decides, in this order: a spec (or program, stack, salt) not yet applied -> up
 // (Created the first time, Updated after); else a new reconcile-request annotation value ->
-// up with refresh (Requested); else owned objects changed by hand -> up with refresh
-// (Repaired); else nothing. objectState's applied and handledRequest stand in for status writes
+// up with refresh (Requested); else a stack whose operation the change of leader cut short
+// (interrupted) -> up with refresh (Resumed); else owned objects changed by hand -> up with
+// refresh (Repaired); else nothing. objectState's applied and handledRequest stand in for status writes
 // the informer has not shown yet, so a stale cache copy starts no second up.
 func (w *Watcher) plan(ctx context.Context, cr *api.KindCustomHttp, d api.Desired, stackName string) plan {
 	p := plan{digest: w.digest(d, stackName), requested: cr.Annotations[api.ReconcileRequestAnnotation]}
@@ -52,6 +53,8 @@ func (w *Watcher) plan(ctx context.Context, cr *api.KindCustomHttp, d api.Desire
 		}
 	case p.requested != "" && p.requested != cr.Status.LastHandledReconcileAt && p.requested != st.handledRequest:
 		p.run, p.refresh, p.why = true, true, ReasonRequested
+	case w.interrupted(stackName):
+		p.run, p.refresh, p.why = true, true, ReasonResumed
 	default:
 		if p.drift = w.owned.drift(ctx, p.digest, d); len(p.drift) > 0 {
 			p.run, p.refresh, p.why = true, true, ReasonRepaired

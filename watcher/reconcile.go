@@ -301,6 +301,9 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 		w.recorder.Eventf(u, corev1.EventTypeNormal, p.why, "pulumi up of stack %s: %v", stackName, res.Changes)
 	}
 	log.Info("stack up to date", "changes", res.Changes, "seconds", res.End.Sub(res.Start).Seconds())
+	if w.interrupted(stackName) {
+		w.resumed.Store(stackName, true) // whatever the up's reason, it met and cleared the lock left on it
+	}
 	if p.why == ReasonRepaired {
 		w.checkRepaired(ctx, u, log, p.digest, d)
 	}
@@ -356,9 +359,10 @@ func (w *Watcher) updateReadiness(ctx context.Context, o *object, d api.Desired)
 }
 
 // refreshWait is how long key's up p must wait: the rest of MinRefreshInterval since its last up
-// with a refresh, when p only refreshes (drift repair, a reconcile request); 0 otherwise.
+// with a refresh, when p only refreshes (drift repair, a reconcile request); 0 otherwise, and for
+// the resumption of an operation the change of leader cut short, which no tenant can cause.
 func (w *Watcher) refreshWait(key cache.ObjectName, p plan) time.Duration {
-	if !p.refresh || p.why == ReasonCreated || p.why == ReasonUpdated || w.opts.MinRefreshInterval < 0 {
+	if !p.refresh || p.why == ReasonCreated || p.why == ReasonUpdated || p.why == ReasonResumed || w.opts.MinRefreshInterval < 0 {
 		return 0
 	}
 	last := w.objects.get(key).lastRefresh

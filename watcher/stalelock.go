@@ -97,7 +97,32 @@ func (w *Watcher) seenFor(id string) time.Duration {
 // heldAtAcquisition reports whether lock id was held when this process acquired the Lease.
 func (w *Watcher) heldAtAcquisition(id string) bool {
 	held := w.leaseLocks.Load()
-	return held != nil && id != "" && (*held)[id]
+	if held == nil || id == "" {
+		return false
+	}
+	_, ok := (*held)[id]
+	return ok
+}
+
+// interrupted reports whether stackName's last operation was cut short by the change of leader:
+// a replica that led before held a lock on it when this one acquired the Lease, and no up of this
+// process has run on it since. Such a stack gets an up with refresh even when its object's status
+// says it is up to date (plan: ReasonResumed): the operation may have been a drift repair or a
+// refresh that status does not record, and only an up meets, and so clears, the lock it left.
+func (w *Watcher) interrupted(stackName string) bool {
+	held := w.leaseLocks.Load()
+	if held == nil {
+		return false
+	}
+	if _, done := w.resumed.Load(stackName); done {
+		return false
+	}
+	for _, l := range *held {
+		if l.Stack == stackName && w.fencedHost(l.Host) {
+			return true
+		}
+	}
+	return false
 }
 
 // fencedHost reports whether host led this installation before this process took the Lease,

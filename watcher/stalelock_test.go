@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,9 +122,9 @@ func TestUnitStaleLock(t *testing.T) {
 				f.w.lockSafeAt.Store(f.w.fence.Now() + int64(time.Minute))
 			}
 			if tc.atAcquisition != nil {
-				held := map[string]bool{}
+				held := map[string]stack.Lock{}
 				for _, id := range tc.atAcquisition {
-					held[id] = true
+					held[id] = stack.Lock{ID: id}
 				}
 				f.w.leaseLocks.Store(&held)
 			}
@@ -159,6 +160,64 @@ func TestUnitStaleLock(t *testing.T) {
 			}
 			if got := f.events(); !slices.Equal(got, events) {
 				t.Errorf("events %q, want %q", got, events)
+			}
+		})
+	}
+}
+
+// TestUnitResumeInterrupted: an object whose status says it is up to date, but whose stack held a
+// lock of the replica that led before when this one took the Lease (that replica's operation on
+// it, a drift repair say, was cut short), gets an up with refresh (Resumed): the up meets the
+// lock, the Lease rule clears it, the retry runs; once that up has succeeded the object is left
+// alone again. A lock of a host that never led, or none, starts no up.
+func TestUnitResumeInterrupted(t *testing.T) {
+	for name, tc := range map[string]struct {
+		host   string
+		resume bool
+	}{
+		"an earlier leader's lock": {host: "operator-7d9f-old", resume: true},
+		"a laptop's lock":          {host: "laptop"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newUnit(t, Options{})
+			f.applied(kch("web", nil, Finalizer))
+			f.w.leading.Store(true)
+			fenced := map[string]bool{"operator-7d9f-old": true}
+			f.w.fenced.Store(&fenced)
+			f.w.fence = fence.New(time.Minute)
+			f.w.fence.Renewed(f.w.fence.Now())
+			f.w.lockSafeAt.Store(f.w.fence.Now() - 1)
+			lock := stack.Lock{ID: "l1", Host: tc.host, Pid: 12, Created: time.Now(), Stack: "test.ns.web"}
+			f.w.leaseLocks.Store(&map[string]stack.Lock{"l1": lock})
+
+			f.stacks.upErr = &stack.OperationError{Summary: "locked", Err: stack.ErrLocked, Locks: []stack.Lock{lock}}
+			err := f.reconcile("web")
+			got := f.journal.take()
+			if !tc.resume {
+				if err != nil || len(got) != 0 {
+					t.Fatalf("reconcile = %v, journal %q; want nothing done", err, got)
+				}
+				return
+			}
+			if err == nil || !slices.Equal(got, []string{statusProgressing, "up refresh=true", "cancel-lock test.ns.web [l1]", "status Ready=False/UpdateConflict Reconciling=True/Retrying"}) {
+				t.Fatalf("first reconcile = %v, journal %q; want the up with refresh meeting the lock, which is cancelled", err, got)
+			}
+			f.stacks.upErr = nil
+			if err := f.reconcile("web"); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.journal.take(); !slices.Contains(got, "up refresh=true") {
+				t.Fatalf("the retry: journal %q, want the up with refresh", got)
+			}
+			if ev := f.events(); !slices.Contains(ev, "Normal "+ReasonResumed) {
+				t.Errorf("events %q, want Normal %s", ev, ReasonResumed)
+			}
+			f.deliver("web")
+			if err := f.reconcile("web"); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.journal.take(); slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "up ") }) {
+				t.Fatalf("after the resumed up: journal %q, want no more ups", got)
 			}
 		})
 	}

@@ -39,6 +39,11 @@ const (
 	ReasonDriftNotRepaired = "DriftNotRepaired"
 	// ReasonRequested: the up asked for by the reconcile-request annotation (Normal).
 	ReasonRequested = "ReconcileRequested"
+	// ReasonResumed: an up with refresh of a stack whose operation a change of leader cut short
+	// (an earlier leader's lock was on it when this replica took the Lease), run even though
+	// status says the object is up to date: it clears that lock and whatever the cut-short
+	// operation left undone (Normal).
+	ReasonResumed = "Resumed"
 	// ReasonDestroyed: the stack was destroyed and removed (Normal).
 	ReasonDestroyed = "Destroyed"
 	// ReasonPendingOperationsResolved: the stack held pending operations of an update that

@@ -66,9 +66,9 @@ type Stacks interface {
 	// operator that took it (stack.Manager.HolderGone): gone, alive, or neither (not provably
 	// this operator's).
 	HolderGone(l stack.Lock, stackName string) (gone, alive bool, why string)
-	// LockIDs lists the IDs of every lock held now on the project's stacks; ok false when that
-	// cannot be told.
-	LockIDs(ctx context.Context) (ids map[string]bool, ok bool)
+	// Locks lists every lock held now on the project's stacks, each with its stack
+	// (stack.Lock.Stack); ok false when that cannot be told.
+	Locks(ctx context.Context) (locks []stack.Lock, ok bool)
 	// Kill ends every pulumi process of the operator at once (SIGKILL) and returns how many it
 	// signalled: how a leader that lost its Lease fences itself.
 	Kill() int
@@ -237,10 +237,14 @@ type Watcher struct {
 	// fence is the leader's write permission (RunLeaderElected); nil without leader election,
 	// which permits every write.
 	fence *fence.Fence
-	// leaseLocks holds the IDs of the locks held when this replica acquired the Lease (a
-	// snapshot, RunLeaderElected): the Lease rule removes an earlier holder's lock only among
-	// these, never one taken later. nil: no snapshot, no lock removed by the Lease rule.
-	leaseLocks atomic.Pointer[map[string]bool]
+	// leaseLocks holds the locks held when this replica acquired the Lease, by ID (a snapshot,
+	// RunLeaderElected): the Lease rule removes an earlier holder's lock only among these, never
+	// one taken later, and their stacks are the ones whose operation the change of leader cut
+	// short (interrupted). nil: no snapshot, no lock removed by the Lease rule.
+	leaseLocks atomic.Pointer[map[string]stack.Lock]
+	// resumed holds the stacks interrupted found cut short that have had an up since (stack
+	// name -> true): each is resumed once.
+	resumed sync.Map
 	// lockSeen holds, per lock ID, when this process first saw the lock (monotonic time.Time):
 	// --stale-lock-timeout counts a lock's age from there, never from the time its taker's clock
 	// wrote into it.
