@@ -91,23 +91,10 @@ func waitFor(t *testing.T, cond func() bool) {
 // interrupted, not left to run: here one that would hang for a minute ends within seconds of its
 // one caller's deadline, and the next request starts a process of its own.
 func TestRequestProcessEndsWithItsCallers(t *testing.T) {
-	real := testenv.PulumiCLI(t)
 	dir := t.TempDir()
 	hang := filepath.Join(dir, "hang")
-	wrapper := filepath.Join(dir, "cli", "bin", "pulumi")
-	if err := os.MkdirAll(filepath.Dir(wrapper), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	// While the file hang exists, the request command hangs (exec: the interrupt reaches sleep).
-	script := fmt.Sprintf("#!/bin/sh\ncase \" $* \" in *\" %s \"*) if [ -e %q ]; then exec sleep 60; fi;; esac\nexec %q \"$@\"\n", protocol.RequestCommand, hang, real)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	m, err := New(Config{Project: "kindcustomhttp", BackendURL: "file://" + filepath.Join(dir, "backend"), WorkRoot: filepath.Join(dir, "ws"),
-		PulumiPath: wrapper, PulumiHome: DefaultPulumiHome(real), ClusterName: "test", Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test-passphrase"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := wrappedManager(t, dir, fmt.Sprintf("case \" $* \" in *\" %s \"*) if [ -e %q ]; then exec sleep 60; fi;; esac", protocol.RequestCommand, hang))
 	if err := os.WriteFile(hang, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -137,24 +124,11 @@ func TestRequestProcessEndsWithItsCallers(t *testing.T) {
 // nice value BackgroundNice, which the provider plugins it starts inherit; a foreground up, and a
 // request process, keep the operator's.
 func TestBackgroundRunsNiced(t *testing.T) {
-	real := testenv.PulumiCLI(t)
 	dir := t.TempDir()
 	log := filepath.Join(dir, "nice.log")
-	wrapper := filepath.Join(dir, "cli", "bin", "pulumi")
-	if err := os.MkdirAll(filepath.Dir(wrapper), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	// The nice value is set just after the process starts: read it a moment later, then run the
 	// CLI in this very process (exec), whose plugins inherit it.
-	script := fmt.Sprintf("#!/bin/sh\nsleep 0.3\nprintf '%%s %%s\\n' \"$2\" \"$(cut -d' ' -f19 /proc/$$/stat)\" >> %q\nexec %q \"$@\"\n", log, real)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	m, err := New(Config{Project: "kindcustomhttp", BackendURL: "file://" + filepath.Join(dir, "backend"), WorkRoot: filepath.Join(dir, "ws"),
-		PulumiPath: wrapper, PulumiHome: DefaultPulumiHome(real), ClusterName: "test", Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test-passphrase"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := wrappedManager(t, dir, fmt.Sprintf("sleep 0.3\nprintf '%%s %%s\\n' \"$2\" \"$(cut -d' ' -f19 /proc/$$/stat)\" >> %q", log))
 	name, _ := m.StackName("ns", "nice")
 	if err := os.Remove(log); err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
@@ -174,4 +148,25 @@ func TestBackgroundRunsNiced(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("processes and their nice values: %q; want %q", got, want)
 	}
+}
+
+// wrappedManager is a Manager without an engine host on a file backend under dir whose pulumi CLI
+// is a shell script that runs before (the script's lines) and then execs the real CLI.
+func wrappedManager(t *testing.T, dir, before string) *Manager {
+	t.Helper()
+	real := testenv.PulumiCLI(t)
+	wrapper := filepath.Join(dir, "cli", "bin", "pulumi")
+	if err := os.MkdirAll(filepath.Dir(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf("#!/bin/sh\n%s\nexec %q \"$@\"\n", before, real)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Project: "kindcustomhttp", BackendURL: "file://" + filepath.Join(dir, "backend"), WorkRoot: filepath.Join(dir, "ws"),
+		PulumiPath: wrapper, PulumiHome: DefaultPulumiHome(real), ClusterName: "test", Env: map[string]string{"PULUMI_CONFIG_PASSPHRASE": "test-passphrase"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
