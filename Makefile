@@ -256,9 +256,10 @@ bench: tools build image helm
 
 .PHONY: bench-upgrade
 
-## bench-upgrade: `make bench`'s local-cluster figures for the previous release's binaries
-## (BASELINE_BIN, see hack/bench/upgrade.sh) and then for this tree's, one run after the other;
-## docs/benchmarks.md then sets each figure beside the previous release's ("Two runs").
+## bench-upgrade: `make bench`'s local-cluster figures for this tree's binaries and the previous
+## release's (BASELINE_BIN, see hack/bench/upgrade.sh) in one run, in turn sample for sample and
+## burst for burst; docs/benchmarks.md then sets each figure beside the previous release's
+## ("Side by side", those worse by more than 10 % marked).
 bench-upgrade: tools build image helm
 	hack/bench/upgrade.sh $(BENCH_FLAGS)
 

@@ -1,14 +1,17 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"debug/buildinfo"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,8 +26,12 @@ type bench struct {
 	repo, out, stateDir, rawDir string
 	// rawLogs are the wrapper's logs of the sites' raw stack.Managers' CLI runs (see rawUp).
 	rawLogs map[*stack.Manager]string
-	// file and postgres are the sites of figures 1, 4 and 5 (postgres nil without a URL).
-	file, postgres *site
+	// file and postgres are the sites of figures 1, 4 and 5 (postgres nil without a URL), each
+	// followed by its twin for the build beside (--beside).
+	file, postgres []*site
+	// under is the build under test (--operator, --pulumi), beside the other one (--beside;
+	// nil without).
+	under, beside *build
 	// lastUpWall is the wall time of rawUp's last whole stack.Manager.Up, for the log.
 	lastUpWall          float64
 	operatorBin, pulumi string
@@ -68,7 +75,14 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 		OperatorEngineHost: fileExists(filepath.Join(filepath.Dir(b.operatorBin), stack.EngineHost)),
 		Samples:            b.opts.samples, Warmup: b.opts.warmup, LatencyWorkers: latencyWorkers, Burst: b.opts.burst,
 		BurstWorkers: b.opts.burstWorkers, HostWorkers: b.opts.hostWorkers, IdleTarget: b.opts.idle, IdleWorkers: b.opts.idleWorkers,
-		Resync: b.opts.resync.String(), Budget: b.opts.budget.String(), Phases: phases}}
+		BurstRounds: b.opts.burstRounds, Resync: b.opts.resync.String(), Budget: b.opts.budget.String(), Phases: phases}}
+	if bd := b.beside; bd != nil {
+		b.res.Beside = &BesideRun{Commit: b.opts.besideCommit, Dir: filepath.Dir(bd.operator), EngineHost: bd.engineHost != ""}
+		if b.res.Beside.Commit == "" {
+			_, b.res.Beside.Commit = binaryVersions(bd.operator)
+		}
+		b.logf("bench: beside %s (%s), in turn with the build under test", filepath.Dir(bd.operator), cond(b.res.Beside.Commit != "", b.res.Beside.Commit, "commit unknown"))
+	}
 	b.load("start")
 	b.logf("bench: %d CPUs, %s; pulumi %s; provider %s; Kubernetes %s", b.res.Machine.CPUs, b.res.Machine.CPUModel,
 		b.res.Versions.PulumiCLI, b.res.Versions.ProviderPlugin, b.res.Versions.Kubernetes)
@@ -89,13 +103,13 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 		if b.raw, err = b.rawManager("file://"+filepath.Join(b.rawDir, "backend"), "cli-floor.jsonl"); err != nil {
 			return err
 		}
-		b.file = &site{name: siteFile, nsOp: nsLatency, nsRaw: nsRaw, raw: b.raw, res: &SiteResults{}}
+		b.file = b.sites(site{name: siteFile, nsOp: nsLatency, nsRaw: nsRaw, raw: b.raw})
 		if b.opts.postgresURL != "" && b.opts.phases["postgres"] {
 			pg, err := b.rawManager(b.opts.postgresURL, "cli-floor-postgres.jsonl")
 			if err != nil {
 				return err
 			}
-			b.postgres = &site{name: sitePostgres, nsOp: nsLatency + "-pg", nsRaw: nsRaw + "-pg", backendURL: b.opts.postgresURL, raw: pg, res: &SiteResults{}}
+			b.postgres = b.sites(site{name: sitePostgres, nsOp: nsLatency + "-pg", nsRaw: nsRaw + "-pg", backendURL: b.opts.postgresURL, raw: pg})
 		}
 		return nil
 	}
@@ -110,7 +124,12 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 		if err := b.phaseLatency(ctx, b.file, ph["drift"], ph["change"]); err != nil {
 			b.broken("latency/drift/change", err)
 		}
-		b.res.Latency, b.res.Drift, b.res.Change = b.file.res.Latency, b.file.res.Drift, b.file.res.Change
+		f := b.file[0].res
+		b.res.Latency, b.res.Drift, b.res.Change = f.Latency, f.Drift, f.Change
+		if bs := b.res.Beside; bs != nil {
+			f := b.file[1].res
+			bs.Latency, bs.Drift, bs.Change = f.Latency, f.Drift, f.Change
+		}
 		if l := b.res.Latency; l != nil {
 			b.floorCPU = median(l.FloorCPU)
 			b.res.FloorCPUSeconds = b.floorCPU
@@ -129,7 +148,10 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 			if err := b.phaseLatency(ctx, b.postgres, false, true); err != nil {
 				b.broken("postgres", err)
 			}
-			b.res.Postgres = b.postgres.res
+			b.res.Postgres = b.postgres[0].res
+			if bs := b.res.Beside; bs != nil {
+				bs.Postgres = b.postgres[1].res
+			}
 			b.load("after figures 1, 5 on PostgreSQL")
 		}
 	}
@@ -145,31 +167,11 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 		}
 	}
 	if ph["burst"] {
-		for _, w := range b.opts.burstWorkers {
-			if ctx.Err() != nil {
-				break
-			}
-			b.logf("figure 2: burst of %d CRs at --workers %d", b.opts.burst, w)
-			b.load(fmt.Sprintf("burst --workers %d, start", w))
-			r := b.phaseBurst(ctx, w, "")
-			if r.Error != "" {
-				b.broken(fmt.Sprintf("burst --workers %d", w), errors.New(r.Error))
-			}
-			b.res.Bursts = append(b.res.Bursts, r)
-			b.load(fmt.Sprintf("burst --workers %d, end", w))
+		for i, w := range b.opts.burstWorkers {
+			b.burstsInTurn(ctx, i, w, false)
 		}
-		for _, w := range b.opts.hostWorkers {
-			if ctx.Err() != nil {
-				break
-			}
-			b.logf("figure 2: burst of %d CRs at --workers %d with --engine-host", b.opts.burst, w)
-			b.load(fmt.Sprintf("burst --workers %d --engine-host, start", w))
-			r := b.phaseBurst(ctx, w, b.opts.engineHost)
-			if r.Error != "" {
-				b.broken(fmt.Sprintf("burst --workers %d --engine-host", w), errors.New(r.Error))
-			}
-			b.res.Bursts = append(b.res.Bursts, r)
-			b.load(fmt.Sprintf("burst --workers %d --engine-host, end", w))
+		for i, w := range b.opts.hostWorkers {
+			b.burstsInTurn(ctx, len(b.opts.burstWorkers)+i, w, true)
 		}
 	}
 	if ph["idle"] && ctx.Err() == nil {
@@ -204,6 +206,95 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 	}
 	b.load("end")
 	return exitOK
+}
+
+// sites is s for the build under test, followed by its twin for the build beside (with
+// --beside): the same raw stacks, the operator's objects in a namespace of its own.
+func (b *bench) sites(s site) []*site {
+	under := s
+	under.build, under.res = b.under, &SiteResults{}
+	out := []*site{&under}
+	if b.beside != nil {
+		twin := s
+		twin.nsOp += besideSuffix
+		twin.build, twin.res = b.beside, &SiteResults{}
+		out = append(out, &twin)
+	}
+	return out
+}
+
+// burstsInTurn measures figure 2 at workers workers (with the engine host when host is set)
+// for the build under test and the one beside, --burst-rounds times each; the builds take
+// turns going first (inTurn over i and the round). Each build's result is its median round,
+// appended to its Bursts.
+func (b *bench) burstsInTurn(ctx context.Context, i, workers int, host bool) {
+	builds := []*build{b.under}
+	if b.beside != nil {
+		builds = append(builds, b.beside)
+	}
+	rounds := make([][]BurstResult, len(builds))
+	label := fmt.Sprintf("--workers %d%s", workers, cond(host, " --engine-host", ""))
+	for round := range max(b.opts.burstRounds, 1) {
+		var steps []func() error
+		for j, bd := range builds {
+			steps = append(steps, func() error {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if host && bd.engineHost == "" {
+					return nil // a build without an engine host: its row is left out
+				}
+				what := fmt.Sprintf("burst %s%s", label, cond(bd.suffix != "", " (beside)", ""))
+				b.logf("figure 2: %s, round %d of %d", what, round+1, max(b.opts.burstRounds, 1))
+				b.load(what + ", start")
+				r := b.phaseBurst(ctx, burstRun{workers: workers, host: host, build: bd, round: round})
+				b.load(what + ", end")
+				if r.Error != "" {
+					b.broken(what, errors.New(r.Error))
+				}
+				rounds[j] = append(rounds[j], r)
+				return nil
+			})
+		}
+		if err := inTurn(i+round, steps...); err != nil {
+			return
+		}
+	}
+	for j, rs := range rounds {
+		if len(rs) == 0 {
+			continue
+		}
+		r := medianRound(rs)
+		if j == 0 {
+			b.res.Bursts = append(b.res.Bursts, r)
+		} else {
+			b.res.Beside.Bursts = append(b.res.Beside.Bursts, r)
+		}
+	}
+}
+
+// medianRound is the round of rs whose seconds are the median (the lower of the two middle
+// ones for an even count; a failed round counts as the slowest) with RoundSeconds set to every
+// round's seconds in the order they ran; rs itself when it is one round.
+func medianRound(rs []BurstResult) BurstResult {
+	if len(rs) == 1 {
+		return rs[0]
+	}
+	secs := make([]float64, len(rs))
+	order := make([]int, len(rs))
+	for k, r := range rs {
+		secs[k], order[k] = r.Seconds, k
+	}
+	slow := func(k int) float64 {
+		if rs[k].Error != "" || rs[k].Seconds == 0 {
+			return math.Inf(1)
+		}
+		return rs[k].Seconds
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(slow(x), slow(y)) })
+	r := rs[order[(len(rs)-1)/2]]
+	r.RoundSeconds = secs
+	return r
 }
 
 // rawManager is a stack.Manager for the floor's raw stacks on backendURL whose CLI runs go

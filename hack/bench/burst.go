@@ -11,18 +11,34 @@ import (
 	"github.com/pulumi-operator/pulumi-operator/stack"
 )
 
+// burstRun is one burst of figure 2: at workers workers, with the engine host when host is
+// set, of build, in round round (from 0) of --burst-rounds.
+type burstRun struct {
+	workers int
+	host    bool
+	build   *build
+	round   int
+}
+
 // phaseBurst measures figure 2 at one worker count: 100 CRs created at once, time until all
 // are Ready, the peak resident memory of the operator and its pulumi processes, and the CPU
-// they used. engineHost, when not empty, is the operator's --engine-host (its ups then run in
-// that one process instead of a pulumi CLI each); empty runs it with --engine-host none. The
-// objects stay (Ready, in the shared backend) for the idle measurement.
-func (b *bench) phaseBurst(ctx context.Context, workers int, engineHost string) BurstResult {
-	ns := fmt.Sprintf("bench-burst-w%d", workers)
-	name := fmt.Sprintf("burst-w%d", workers)
-	if engineHost != "" {
-		ns, name = ns+"-host", name+"-host"
+// they used. With r.host the operator runs with --engine-host (its ups then run in that one
+// process instead of a pulumi CLI each); without, with --engine-host none. The objects stay
+// (Ready, in the shared backend); those of the first round of the build under test are the
+// idle measurement's.
+func (b *bench) phaseBurst(ctx context.Context, r burstRun) BurstResult {
+	ns := fmt.Sprintf("bench-burst-w%d", r.workers)
+	name := fmt.Sprintf("burst-w%d", r.workers)
+	engineHost := ""
+	if r.host {
+		ns, name, engineHost = ns+"-host", name+"-host", r.build.engineHost
 	}
-	return b.burst(ctx, burstSpec{crs: b.opts.burst, namespace: ns, name: name, workers: workers, engineHost: engineHost})
+	if r.round > 0 {
+		ns, name = fmt.Sprintf("%s-r%d", ns, r.round), fmt.Sprintf("%s-r%d", name, r.round)
+	}
+	ns, name = ns+r.build.suffix, name+r.build.suffix
+	return b.burst(ctx, burstSpec{crs: b.opts.burst, namespace: ns, name: name, workers: r.workers, engineHost: engineHost,
+		build: r.build, pool: r.build == b.under && r.round == 0})
 }
 
 // burstSpec is one burst: crs new objects in namespace, created at once, reconciled by an
@@ -34,6 +50,10 @@ type burstSpec struct {
 	workers         int
 	engineHost      string
 	backendURL      string // the operator's --backend-url; "" for the run's file backend
+	// build is whose operator runs it (nil: the build under test); pool says its objects
+	// carry the idle pool's label.
+	build *build
+	pool  bool
 }
 
 // burst runs s and measures it (figure 2, and the bursts of the cost curve).
@@ -50,7 +70,12 @@ func (b *bench) burst(ctx context.Context, s burstSpec) BurstResult {
 	if flag == "" {
 		flag = stack.NoEngineHost
 	}
-	op, err := b.startOperator(ctx, operatorSpec{name: name, namespace: ns, workers: workers, resync: 10 * time.Minute, engineHost: flag, backendURL: s.backendURL})
+	bd := s.build
+	if bd == nil {
+		bd = b.under
+	}
+	op, err := b.startOperator(ctx, operatorSpec{name: name, namespace: ns, workers: workers, resync: 10 * time.Minute, engineHost: flag, backendURL: s.backendURL,
+		binary: bd.operator, pulumi: bd.pulumi, stateDir: bd.stateDir})
 	if err != nil {
 		r.Error = err.Error()
 		return r
@@ -59,7 +84,7 @@ func (b *bench) burst(ctx context.Context, s burstSpec) BurstResult {
 	objs := make([]*unstructured.Unstructured, s.crs)
 	keys := make([]string, s.crs)
 	for i := range objs {
-		objs[i] = crObject(ns, fmt.Sprintf("b-%03d", i), 1, true)
+		objs[i] = crObject(ns, fmt.Sprintf("b-%03d", i), 1, s.pool)
 		keys[i] = ns + "/" + objs[i].GetName()
 	}
 	// The whole tree's CPU: the engine host lives on after the burst, so its CPU (and that of

@@ -72,10 +72,10 @@ func (b *bench) phaseIdle(ctx context.Context) error {
 	if err := b.kube.ensureNamespace(ctx, nsIdle); err != nil {
 		return err
 	}
-	start := func(name, binary string) (*operator, error) {
-		return b.startOperator(ctx, operatorSpec{name: name, labelSelector: sel, workers: b.opts.idleWorkers, resync: b.opts.resync, binary: binary})
+	start := func(name, binary, pulumi string) (*operator, error) {
+		return b.startOperator(ctx, operatorSpec{name: name, labelSelector: sel, workers: b.opts.idleWorkers, resync: b.opts.resync, binary: binary, pulumi: pulumi})
 	}
-	op, err := start("idle", "")
+	op, err := start("idle", "", "")
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (b *bench) phaseIdle(ctx context.Context) error {
 	}
 	res.Windows = append(res.Windows, w)
 	b.stopOperator(op)
-	if op, err = start("idle-restart", ""); err != nil {
+	if op, err = start("idle-restart", "", ""); err != nil {
 		return err
 	}
 	w, err = b.idleWindow(ctx, op, "after a restart")
@@ -129,10 +129,22 @@ func (b *bench) phaseIdle(ctx context.Context) error {
 		return err
 	}
 	res.Windows = append(res.Windows, w)
+	// The build beside (--beside) over the same objects and state, from a start as the window
+	// before: the two windows are a minute apart.
+	if bd := b.beside; bd != nil {
+		b.stopOperator(op)
+		if op, err = start("idle"+bd.suffix, bd.operator, bd.pulumi); err != nil {
+			return err
+		}
+		if w, err = b.idleWindow(ctx, op, "after a restart"); err != nil {
+			return err
+		}
+		b.res.Beside.Idle = &w
+	}
 	// Candidate builds over the same objects (--idle-compare), each a fresh start.
 	for _, c := range b.opts.idleCompare {
 		b.stopOperator(op)
-		if op, err = start("idle-"+c.label, c.binary); err != nil {
+		if op, err = start("idle-"+c.label, c.binary, ""); err != nil {
 			return err
 		}
 		w, err = b.idleWindow(ctx, op, "after a restart, "+c.label+" ("+c.binary+")")

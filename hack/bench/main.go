@@ -61,6 +61,8 @@ type options struct {
 	keepState                                 bool
 	postgresURL                               string
 	idleCompare                               []candidate
+	burstRounds                               int // each burst this many times (the median's row)
+	besideDir, besideCommit                   string
 	scaleBursts, scaleIdle                    []int  // phase scale
 	scaleBackend                              string // phase scale: "postgres" or "file"
 	shards, shardObjects                      int    // phase shards
@@ -108,6 +110,9 @@ func run() int {
 	idleCompare := fs.String("idle-compare", "", "LABEL=BINARY,...: after the idle windows, one more for each of these operator builds over the same objects")
 	postgresURL := fs.String("postgres-url", os.Getenv("PULUMI_TEST_POSTGRES_URL"), "postgres:// backend of the postgres phase (figures 1 and 5 again); run.sh starts one")
 	previous := fs.String("previous", "", "results.json of an earlier run: the doc shows how far apart the two runs are")
+	beside := fs.String("beside", "", "bin/ directory of another build (pulumi-operator, pulumi, the engine host): measured in this run in turn with --operator, sample for sample and burst for burst, and set beside it figure by figure")
+	besideCommit := fs.String("beside-commit", "", "the commit --beside was built from, for the doc (default: its build information)")
+	burstRounds := fs.Int("burst-rounds", 1, "run each burst this many times (with --beside: each build in turn); a burst's figures are its median round's")
 	keep := fs.Bool("keep-state", false, "keep the operator's and the raw stacks' state directories")
 	preflight := fs.Bool("preflight", false, "only check that the Kubernetes provider plugin is installed")
 	render := fs.String("render", "", "only render: read this results.json, print the table and write --docs")
@@ -134,7 +139,12 @@ func run() int {
 		return exitUsage
 	}
 	o := options{samples: *samples, warmup: *warmup, burst: *burst, idle: *idle, idleWorkers: *idleWorkers,
-		resync: *resync, budget: *budget, phases: map[string]bool{}, keepState: *keep, postgresURL: *postgresURL}
+		resync: *resync, budget: *budget, phases: map[string]bool{}, keepState: *keep, postgresURL: *postgresURL,
+		burstRounds: *burstRounds, besideDir: *beside, besideCommit: *besideCommit}
+	if err := checkBurstRounds(o.burstRounds); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return exitUsage
+	}
 	for _, w := range strings.Split(*burstWorkers, ",") {
 		if strings.TrimSpace(w) == "" {
 			continue // "" runs no --engine-host none bursts (a scale run of the engine host only)
@@ -230,6 +240,13 @@ func run() int {
 		b.opts.engineHost = p
 	}
 	b.stateDir, b.rawDir = filepath.Join(b.out, "state"), filepath.Join(b.out, "raw-state")
+	b.under = &build{operator: b.operatorBin, pulumi: b.pulumi, engineHost: b.opts.engineHost}
+	if o.besideDir != "" {
+		if b.beside, err = besideBuild(o.besideDir, b.out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return exitUsage
+		}
+	}
 	code := b.run(ctx, *kubeconfig, *phases)
 	b.stopAll()
 	if !o.keepState {
@@ -239,6 +256,9 @@ func run() int {
 	if b.res != nil {
 		b.res.Seconds = time.Since(b.start).Seconds()
 		b.res.Figures = b.res.figures()
+		if b.res.Beside != nil {
+			b.res.Beside.Figures = b.res.besideFigures()
+		}
 		if *previous != "" {
 			if err := b.res.loadPrevious(*previous); err != nil {
 				fmt.Fprintln(os.Stderr, "bench: --previous:", err)
@@ -246,6 +266,7 @@ func run() int {
 		}
 		fmt.Println()
 		b.res.printTable(os.Stdout)
+		b.res.printSideBySide(os.Stdout)
 		for _, n := range b.res.Notes {
 			fmt.Println("note:", n)
 		}
@@ -380,6 +401,7 @@ func renderOnly(path, docs string) int {
 		return exitUsage
 	}
 	r.printTable(os.Stdout)
+	r.printSideBySide(os.Stdout)
 	if docs != "" && r.Latency == nil && (r.Scale != nil || r.Shards != nil) {
 		// A make bench-scale run: only its section of the doc.
 		if err := writeScaleDoc(docs, r); err != nil {
@@ -422,6 +444,14 @@ func checkScaleBackend(backend, postgresURL string, scale bool) error {
 		return fmt.Errorf("--scale-backend %q: want postgres or file", backend)
 	case backend == "postgres" && postgresURL == "" && scale:
 		return errors.New("--scale-backend postgres needs --postgres-url (run.sh starts one), or pass --scale-backend file")
+	}
+	return nil
+}
+
+// checkBurstRounds returns an error saying what to pass when n, --burst-rounds, is below 1.
+func checkBurstRounds(n int) error {
+	if n < 1 {
+		return fmt.Errorf("--burst-rounds %d: want 1 or more (the times each burst runs)", n)
 	}
 	return nil
 }

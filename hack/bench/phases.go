@@ -30,13 +30,16 @@ const (
 // A site is where figures 1, 4 and 5 are measured: a state backend, with the operator's
 // objects in nsOp and the floor's raw stacks (raw, a stack.Manager on the same backend whose
 // CLI runs the wrapper logs) in nsRaw. The file site is the default backend; the postgres
-// site repeats figures 1 and 5 on PostgreSQL, which the README recommends for teams.
+// site repeats figures 1 and 5 on PostgreSQL, which the README recommends for teams. With
+// --beside, each site has a twin for the other build: its own nsOp, the same raw stacks.
 type site struct {
 	name        string // siteFile or sitePostgres
 	nsOp, nsRaw string
 	backendURL  string // the operator's --backend-url; "" for its default (file)
 	raw         *stack.Manager
 	res         *SiteResults
+	build       *build    // whose operator runs here
+	op          *operator // that operator, while phaseLatency runs
 }
 
 const (
@@ -96,71 +99,99 @@ func (b *bench) crReady(ctx context.Context, ns, name string) (float64, time.Tim
 }
 
 // phaseLatency measures figure 1 (a fresh CR to Ready, against a raw up of the same program),
-// then 4 (drift repair) and 5 (a change) on the same objects, one operator with the default
-// worker count. Raw and operator samples alternate, so that load from elsewhere hits both.
-func (b *bench) phaseLatency(ctx context.Context, st *site, doDrift, doChange bool) error {
-	for _, ns := range []string{st.nsOp, st.nsRaw} {
-		if err := b.kube.ensureNamespace(ctx, ns); err != nil {
-			return err
-		}
-	}
-	op, err := b.startOperator(ctx, operatorSpec{name: "latency-" + st.name, namespace: st.nsOp, backendURL: st.backendURL, workers: latencyWorkers, resync: 10 * time.Minute})
-	if err != nil {
+// then 4 (drift repair) and 5 (a change) on the same objects, one operator per site (sts: the
+// build under test's, then the one beside it, if any) with the default worker count. All sites
+// share sts[0]'s raw stacks, the floor. The raw and the operators' samples take turns (inTurn),
+// so that load from elsewhere hits every one of them alike.
+func (b *bench) phaseLatency(ctx context.Context, sts []*site, doDrift, doChange bool) error {
+	raw0 := sts[0]
+	if err := b.kube.ensureNamespace(ctx, raw0.nsRaw); err != nil {
 		return err
 	}
-	defer b.stopOperator(op)
-
-	n, warm := b.opts.samples, b.opts.warmup
-	lat := &PairResult{}
-	var starts []time.Time
-	for i := range n + warm {
-		name, raw := fmt.Sprintf("lat-%d", i), fmt.Sprintf("raw-%d", i)
-		d, err := desiredOf(st.nsRaw, raw, 1)
+	for _, st := range sts {
+		if err := b.kube.ensureNamespace(ctx, st.nsOp); err != nil {
+			return err
+		}
+		op, err := b.startOperator(ctx, operatorSpec{name: "latency-" + st.name + st.build.suffix, namespace: st.nsOp, backendURL: st.backendURL,
+			workers: latencyWorkers, resync: 10 * time.Minute, binary: st.build.operator, pulumi: st.build.pulumi, stateDir: st.build.stateDir})
 		if err != nil {
 			return err
 		}
-		var crSecs, rawSecs, rawCPU float64
-		var t0 time.Time
-		runCR := func() error { crSecs, t0, err = b.crReady(ctx, st.nsOp, name); return err }
-		var clusterCPU float64
-		runRaw := func() error {
-			c0 := b.clusterCPU()
-			rawSecs, rawCPU, err = b.rawUp(ctx, st.raw, d, false)
-			clusterCPU = b.clusterCPU() - c0
+		defer b.stopOperator(op)
+		st.op = op
+	}
+
+	n, warm := b.opts.samples, b.opts.warmup
+	lats := make([]*PairResult, len(sts))
+	starts := make([][]time.Time, len(sts))
+	for j := range sts {
+		lats[j] = &PairResult{}
+	}
+	for i := range n + warm {
+		name, raw := fmt.Sprintf("lat-%d", i), fmt.Sprintf("raw-%d", i)
+		d, err := desiredOf(raw0.nsRaw, raw, 1)
+		if err != nil {
 			return err
 		}
-		if err := alternate(i, runRaw, runCR); err != nil {
+		var rawSecs, rawCPU, clusterCPU float64
+		crSecs, t0s := make([]float64, len(sts)), make([]time.Time, len(sts))
+		steps := []func() error{func() error {
+			c0 := b.clusterCPU()
+			rawSecs, rawCPU, err = b.rawUp(ctx, raw0.raw, d, false)
+			clusterCPU = b.clusterCPU() - c0
+			return err
+		}}
+		for j, st := range sts {
+			steps = append(steps, func() error {
+				var err error
+				crSecs[j], t0s[j], err = b.crReady(ctx, st.nsOp, name)
+				return err
+			})
+		}
+		if err := inTurn(i, steps...); err != nil {
 			return err
 		}
 		what := "sample"
 		if i < warm {
 			what = "warm-up"
 		} else {
-			lat.Operator = append(lat.Operator, crSecs)
-			lat.Floor = append(lat.Floor, rawSecs)
-			lat.FloorCPU = append(lat.FloorCPU, rawCPU)
-			if st.name == siteFile {
+			for j := range sts {
+				lats[j].Operator = append(lats[j].Operator, crSecs[j])
+				lats[j].Floor = append(lats[j].Floor, rawSecs)
+				lats[j].FloorCPU = append(lats[j].FloorCPU, rawCPU)
+				starts[j] = append(starts[j], t0s[j])
+			}
+			if raw0.name == siteFile {
 				b.rawClusterCPU = append(b.rawClusterCPU, clusterCPU)
 			}
-			starts = append(starts, t0)
 		}
-		b.logf("  CR to Ready %s %d: operator %.2f s, engine run %.2f s (%.2f CPU s; stack.Manager.Up %.2f s)", what, i, crSecs, rawSecs, rawCPU, b.lastUpWall)
+		b.logf("  CR to Ready %s %d: operator %.2f s%s, engine run %.2f s (%.2f CPU s; stack.Manager.Up %.2f s)", what, i, crSecs[0], besideText(crSecs), rawSecs, rawCPU, b.lastUpWall)
 	}
-	lat.finish()
-	lat.Breakdown = b.breakdown(op, st.nsOp, "lat-", warm, starts, 1)
-	st.res.Latency = lat
-
+	for j, st := range sts {
+		lats[j].finish()
+		lats[j].Breakdown = b.breakdown(st.op, st.nsOp, "lat-", warm, starts[j], 1)
+		st.res.Latency = lats[j]
+	}
 	if doDrift {
-		if err := b.phaseDrift(ctx, st, op, n, warm); err != nil {
+		if err := b.phaseDrift(ctx, sts, n, warm); err != nil {
 			return err
 		}
 	}
 	if doChange {
-		if err := b.phaseChange(ctx, st, op, n, warm); err != nil {
+		if err := b.phaseChange(ctx, sts, n, warm); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// besideText is ", beside 0.71 s" for the second of secs (the build beside), "" when there is
+// none: how a sample's log line shows the other build.
+func besideText(secs []float64) string {
+	if len(secs) < 2 {
+		return ""
+	}
+	return fmt.Sprintf(", beside %.2f s", secs[1])
 }
 
 // breakdown splits the operator's samples, using its log: creation (or patch) to the
@@ -198,94 +229,117 @@ func (b *bench) breakdown(op *operator, ns, prefix string, first int, starts []t
 }
 
 // phaseDrift measures figure 4: `kubectl scale` of a managed Deployment to the moment its
-// spec.replicas is back, against a raw `up --refresh` after the same scale.
-func (b *bench) phaseDrift(ctx context.Context, st *site, op *operator, n, warm int) error {
-	res := &PairResult{}
+// spec.replicas is back, against a raw `up --refresh` after the same scale; at each site of
+// sts (sharing sts[0]'s raw stacks), in turn.
+func (b *bench) phaseDrift(ctx context.Context, sts []*site, n, warm int) error {
+	raw0 := sts[0]
+	res := make([]*PairResult, len(sts))
+	for j := range sts {
+		res[j] = &PairResult{}
+	}
 	for i := range n {
 		name, raw := fmt.Sprintf("lat-%d", warm+i), fmt.Sprintf("raw-%d", warm+i)
-		d, err := desiredOf(st.nsRaw, raw, 1)
+		d, err := desiredOf(raw0.nsRaw, raw, 1)
 		if err != nil {
 			return err
 		}
-		var opSecs, rawSecs float64
-		runOp := func() error {
+		var rawSecs float64
+		opSecs := make([]float64, len(sts))
+		steps := []func() error{func() error {
 			t0 := time.Now()
-			g, err := b.kube.scale(ctx, st.nsOp, name, 3)
+			g, err := b.kube.scale(ctx, raw0.nsRaw, raw, 3)
 			if err != nil {
 				return err
 			}
-			at, err := b.kube.deps.waitReplicas(ctx, st.nsOp+"/"+name, g+1, 1, 2*time.Minute)
-			if err != nil {
+			if _, _, err := b.rawUp(ctx, raw0.raw, d, true); err != nil {
 				return err
 			}
-			opSecs = at.Sub(t0).Seconds()
-			// Let the repair up finish before the next sample.
-			_, err = op.waitLog(ctx, "stack up to date", st.nsOp+"/"+name, t0.Truncate(time.Millisecond), 2*time.Minute)
-			return err
-		}
-		runRaw := func() error {
-			t0 := time.Now()
-			g, err := b.kube.scale(ctx, st.nsRaw, raw, 3)
-			if err != nil {
-				return err
-			}
-			if _, _, err := b.rawUp(ctx, st.raw, d, true); err != nil {
-				return err
-			}
-			at, err := b.kube.deps.waitReplicas(ctx, st.nsRaw+"/"+raw, g+1, 1, time.Minute)
+			at, err := b.kube.deps.waitReplicas(ctx, raw0.nsRaw+"/"+raw, g+1, 1, time.Minute)
 			if err != nil {
 				return err
 			}
 			rawSecs = at.Sub(t0).Seconds()
 			return nil
+		}}
+		for j, st := range sts {
+			steps = append(steps, func() error {
+				t0 := time.Now()
+				g, err := b.kube.scale(ctx, st.nsOp, name, 3)
+				if err != nil {
+					return err
+				}
+				at, err := b.kube.deps.waitReplicas(ctx, st.nsOp+"/"+name, g+1, 1, 2*time.Minute)
+				if err != nil {
+					return err
+				}
+				opSecs[j] = at.Sub(t0).Seconds()
+				// Let the repair up finish before the next sample.
+				_, err = st.op.waitLog(ctx, "stack up to date", st.nsOp+"/"+name, t0.Truncate(time.Millisecond), 2*time.Minute)
+				return err
+			})
 		}
-		if err := alternate(i, runRaw, runOp); err != nil {
+		if err := inTurn(i, steps...); err != nil {
 			return err
 		}
-		res.Operator = append(res.Operator, opSecs)
-		res.Floor = append(res.Floor, rawSecs)
-		b.logf("  drift repair %d: operator %.2f s, raw up --refresh %.2f s", i, opSecs, rawSecs)
+		for j := range sts {
+			res[j].Operator = append(res[j].Operator, opSecs[j])
+			res[j].Floor = append(res[j].Floor, rawSecs)
+		}
+		b.logf("  drift repair %d: operator %.2f s%s, raw up --refresh %.2f s", i, opSecs[0], besideText(opSecs), rawSecs)
 	}
-	res.finish()
-	st.res.Drift = res
+	for j, st := range sts {
+		res[j].finish()
+		st.res.Drift = res[j]
+	}
 	return nil
 }
 
 // phaseChange measures figure 5: a replicaCount change to Ready at the new generation,
-// against a raw up of the same change.
-func (b *bench) phaseChange(ctx context.Context, st *site, op *operator, n, warm int) error {
-	res := &PairResult{}
-	var starts []time.Time
+// against a raw up of the same change; at each site of sts (sharing sts[0]'s raw stacks), in
+// turn.
+func (b *bench) phaseChange(ctx context.Context, sts []*site, n, warm int) error {
+	raw0 := sts[0]
+	res := make([]*PairResult, len(sts))
+	starts := make([][]time.Time, len(sts))
+	for j := range sts {
+		res[j] = &PairResult{}
+	}
 	for i := range n {
 		name, raw := fmt.Sprintf("lat-%d", warm+i), fmt.Sprintf("raw-%d", warm+i)
-		d, err := desiredOf(st.nsRaw, raw, 2)
+		d, err := desiredOf(raw0.nsRaw, raw, 2)
 		if err != nil {
 			return err
 		}
-		var opSecs, rawSecs, rawCPU float64
-		var t0 time.Time
-		runOp := func() error {
-			t0 = time.Now()
-			if err := b.kube.patchReplicas(ctx, st.nsOp, name, 2); err != nil {
+		var rawSecs, rawCPU float64
+		opSecs, t0s := make([]float64, len(sts)), make([]time.Time, len(sts))
+		steps := []func() error{func() error { rawSecs, rawCPU, err = b.rawUp(ctx, raw0.raw, d, false); return err }}
+		for j, st := range sts {
+			steps = append(steps, func() error {
+				t0s[j] = time.Now()
+				if err := b.kube.patchReplicas(ctx, st.nsOp, name, 2); err != nil {
+					return err
+				}
+				at, _, err := b.kube.crs.waitAll(ctx, []string{st.nsOp + "/" + name}, 2, 5*time.Minute)
+				opSecs[j] = at.Sub(t0s[j]).Seconds()
 				return err
-			}
-			at, _, err := b.kube.crs.waitAll(ctx, []string{st.nsOp + "/" + name}, 2, 5*time.Minute)
-			opSecs = at.Sub(t0).Seconds()
+			})
+		}
+		if err := inTurn(i, steps...); err != nil {
 			return err
 		}
-		runRaw := func() error { rawSecs, rawCPU, err = b.rawUp(ctx, st.raw, d, false); return err }
-		if err := alternate(i, runRaw, runOp); err != nil {
-			return err
+		for j := range sts {
+			res[j].Operator = append(res[j].Operator, opSecs[j])
+			res[j].Floor = append(res[j].Floor, rawSecs)
+			res[j].FloorCPU = append(res[j].FloorCPU, rawCPU)
+			starts[j] = append(starts[j], t0s[j])
 		}
-		res.Operator = append(res.Operator, opSecs)
-		res.Floor = append(res.Floor, rawSecs)
-		res.FloorCPU = append(res.FloorCPU, rawCPU)
-		starts = append(starts, t0)
-		b.logf("  change %d: operator %.2f s, engine run %.2f s (stack.Manager.Up %.2f s)", i, opSecs, rawSecs, b.lastUpWall)
+		b.logf("  change %d: operator %.2f s%s, engine run %.2f s (stack.Manager.Up %.2f s)", i, opSecs[0], besideText(opSecs), rawSecs, b.lastUpWall)
 	}
-	res.finish()
-	res.Breakdown = b.breakdown(op, st.nsOp, "lat-", warm, starts, 2)
-	st.res.Change = res
+	for j, st := range sts {
+		res[j].finish()
+		res[j].Breakdown = b.breakdown(st.op, st.nsOp, "lat-", warm, starts[j], 2)
+		st.res.Change = res[j]
+	}
 	return nil
 }
 
@@ -438,15 +492,15 @@ func cmdLabel(args []string) string {
 	return label
 }
 
-// alternate runs a then b for even i, b then a for odd i, stopping at the first error: the
-// operator's run and its raw floor take turns going first, so neither always meets a warmer
-// or colder machine.
-func alternate(i int, a, b func() error) error {
-	if i%2 == 1 {
-		a, b = b, a
+// inTurn runs steps one after the other, starting with steps[i mod len(steps)] and wrapping
+// around, stopping at the first error: over consecutive i, each step goes first equally often
+// (the operator's run and its raw floor, and the build beside), so that none always meets a
+// warmer or colder machine.
+func inTurn(i int, steps ...func() error) error {
+	for k := range steps {
+		if err := steps[(i+k)%len(steps)](); err != nil {
+			return err
+		}
 	}
-	if err := a(); err != nil {
-		return err
-	}
-	return b()
+	return nil
 }

@@ -44,7 +44,9 @@ type Results struct {
 	Profile  []ProfileRun `json:"cliProfile,omitempty"`
 	CLIStart *CLIStart    `json:"cliStart,omitempty"`
 	// Previous is an earlier run's figures (--previous), to show how far apart two runs are.
-	Previous   *PreviousRun   `json:"previous,omitempty"`
+	Previous *PreviousRun `json:"previous,omitempty"`
+	// Beside is another build measured in turn with this one in this run (--beside).
+	Beside     *BesideRun     `json:"beside,omitempty"`
 	Notes      []string       `json:"notes,omitempty"`
 	Broken     []string       `json:"broken,omitempty"`
 	ClusterCPU map[string]any `json:"clusterCPU,omitempty"`
@@ -78,12 +80,15 @@ type Settings struct {
 	HostWorkers []int `json:"engineHostWorkers,omitempty"`
 	// OperatorEngineHost says the engine host lay beside the operator binary, so the operator
 	// used it wherever the bench gave no --engine-host (figures 1, 3, 4, 5).
-	OperatorEngineHost bool   `json:"operatorEngineHost,omitempty"`
-	IdleTarget         int    `json:"idleTarget"`
-	IdleWorkers        int    `json:"idleWorkers"`
-	Resync             string `json:"resync"`
-	Budget             string `json:"budget"`
-	Phases             string `json:"phases"`
+	OperatorEngineHost bool `json:"operatorEngineHost,omitempty"`
+	// BurstRounds is how many times each burst ran (--burst-rounds); its row is the median
+	// round. 0 in a results.json from before the setting: once.
+	BurstRounds int    `json:"burstRounds,omitempty"`
+	IdleTarget  int    `json:"idleTarget"`
+	IdleWorkers int    `json:"idleWorkers"`
+	Resync      string `json:"resync"`
+	Budget      string `json:"budget"`
+	Phases      string `json:"phases"`
 }
 
 // LoadMark is /proc/loadavg at a point of the run. Other work on the machine (tests, builds)
@@ -154,13 +159,16 @@ type BurstResult struct {
 	Workers int `json:"workers"`
 	// EngineHost says the operator ran with --engine-host (stack.EngineHost): its ups in that
 	// one process, not a pulumi CLI process each.
-	EngineHost         bool    `json:"engineHost,omitempty"`
-	CRs                int     `json:"crs"`
-	Ready              int     `json:"ready"`
-	Seconds            float64 `json:"seconds"`
-	FloorSeconds       float64 `json:"cpuFloorSeconds"`
-	Ratio              float64 `json:"ratio"`
-	OperatorCPUSeconds float64 `json:"operatorTreeCPUSeconds"`
+	EngineHost bool    `json:"engineHost,omitempty"`
+	CRs        int     `json:"crs"`
+	Ready      int     `json:"ready"`
+	Seconds    float64 `json:"seconds"`
+	// RoundSeconds are the seconds of each round with --burst-rounds above 1 (this result is
+	// the median round's), in the order they ran.
+	RoundSeconds       []float64 `json:"roundSeconds,omitempty"`
+	FloorSeconds       float64   `json:"cpuFloorSeconds"`
+	Ratio              float64   `json:"ratio"`
+	OperatorCPUSeconds float64   `json:"operatorTreeCPUSeconds"`
 	// OperatorSelfCPUSeconds is the operator process alone, without its pulumi processes.
 	OperatorSelfCPUSeconds float64 `json:"operatorSelfCPUSeconds"`
 	PeakTreeRSSMiB         float64 `json:"peakTreeRSSMiB"`
@@ -263,6 +271,9 @@ func readResults(path string) (*Results, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	r.Figures = r.figures()
+	if r.Beside != nil {
+		r.Beside.Figures = r.besideFigures()
+	}
 	return &r, nil
 }
 
@@ -354,25 +365,11 @@ func (r *Results) figures() []Figure {
 	out = append(out, r.burstFigures(false)...)
 	out = append(out, r.burstFigures(true)...)
 	if i := r.Idle; i != nil {
-		name := fmt.Sprintf("3. idle, %d unchanged CRs", i.CRs)
-		if i.Reduced {
-			name += fmt.Sprintf(" (REDUCED from %d)", i.Target)
-		}
 		if len(i.Windows) == 0 {
-			out = append(out, failed("idle", name, "0 runs, < 200 MiB", "not measured"))
+			out = append(out, failed("idle", i.name(), "0 runs, < 200 MiB", "not measured"))
 		}
 		for j, w := range i.Windows {
-			suffix := ""
-			if j > 0 {
-				suffix = "_restart"
-			}
-			out = append(out,
-				judge(Figure{ID: "idle_runs" + suffix, Name: name + ", 3 resyncs " + w.Label + ": Pulumi runs", Value: float64(w.Ups), Unit: "",
-					Target: "= 0"}, w.Ups == 0),
-				judge(Figure{ID: "idle_cpu" + suffix, Name: name + ", 3 resyncs " + w.Label + ": operator CPU", Value: w.CPUSeconds, Unit: "CPU s",
-					Target: "< 5% of a core", Note: fmt.Sprintf("%.1f%% of one core over %.0f s, %.0f reconciles", w.CPUPercent, w.Seconds, w.Reconciles)}, w.CPUPercent < 5),
-				judge(Figure{ID: "idle_rss" + suffix, Name: name + ", 3 resyncs " + w.Label + ": operator RSS (peak)", Value: w.rss(), Unit: "MiB",
-					Target: "< 200 MiB", Note: w.rssNote()}, w.rss() < 200))
+			out = append(out, idleWindowFigures(i.name(), w, cond(j > 0, "_restart", ""))...)
 		}
 	}
 	if d := r.Drift; d != nil {
@@ -399,6 +396,30 @@ func (r *Results) figures() []Figure {
 		out = append(out, failed("pg_cr_ready", "1 and 5 on the PostgreSQL backend", "as on the file backend", "not measured"))
 	}
 	return out
+}
+
+// name is what the idle figures are called: "3. idle, 1000 unchanged CRs", marked when the
+// run reduced the count.
+func (i *IdleResult) name() string {
+	name := fmt.Sprintf("3. idle, %d unchanged CRs", i.CRs)
+	if i.Reduced {
+		name += fmt.Sprintf(" (REDUCED from %d)", i.Target)
+	}
+	return name
+}
+
+// idleWindowFigures are the figures of one idle window: Pulumi runs, operator CPU and peak RSS,
+// with IDs idle_runs, idle_cpu and idle_rss followed by suffix ("" for the first window,
+// "_restart" for the one after a restart).
+func idleWindowFigures(name string, w IdleWindow, suffix string) []Figure {
+	return []Figure{
+		judge(Figure{ID: "idle_runs" + suffix, Name: name + ", 3 resyncs " + w.Label + ": Pulumi runs", Value: float64(w.Ups), Unit: "",
+			Target: "= 0"}, w.Ups == 0),
+		judge(Figure{ID: "idle_cpu" + suffix, Name: name + ", 3 resyncs " + w.Label + ": operator CPU", Value: w.CPUSeconds, Unit: "CPU s",
+			Target: "< 5% of a core", Note: fmt.Sprintf("%.1f%% of one core over %.0f s, %.0f reconciles", w.CPUPercent, w.Seconds, w.Reconciles)}, w.CPUPercent < 5),
+		judge(Figure{ID: "idle_rss" + suffix, Name: name + ", 3 resyncs " + w.Label + ": operator RSS (peak)", Value: w.rss(), Unit: "MiB",
+			Target: "< 200 MiB", Note: w.rssNote()}, w.rss() < 200),
+	}
 }
 
 // reading explains the figures from the rest of the results: what limits those that miss
@@ -623,7 +644,10 @@ type docData struct {
 	Rows                   []figureRow
 	NoteLines, BrokenLines []string
 	TwoRuns                *twoRuns
-	Reading                []string
+	// SideBySide is this build beside another measured in turn in the same run (--beside).
+	SideBySide *twoRuns
+	WorseBy    float64
+	Reading    []string
 	// The tables of the figures measured against a floor; nil where a figure was not measured.
 	LatencyTable, DriftTable, ChangeTable, PgLatencyTable, PgChangeTable *pairView
 	ProfileTable                                                         *profileView
@@ -652,6 +676,9 @@ type twoRuns struct {
 	// ("go1.26.8, pulumi CLI v3.255.0"), else "".
 	Versions string
 	Rows     []twoRunsRow
+	// Worse counts the rows where this build is worse by more than worseBy percent (the
+	// side-by-side table of --beside only).
+	Worse int
 }
 
 // twoRunsRow is a figure both runs have, formatted, and how far apart they are (percent of
@@ -660,6 +687,9 @@ type twoRunsRow struct {
 	Name, This, Other string
 	Percent           float64
 }
+
+// Marked says the row is worse than the other build by more than worseBy percent.
+func (r twoRunsRow) Marked() bool { return r.Percent > worseBy }
 
 // pairView is a PairResult as its table shows it: the samples joined, the floor's CPU only
 // where the figure shows it ("" otherwise).
@@ -693,6 +723,9 @@ type burstRow struct {
 	BurstResult
 	Label, Failure string
 	CPUPerUp       float64
+	// Rounds are the seconds of every round ("33.0 s, 30.0 s, 27.0 s") when there was more
+	// than one, else "".
+	Rounds string
 }
 
 // markdown renders docs/benchmarks.md from benchmarks.md.tmpl. Errors: the template does not fit
@@ -738,6 +771,7 @@ func (r *Results) docData() *docData {
 	if pr := r.Previous; pr != nil {
 		d.TwoRuns = r.compare(pr)
 	}
+	d.SideBySide, d.WorseBy = r.sideBySide(), worseBy
 	d.LatencyTable = newPairView(r.Latency, true)
 	d.DriftTable = newPairView(r.Drift, false)
 	d.ChangeTable = newPairView(r.Change, true)
@@ -751,7 +785,7 @@ func (r *Results) docData() *docData {
 		d.HelperWall = helperWall(r.Profile)
 	}
 	for _, b := range r.Bursts {
-		row := burstRow{BurstResult: b, Label: strconv.Itoa(b.Workers), Failure: mdEscape(b.Error), CPUPerUp: b.cpuPerUp()}
+		row := burstRow{BurstResult: b, Label: strconv.Itoa(b.Workers), Failure: mdEscape(b.Error), CPUPerUp: b.cpuPerUp(), Rounds: roundsText(b.RoundSeconds)}
 		if b.EngineHost {
 			row.Label += ", engine host"
 		}
@@ -776,11 +810,23 @@ func (r *Results) compare(pr *PreviousRun) *twoRuns {
 	if (pr.Go != "" && pr.Go != r.Versions.Go) || (pr.PulumiCLI != "" && pr.PulumiCLI != r.Versions.PulumiCLI) {
 		t.Versions = pr.Go + ", pulumi CLI " + pr.PulumiCLI
 	}
+	t.Rows = figureRows(r.Figures, pr.Figures)
+	if len(t.Rows) == 0 {
+		return nil
+	}
+	return t
+}
+
+// figureRows sets each of figures beside the figure of others with its ID, in the order of
+// figures; a figure others lack, or whose value is 0 in either, is left out (nothing to divide
+// by, or nothing measured).
+func figureRows(figures, others []Figure) []twoRunsRow {
 	before := map[string]Figure{}
-	for _, f := range pr.Figures {
+	for _, f := range others {
 		before[f.ID] = f
 	}
-	for _, f := range r.Figures {
+	var rows []twoRunsRow
+	for _, f := range figures {
 		b, ok := before[f.ID]
 		if !ok || f.Value == 0 || b.Value == 0 {
 			continue
@@ -791,12 +837,9 @@ func (r *Results) compare(pr *PreviousRun) *twoRuns {
 			// here): the two values are of different runs of the burst, which the row says.
 			other += " (" + b.Name + ")"
 		}
-		t.Rows = append(t.Rows, twoRunsRow{Name: f.Name, This: fmtValue(f.Value, f.Unit), Other: other, Percent: 100 * (f.Value - b.Value) / b.Value})
+		rows = append(rows, twoRunsRow{Name: f.Name, This: fmtValue(f.Value, f.Unit), Other: other, Percent: 100 * (f.Value - b.Value) / b.Value})
 	}
-	if len(t.Rows) == 0 {
-		return nil
-	}
-	return t
+	return rows
 }
 
 // newPairView is pr's table, with the floor's CPU when cpu is set and pr has it; nil for a nil
@@ -846,6 +889,18 @@ func newProfileView(prs []ProfileRun) *profileView {
 		v.Split = &cliShare{UpPercent: 100 * up / (up + other), OtherPercent: 100 * other / (up + other)}
 	}
 	return v
+}
+
+// roundsText is xs as "33.0 s, 30.0 s, 27.0 s"; "" for fewer than two.
+func roundsText(xs []float64) string {
+	if len(xs) < 2 {
+		return ""
+	}
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.1f s", x)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func joinF(xs []float64) string {

@@ -210,7 +210,7 @@ func (b *bench) phaseScale(ctx context.Context) error {
 		}
 		b.logf("cost curve: burst of %d CRs at --workers %d with the engine host", n, workers)
 		b.load(fmt.Sprintf("scale burst %d, start", n))
-		r := b.burst(ctx, burstSpec{crs: n, namespace: ns, name: name, workers: workers, engineHost: b.opts.engineHost, backendURL: backendURL})
+		r := b.burst(ctx, burstSpec{crs: n, namespace: ns, name: name, workers: workers, engineHost: b.opts.engineHost, backendURL: backendURL, pool: true})
 		res.Bursts = append(res.Bursts, r)
 		if r.Error != "" {
 			return fmt.Errorf("burst of %d: %s", n, r.Error)

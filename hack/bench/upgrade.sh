@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# `make bench-upgrade`: the bench of the previous release's binaries and of this tree's, one after
-# the other on this machine, each on a fresh local cluster of its own (hack/bench/run.sh); the
-# second run writes docs/benchmarks.md with a "Two runs" table: every figure beside the previous
-# release's and how far apart they are, in percent.
+# `make bench-upgrade`: the bench of this tree's binaries with the previous release's beside
+# them in the same run on one fresh local cluster (hack/bench/run.sh --beside): figures 1, 4 and
+# 5 sample for sample, each burst right before or after the other build's, 3 rounds of each
+# (the median's row), and an idle window of each over the same objects. docs/benchmarks.md then
+# has a "Side by side" table: every figure beside the previous release's, the difference in
+# percent, and those worse by more than 10 % marked. Measured in one run, the two builds meet
+# the machine at the same speed, which drifts by tens of percent between runs an hour apart.
 #
 # BASELINE_BIN: the directory of the previous release's binaries, as `make build` writes them
-# (pulumi-operator, pulumi, pulumi-operator-engine -> pulumi). Make it from a commit with
+# (pulumi-operator, pulumi, pulumi-operator-engine). Make it from a commit with
 #   git worktree add /tmp/baseline <commit> && make -C /tmp/baseline build
 # and pass BASELINE_BIN=/tmp/baseline/bin. Its plugins are this tree's (bin/pulumi-home is linked
 # in when it has none): the provider and the Go language host are the same archives for both.
 #
-# Usage: BASELINE_BIN=DIR hack/bench/upgrade.sh [bench flags...]   (the flags go to both runs)
-# Writes .local/bench-baseline/ (the previous release's run) and .local/bench/ (this tree's).
+# Usage: BASELINE_BIN=DIR hack/bench/upgrade.sh [bench flags...]
+# Writes .local/bench/ (results.json with both builds' figures, logs of both).
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -26,6 +29,7 @@ done
 # The commit the baseline was built from, for the doc: BASELINE_COMMIT, else the git tree that
 # holds BASELINE_BIN (a worktree as above).
 commit="${BASELINE_COMMIT:-$(git -C "${BASELINE_BIN}/.." describe --always --dirty 2>/dev/null || echo unknown)}"
-BENCH_OUT="${REPO_ROOT}/.local/bench-baseline" BENCH_BIN="${BASELINE_BIN}" BENCH_DOCS="" \
-	hack/bench/run.sh --operator-commit "${commit}" "$@"
-BENCH_PREVIOUS="${REPO_ROOT}/.local/bench-baseline/results.json" hack/bench/run.sh "$@"
+# Three rounds of every burst and 9 samples of figures 1, 4 and 5: one burst varies by about
+# 10 % from the next on this machine, the bar the comparison is held to. The budget pays for
+# the rounds before the idle objects.
+hack/bench/run.sh --beside "${BASELINE_BIN}" --beside-commit "${commit}" --burst-rounds 3 --samples 9 --budget 150m "$@"
