@@ -75,7 +75,7 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 		OperatorEngineHost: fileExists(filepath.Join(filepath.Dir(b.operatorBin), stack.EngineHost)),
 		Samples:            b.opts.samples, Warmup: b.opts.warmup, LatencyWorkers: latencyWorkers, Burst: b.opts.burst,
 		BurstWorkers: b.opts.burstWorkers, HostWorkers: b.opts.hostWorkers, IdleTarget: b.opts.idle, IdleWorkers: b.opts.idleWorkers,
-		BurstRounds: b.opts.burstRounds, Resync: b.opts.resync.String(), Budget: b.opts.budget.String(), Phases: phases}}
+		BurstRounds: b.opts.burstRounds, IdleRounds: b.opts.idleRounds, Resync: b.opts.resync.String(), Budget: b.opts.budget.String(), Phases: phases}}
 	if bd := b.beside; bd != nil {
 		b.res.Beside = &BesideRun{Commit: b.opts.besideCommit, Dir: filepath.Dir(bd.operator), EngineHost: bd.engineHost != ""}
 		if b.res.Beside.Commit == "" {

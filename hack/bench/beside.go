@@ -52,8 +52,8 @@ func besideBuild(dir, out string) (*build, error) {
 // that the machine's speed, which drifts by tens of percent over an hour, is the same for
 // both: its figures 1, 4 and 5 come from samples taken in turn with this build's (the raw
 // floor shared), each of its bursts runs right before or after this build's at the same
-// worker count (which goes first alternates), and its idle window watches the same objects
-// right after this build's windows.
+// worker count (which goes first alternates), and its idle windows after a restart take
+// turns with this build's over the same objects.
 type BesideRun struct {
 	// Commit is the build's commit (--beside-commit, else its Go build information; "" when
 	// neither says), Dir the directory of its binaries.
@@ -66,7 +66,8 @@ type BesideRun struct {
 	Change     *PairResult   `json:"change,omitempty"`
 	Postgres   *SiteResults  `json:"postgres,omitempty"`
 	Bursts     []BurstResult `json:"bursts,omitempty"`
-	// Idle is its window of 3 resyncs over this build's idle objects, after its start.
+	// Idle is its window of 3 resyncs over this build's idle objects after its start (the
+	// median of --idle-rounds).
 	Idle    *IdleWindow `json:"idle,omitempty"`
 	Figures []Figure    `json:"figures"`
 }

@@ -49,10 +49,13 @@ func TestMedianRound(t *testing.T) {
 	if r := medianRound(rs[:1]); r.Seconds != 33 || r.RoundSeconds != nil {
 		t.Fatalf("one round: %+v", r)
 	}
-	if err := checkBurstRounds(0); err == nil || !strings.Contains(err.Error(), "want 1 or more") {
+	if err := checkRounds(0, 1); err == nil || !strings.Contains(err.Error(), "--burst-rounds 0: want 1 or more") {
 		t.Fatalf("--burst-rounds 0: err = %v", err)
 	}
-	if err := checkBurstRounds(3); err != nil {
+	if err := checkRounds(1, 0); err == nil || !strings.Contains(err.Error(), "--idle-rounds 0: want 1 or more") {
+		t.Fatalf("--idle-rounds 0: err = %v", err)
+	}
+	if err := checkRounds(3, 3); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -132,5 +135,23 @@ func TestSideBySide(t *testing.T) {
 	out.Reset()
 	if r.printSideBySide(&out); out.Len() != 0 || strings.Contains(render(t, r), "Side by side") {
 		t.Fatal("a side-by-side table without --beside")
+	}
+}
+
+// TestMedianWindow: the median of each figure of the windows, the Pulumi runs summed (one run in
+// any window shows), the label saying how many; one window is itself.
+func TestMedianWindow(t *testing.T) {
+	ws := []IdleWindow{
+		{Label: "after a restart", Resyncs: 3, Seconds: 32, CPUSeconds: 1.2, PeakRSSMiB: 160, MeanRSSMiB: 139, Ups: 0},
+		{Label: "after a restart", Resyncs: 3, Seconds: 32, CPUSeconds: 1.4, PeakRSSMiB: 138, MeanRSSMiB: 136, Ups: 1},
+		{Label: "after a restart", Resyncs: 3, Seconds: 33, CPUSeconds: 1.1, PeakRSSMiB: 141, MeanRSSMiB: 137, Ups: 0},
+	}
+	w := medianWindow(ws)
+	if w.PeakRSSMiB != 141 || w.CPUSeconds != 1.2 || w.MeanRSSMiB != 137 || w.Seconds != 32 || w.Ups != 1 || w.Rounds != 3 ||
+		w.Label != "after a restart (median of 3 starts)" || w.Resyncs != 3 {
+		t.Fatalf("median window: %+v", w)
+	}
+	if one := medianWindow(ws[:1]); one.PeakRSSMiB != 160 || one.Rounds != 0 || one.Label != "after a restart" {
+		t.Fatalf("one window: %+v", one)
 	}
 }

@@ -120,25 +120,36 @@ func (b *bench) phaseIdle(ctx context.Context) error {
 		return err
 	}
 	res.Windows = append(res.Windows, w)
-	b.stopOperator(op)
-	if op, err = start("idle-restart", "", ""); err != nil {
-		return err
+	// The windows after a restart: --idle-rounds of them, each from a fresh start, the build
+	// beside (--beside) taking turns with this one over the same objects and state. A window's
+	// peak memory is one moment of the garbage collector's cycle; their median is the figure.
+	builds := []*build{b.under}
+	if b.beside != nil {
+		builds = append(builds, b.beside)
 	}
-	w, err = b.idleWindow(ctx, op, "after a restart")
-	if err != nil {
-		return err
-	}
-	res.Windows = append(res.Windows, w)
-	// The build beside (--beside) over the same objects and state, from a start as the window
-	// before: the two windows are a minute apart.
-	if bd := b.beside; bd != nil {
-		b.stopOperator(op)
-		if op, err = start("idle"+bd.suffix, bd.operator, bd.pulumi); err != nil {
+	restarts := make([][]IdleWindow, len(builds))
+	for round := range max(b.opts.idleRounds, 1) {
+		var steps []func() error
+		for j, bd := range builds {
+			steps = append(steps, func() error {
+				b.stopOperator(op)
+				var err error
+				if op, err = start("idle-restart"+bd.suffix+cond(round > 0, fmt.Sprintf("-%d", round), ""), bd.operator, bd.pulumi); err != nil {
+					return err
+				}
+				w, err := b.idleWindow(ctx, op, "after a restart"+cond(bd.suffix != "", " (beside)", ""))
+				w.Label = "after a restart"
+				restarts[j] = append(restarts[j], w)
+				return err
+			})
+		}
+		if err := inTurn(round, steps...); err != nil {
 			return err
 		}
-		if w, err = b.idleWindow(ctx, op, "after a restart"); err != nil {
-			return err
-		}
+	}
+	res.Windows = append(res.Windows, medianWindow(restarts[0]))
+	if b.beside != nil {
+		w := medianWindow(restarts[1])
 		b.res.Beside.Idle = &w
 	}
 	// Candidate builds over the same objects (--idle-compare), each a fresh start.
@@ -154,6 +165,36 @@ func (b *bench) phaseIdle(ctx context.Context) error {
 		res.Compare = append(res.Compare, w)
 	}
 	return nil
+}
+
+// medianWindow is ws as one window: the median of each of its figures over them, except the
+// Pulumi runs, which are their sum (any run is one too many); Rounds is how many there were.
+// ws[0] itself when it is the only one.
+func medianWindow(ws []IdleWindow) IdleWindow {
+	if len(ws) == 1 {
+		return ws[0]
+	}
+	w := IdleWindow{Label: fmt.Sprintf("%s (median of %d starts)", ws[0].Label, len(ws)), Resyncs: ws[0].Resyncs, Rounds: len(ws)}
+	of := func(f func(IdleWindow) float64) float64 {
+		xs := make([]float64, len(ws))
+		for i, x := range ws {
+			xs[i] = f(x)
+		}
+		return median(xs)
+	}
+	for _, x := range ws {
+		w.Ups += x.Ups
+		w.PeakProcesses = max(w.PeakProcesses, x.PeakProcesses)
+	}
+	w.Seconds = of(func(x IdleWindow) float64 { return x.Seconds })
+	w.Reconciles = of(func(x IdleWindow) float64 { return x.Reconciles })
+	w.APIRequests = of(func(x IdleWindow) float64 { return x.APIRequests })
+	w.CPUSeconds = of(func(x IdleWindow) float64 { return x.CPUSeconds })
+	w.CPUPercent = of(func(x IdleWindow) float64 { return x.CPUPercent })
+	w.PeakRSSMiB = of(func(x IdleWindow) float64 { return x.PeakRSSMiB })
+	w.MeanRSSMiB = of(func(x IdleWindow) float64 { return x.MeanRSSMiB })
+	w.PeakTreeRSSMiB = of(func(x IdleWindow) float64 { return x.PeakTreeRSSMiB })
+	return w
 }
 
 // waitSettled waits until the operator has reconciled at least n objects and its queue is

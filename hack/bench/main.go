@@ -62,6 +62,7 @@ type options struct {
 	postgresURL                               string
 	idleCompare                               []candidate
 	burstRounds                               int // each burst this many times (the median's row)
+	idleRounds                                int // idle windows after a restart (the median's figures)
 	besideDir, besideCommit                   string
 	scaleBursts, scaleIdle                    []int  // phase scale
 	scaleBackend                              string // phase scale: "postgres" or "file"
@@ -112,6 +113,7 @@ func run() int {
 	previous := fs.String("previous", "", "results.json of an earlier run: the doc shows how far apart the two runs are")
 	beside := fs.String("beside", "", "bin/ directory of another build (pulumi-operator, pulumi, the engine host): measured in this run in turn with --operator, sample for sample and burst for burst, and set beside it figure by figure")
 	besideCommit := fs.String("beside-commit", "", "the commit --beside was built from, for the doc (default: its build information)")
+	idleRounds := fs.Int("idle-rounds", 1, "idle windows after a restart, each from a start of its own (with --beside: each build in turn); the figures are their medians")
 	burstRounds := fs.Int("burst-rounds", 1, "run each burst this many times (with --beside: each build in turn); a burst's figures are its median round's")
 	keep := fs.Bool("keep-state", false, "keep the operator's and the raw stacks' state directories")
 	preflight := fs.Bool("preflight", false, "only check that the Kubernetes provider plugin is installed")
@@ -140,8 +142,8 @@ func run() int {
 	}
 	o := options{samples: *samples, warmup: *warmup, burst: *burst, idle: *idle, idleWorkers: *idleWorkers,
 		resync: *resync, budget: *budget, phases: map[string]bool{}, keepState: *keep, postgresURL: *postgresURL,
-		burstRounds: *burstRounds, besideDir: *beside, besideCommit: *besideCommit}
-	if err := checkBurstRounds(o.burstRounds); err != nil {
+		burstRounds: *burstRounds, idleRounds: *idleRounds, besideDir: *beside, besideCommit: *besideCommit}
+	if err := checkRounds(o.burstRounds, o.idleRounds); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return exitUsage
 	}
@@ -448,10 +450,14 @@ func checkScaleBackend(backend, postgresURL string, scale bool) error {
 	return nil
 }
 
-// checkBurstRounds returns an error saying what to pass when n, --burst-rounds, is below 1.
-func checkBurstRounds(n int) error {
-	if n < 1 {
-		return fmt.Errorf("--burst-rounds %d: want 1 or more (the times each burst runs)", n)
+// checkRounds returns an error saying what to pass when --burst-rounds or --idle-rounds is
+// below 1.
+func checkRounds(burst, idle int) error {
+	if burst < 1 {
+		return fmt.Errorf("--burst-rounds %d: want 1 or more (the times each burst runs)", burst)
+	}
+	if idle < 1 {
+		return fmt.Errorf("--idle-rounds %d: want 1 or more (the idle windows after a restart)", idle)
 	}
 	return nil
 }

@@ -83,7 +83,10 @@ type Settings struct {
 	OperatorEngineHost bool `json:"operatorEngineHost,omitempty"`
 	// BurstRounds is how many times each burst ran (--burst-rounds); its row is the median
 	// round. 0 in a results.json from before the setting: once.
-	BurstRounds int    `json:"burstRounds,omitempty"`
+	BurstRounds int `json:"burstRounds,omitempty"`
+	// IdleRounds is how many windows after a restart the idle figure is the median of
+	// (--idle-rounds); 0 in a results.json from before the setting: one.
+	IdleRounds  int    `json:"idleRounds,omitempty"`
 	IdleTarget  int    `json:"idleTarget"`
 	IdleWorkers int    `json:"idleWorkers"`
 	Resync      string `json:"resync"`
@@ -235,6 +238,9 @@ type IdleWindow struct {
 	// stopped yet); PeakProcesses how many there were at most.
 	PeakTreeRSSMiB float64 `json:"peakTreeRSSMiB,omitempty"`
 	PeakProcesses  int     `json:"peakProcesses,omitempty"`
+	// Rounds is how many windows, each from a start of its own, this one is the median of
+	// (--idle-rounds); 0 for a single window.
+	Rounds int `json:"rounds,omitempty"`
 }
 
 // rss is the window's peak resident memory: of the operator's whole tree where the results have
