@@ -62,8 +62,7 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return exitBroken
 	}
-	_ = os.RemoveAll(b.stateDir)
-	_ = os.RemoveAll(b.rawDir)
+	b.removeState()
 	_ = os.RemoveAll(filepath.Join(b.out, "logs"))
 	k, err := connect(kubeconfig)
 	if err != nil {
@@ -206,6 +205,17 @@ func (b *bench) run(ctx context.Context, kubeconfig, phases string) int {
 	}
 	b.load("end")
 	return exitOK
+}
+
+// removeState removes the state directories of the operators (the build beside's too) and of
+// the raw stacks: a run starts on a new cluster, where stacks of an earlier run's objects would
+// describe objects that do not exist.
+func (b *bench) removeState() {
+	_ = os.RemoveAll(b.stateDir)
+	_ = os.RemoveAll(b.rawDir)
+	if b.beside != nil {
+		_ = os.RemoveAll(b.beside.stateDir)
+	}
 }
 
 // sites is s for the build under test, followed by its twin for the build beside (with

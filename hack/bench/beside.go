@@ -49,7 +49,7 @@ func besideBuild(dir, out string) (*build, error) {
 }
 
 // BesideRun is another operator build measured in the same run as this one (--beside), so
-// that the machine's speed, which drifts by tens of percent over an hour, is the same for
+// that the machine's speed, which drifts from one run to the next (docs/testing.md), is the same for
 // both: its figures 1, 4 and 5 come from samples taken in turn with this build's (the raw
 // floor shared), each of its bursts runs right before or after this build's at the same
 // worker count (which goes first alternates), and its idle windows after a restart take

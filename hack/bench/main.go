@@ -252,8 +252,7 @@ func run() int {
 	code := b.run(ctx, *kubeconfig, *phases)
 	b.stopAll()
 	if !o.keepState {
-		_ = os.RemoveAll(b.stateDir)
-		_ = os.RemoveAll(b.rawDir)
+		b.removeState()
 	}
 	if b.res != nil {
 		b.res.Seconds = time.Since(b.start).Seconds()
