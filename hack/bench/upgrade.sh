@@ -5,7 +5,7 @@
 # (the median's row), and 3 idle windows of each over the same objects, in turn. docs/benchmarks.md then
 # has a "Side by side" table: every figure beside the previous release's, the difference in
 # percent, and those worse by more than 10 % marked. Measured in one run, the two builds meet
-# the machine at the same speed, which drifts by tens of percent between runs an hour apart.
+# the machine at the same speed, which drifts between runs (docs/testing.md).
 #
 # BASELINE_BIN: the directory of the previous release's binaries, as `make build` writes them
 # (pulumi-operator, pulumi, pulumi-operator-engine). Make it from a commit with
@@ -30,7 +30,6 @@ done
 # holds BASELINE_BIN (a worktree as above).
 commit="${BASELINE_COMMIT:-$(git -C "${BASELINE_BIN}/.." describe --always --dirty 2>/dev/null || echo unknown)}"
 # Three rounds of every burst and of the idle window after a restart, 9 samples of figures 1,
-# 4 and 5: one burst varies by about 10 % from the next on this machine, the bar the comparison
-# is held to, and a window's peak memory by as much. The budget pays for the rounds before the
-# idle objects.
+# 4 and 5: one burst, or one window's peak memory, varies from the next by about as much as the
+# bar the comparison is held to. The budget pays for the rounds before the idle objects.
 hack/bench/run.sh --beside "${BASELINE_BIN}" --beside-commit "${commit}" --burst-rounds 3 --idle-rounds 3 --samples 9 --budget 150m "$@"
