@@ -98,7 +98,7 @@ func (r *Results) sideBySide() *twoRuns {
 	}
 	t := &twoRuns{Commit: r.Beside.Commit, Rows: figureRows(r.Figures, r.Beside.Figures)}
 	for _, row := range t.Rows {
-		if row.Percent > worseBy {
+		if row.Marked() {
 			t.Worse++
 		}
 	}
@@ -120,7 +120,7 @@ func (r *Results) printSideBySide(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "FIGURE\tTHIS BUILD\tBESIDE\tDIFFERENCE\t")
 	for _, row := range t.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%+.0f%%\t%s\n", row.Name, row.This, row.Other, row.Percent, cond(row.Percent > worseBy, "WORSE", ""))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%+.0f%%\t%s\n", row.Name, row.This, row.Other, row.Percent, cond(row.Marked(), "WORSE", cond(row.Unlike, "(not alike)", "")))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d of %d figures worse by more than %.0f%%\n", t.Worse, len(t.Rows), worseBy)

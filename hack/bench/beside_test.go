@@ -127,6 +127,12 @@ func TestSideBySide(t *testing.T) {
 	if !strings.Contains(md, "### Side by side with 7235c85") || !strings.Contains(md, "| 1. new CR to Ready (median) | 0.70 s | 0.60 s | +17% **worse** |") {
 		t.Fatalf("the doc lacks the side-by-side table:\n%s", md)
 	}
+	// A best burst at another worker count in each build is not the same thing: not marked.
+	r.Figures = append(r.Figures, Figure{ID: "burst_best_rss", Name: "2. burst, best (--workers 8): peak RSS", Value: 1757, Unit: "MiB"})
+	r.Beside.Figures = append(r.Beside.Figures, Figure{ID: "burst_best_rss", Name: "2. burst, best (--workers 2): peak RSS", Value: 561, Unit: "MiB"})
+	if tb := r.sideBySide(); tb.Worse != 2 || len(tb.Rows) != 5 {
+		t.Fatalf("a best burst of another worker count: %d worse of %d rows, want 2 of 5", tb.Worse, len(tb.Rows))
+	}
 	r.Beside.Figures = []Figure{{ID: "shard_x", Value: 1}}
 	if r.sideBySide() != nil {
 		t.Fatal("a table for builds without a figure in common")

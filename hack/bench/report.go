@@ -692,10 +692,14 @@ type twoRuns struct {
 type twoRunsRow struct {
 	Name, This, Other string
 	Percent           float64
+	// Unlike says the two figures are of different things (a "best" burst at another worker
+	// count in each): shown, never marked worse.
+	Unlike bool
 }
 
-// Marked says the row is worse than the other build by more than worseBy percent.
-func (r twoRunsRow) Marked() bool { return r.Percent > worseBy }
+// Marked says the row is worse than the other build by more than worseBy percent, of the
+// same thing.
+func (r twoRunsRow) Marked() bool { return r.Percent > worseBy && !r.Unlike }
 
 // pairView is a PairResult as its table shows it: the samples joined, the floor's CPU only
 // where the figure shows it ("" otherwise).
@@ -843,7 +847,8 @@ func figureRows(figures, others []Figure) []twoRunsRow {
 			// here): the two values are of different runs of the burst, which the row says.
 			other += " (" + b.Name + ")"
 		}
-		rows = append(rows, twoRunsRow{Name: f.Name, This: fmtValue(f.Value, f.Unit), Other: other, Percent: 100 * (f.Value - b.Value) / b.Value})
+		rows = append(rows, twoRunsRow{Name: f.Name, This: fmtValue(f.Value, f.Unit), Other: other, Percent: 100 * (f.Value - b.Value) / b.Value,
+			Unlike: b.Name != f.Name})
 	}
 	return rows
 }
