@@ -60,12 +60,8 @@ type BesideRun struct {
 	Commit string `json:"commit"`
 	Dir    string `json:"dir"`
 	// EngineHost says the build had an engine host beside its pulumi CLI.
-	EngineHost bool          `json:"engineHost"`
-	Latency    *PairResult   `json:"crToReady,omitempty"`
-	Drift      *PairResult   `json:"driftRepair,omitempty"`
-	Change     *PairResult   `json:"change,omitempty"`
-	Postgres   *SiteResults  `json:"postgres,omitempty"`
-	Bursts     []BurstResult `json:"bursts,omitempty"`
+	EngineHost bool `json:"engineHost"`
+	Measured
 	// Idle is its window of 3 resyncs over this build's idle objects after its start (the
 	// median of --idle-rounds).
 	Idle    *IdleWindow `json:"idle,omitempty"`
@@ -77,8 +73,7 @@ type BesideRun struct {
 // objects another process made Ready, as r's second window did).
 func (r *Results) besideFigures() []Figure {
 	s := r.Beside
-	o := &Results{Settings: r.Settings, FloorCPUSeconds: r.FloorCPUSeconds, Latency: s.Latency, Drift: s.Drift,
-		Change: s.Change, Postgres: s.Postgres, Bursts: s.Bursts}
+	o := &Results{Settings: r.Settings, FloorCPUSeconds: r.FloorCPUSeconds, Measured: s.Measured}
 	out := o.figures()
 	if s.Idle != nil && r.Idle != nil {
 		out = append(out, idleWindowFigures(r.Idle.name(), *s.Idle, "_restart")...)

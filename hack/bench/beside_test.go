@@ -94,10 +94,10 @@ func TestBesideBuild(t *testing.T) {
 func TestSideBySide(t *testing.T) {
 	w := IdleWindow{Label: "after a restart", Seconds: 32, CPUSeconds: 0.4, CPUPercent: 1.25, PeakRSSMiB: 90}
 	r := &Results{
-		Latency: &PairResult{OperatorMedian: 0.7, FloorMedian: 1, Ratio: 0.7},
-		Idle:    &IdleResult{CRs: 1000, Windows: []IdleWindow{w, w}},
+		Measured: Measured{Latency: &PairResult{OperatorMedian: 0.7, FloorMedian: 1, Ratio: 0.7}},
+		Idle:     &IdleResult{CRs: 1000, Windows: []IdleWindow{w, w}},
 		Beside: &BesideRun{Commit: "7235c85", Dir: "/b/bin",
-			Latency: &PairResult{OperatorMedian: 0.6, FloorMedian: 1, Ratio: 0.6}, Idle: &IdleWindow{Label: "after a restart", Seconds: 32, CPUSeconds: 0.5, CPUPercent: 1.5, PeakRSSMiB: 90}},
+			Measured: Measured{Latency: &PairResult{OperatorMedian: 0.6, FloorMedian: 1, Ratio: 0.6}}, Idle: &IdleWindow{Label: "after a restart", Seconds: 32, CPUSeconds: 0.5, CPUPercent: 1.5, PeakRSSMiB: 90}},
 	}
 	r.Figures, r.Beside.Figures = r.figures(), r.besideFigures()
 	ids := map[string]bool{}

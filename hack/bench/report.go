@@ -27,14 +27,9 @@ type Results struct {
 	Figures  []Figure   `json:"figures"`
 	// FloorCPUSeconds is the CPU of the engine run of one raw up of a new stack (median): the
 	// `pulumi up` CLI process and the provider plugin it waited for.
-	FloorCPUSeconds float64     `json:"floorCPUSeconds,omitempty"`
-	Latency         *PairResult `json:"crToReady,omitempty"`
-	Drift           *PairResult `json:"driftRepair,omitempty"`
-	Change          *PairResult `json:"change,omitempty"`
-	// Postgres holds figures 1 and 5 measured again on the PostgreSQL backend.
-	Postgres *SiteResults  `json:"postgres,omitempty"`
-	Bursts   []BurstResult `json:"bursts,omitempty"`
-	Idle     *IdleResult   `json:"idle,omitempty"`
+	FloorCPUSeconds float64 `json:"floorCPUSeconds,omitempty"`
+	Measured
+	Idle *IdleResult `json:"idle,omitempty"`
 	// Scale is the cost curve (phase scale) and Shards the run of sharded operators on one
 	// PostgreSQL backend (phase shards): `make bench-scale`, outside `make bench`.
 	Scale  *ScaleResult `json:"scale,omitempty"`
@@ -50,6 +45,18 @@ type Results struct {
 	Notes      []string       `json:"notes,omitempty"`
 	Broken     []string       `json:"broken,omitempty"`
 	ClusterCPU map[string]any `json:"clusterCPU,omitempty"`
+}
+
+// Measured are the figures of one operator build that a build beside it (--beside) has too:
+// 1, 4 and 5 on the file backend, 1 and 5 on PostgreSQL, and the bursts. Results and BesideRun
+// embed it, so its fields stand at the top of either's JSON.
+type Measured struct {
+	Latency *PairResult `json:"crToReady,omitempty"`
+	Drift   *PairResult `json:"driftRepair,omitempty"`
+	Change  *PairResult `json:"change,omitempty"`
+	// Postgres holds figures 1 and 5 measured again on the PostgreSQL backend.
+	Postgres *SiteResults  `json:"postgres,omitempty"`
+	Bursts   []BurstResult `json:"bursts,omitempty"`
 }
 
 // Machine describes where the run happened.

@@ -151,12 +151,12 @@ func TestNewStackByHelper(t *testing.T) {
 // TestBurstGroups: the bursts with the engine host are judged as a group of their own, beside
 // the CLI's: each group's best is its shortest burst, with its own status rows and CPU per up.
 func TestBurstGroups(t *testing.T) {
-	r := &Results{FloorCPUSeconds: 0.5, Machine: Machine{CPUs: 2}, Bursts: []BurstResult{
+	r := &Results{FloorCPUSeconds: 0.5, Machine: Machine{CPUs: 2}, Measured: Measured{Bursts: []BurstResult{
 		{Workers: 2, CRs: 100, Seconds: 60, FloorSeconds: 25, Ratio: 2.4, PeakTreeRSSMiB: 600, OperatorCPUSeconds: 70, Ups: 100},
 		{Workers: 4, CRs: 100, Seconds: 50, FloorSeconds: 25, Ratio: 2.0, PeakTreeRSSMiB: 1100, OperatorCPUSeconds: 74, Ups: 100},
 		{Workers: 2, CRs: 100, EngineHost: true, Seconds: 38, FloorSeconds: 25, Ratio: 1.52, PeakTreeRSSMiB: 600, OperatorCPUSeconds: 36, Ups: 100},
 		{Workers: 4, CRs: 100, EngineHost: true, Seconds: 31, FloorSeconds: 25, Ratio: 1.24, PeakTreeRSSMiB: 860, OperatorCPUSeconds: 38, Ups: 100},
-	}}
+	}}}
 	got := map[string]Figure{}
 	for _, f := range r.figures() {
 		got[f.ID] = f
