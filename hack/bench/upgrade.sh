@@ -29,7 +29,7 @@ done
 # The commit the baseline was built from, for the doc: BASELINE_COMMIT, else the git tree that
 # holds BASELINE_BIN (a worktree as above).
 commit="${BASELINE_COMMIT:-$(git -C "${BASELINE_BIN}/.." describe --always --dirty 2>/dev/null || echo unknown)}"
-# Three rounds of every burst and of the idle window after a restart, 9 samples of figures 1,
+# Three rounds of every burst and of the idle window after a restart, 25 samples of figures 1,
 # 4 and 5: one burst, or one window's peak memory, varies from the next by about as much as the
 # bar the comparison is held to. The budget pays for the rounds before the idle objects.
-hack/bench/run.sh --beside "${BASELINE_BIN}" --beside-commit "${commit}" --burst-rounds 3 --idle-rounds 3 --samples 9 --budget 150m "$@"
+hack/bench/run.sh --beside "${BASELINE_BIN}" --beside-commit "${commit}" --burst-rounds 3 --idle-rounds 3 --samples 25 --budget 150m "$@"
