@@ -244,7 +244,7 @@ func (b *bench) burstsInTurn(ctx context.Context, i, workers int, host bool) {
 	}
 	rounds := make([][]BurstResult, len(builds))
 	label := fmt.Sprintf("--workers %d%s", workers, cond(host, " --engine-host", ""))
-	for round := range max(b.opts.burstRounds, 1) {
+	for round := range b.opts.burstRounds {
 		var steps []func() error
 		for j, bd := range builds {
 			steps = append(steps, func() error {
@@ -255,7 +255,7 @@ func (b *bench) burstsInTurn(ctx context.Context, i, workers int, host bool) {
 					return nil // a build without an engine host: its row is left out
 				}
 				what := fmt.Sprintf("burst %s%s", label, cond(bd.suffix != "", " (beside)", ""))
-				b.logf("figure 2: %s, round %d of %d", what, round+1, max(b.opts.burstRounds, 1))
+				b.logf("figure 2: %s, round %d of %d", what, round+1, b.opts.burstRounds)
 				b.load(what + ", start")
 				r := b.phaseBurst(ctx, burstRun{workers: workers, host: host, build: bd, round: round})
 				b.load(what + ", end")

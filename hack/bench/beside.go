@@ -49,8 +49,8 @@ func besideBuild(dir, out string) (*build, error) {
 }
 
 // BesideRun is another operator build measured in the same run as this one (--beside), so
-// that the machine's speed, which drifts from one run to the next (docs/testing.md), is the same for
-// both: its figures 1, 4 and 5 come from samples taken in turn with this build's (the raw
+// that the machine's speed, which drifts from one run to the next (docs/testing.md), is the
+// same for both: its figures 1, 4 and 5 come from samples taken in turn with this build's (the raw
 // floor shared), each of its bursts runs right before or after this build's at the same
 // worker count (which goes first alternates), and its idle windows after a restart take
 // turns with this build's over the same objects.
@@ -81,8 +81,9 @@ func (r *Results) besideFigures() []Figure {
 	return out
 }
 
-// worseBy is how far a figure beside may be worse than the build under test's before the
-// side-by-side table marks it: the bar a change that only moves code is held to.
+// worseBy is how far, in percent of the build beside's value, a figure of the build under
+// test may be worse before the side-by-side table marks it: the bar a change that only moves
+// code is held to.
 const worseBy = 10.0
 
 // sideBySide sets r's figures beside those of r.Beside: nil without a build beside or when

@@ -128,7 +128,7 @@ func (b *bench) phaseIdle(ctx context.Context) error {
 		builds = append(builds, b.beside)
 	}
 	restarts := make([][]IdleWindow, len(builds))
-	for round := range max(b.opts.idleRounds, 1) {
+	for round := range b.opts.idleRounds {
 		var steps []func() error
 		for j, bd := range builds {
 			steps = append(steps, func() error {
