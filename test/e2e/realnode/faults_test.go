@@ -169,24 +169,14 @@ func forceDeleted(t *testing.T, n *node, opNS, sel, stateDir, pod, ns string) {
 // containerKilled: the operator container's PID 1 killed (SIGKILL) while a destroy's pulumi
 // process is stopped holding the lock.
 func containerKilled(t *testing.T, n *node, opNS, sel, stateDir, ns string) {
-	ctx := context.Background()
-	res := n.dyn.Resource(crs).Namespace(ns)
-	if _, err := res.Create(ctx, sample(t, ns, "doomed", "localhost,8080\n"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	n.waitReady(t, ns, "doomed", reconcile)
 	pod := n.operatorPod(t, opNS, sel, "", operatorStart)
 	uid := n.podUID(t, opNS, pod)
 	restarts := n.restarts(t, opNS, pod)
-
-	if err := res.Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	doomed, stopped := catchDestroy(t, n, uid, ns)
+	if doomed == "" {
+		t.Fatal("never caught a destroy's pulumi process running (5 objects deleted)")
 	}
-	var stopped []int
-	within(t, time.Minute, "the destroy running, its pulumi process stopped", func(context.Context) (bool, error) {
-		stopped = signalPodProcs(uid, "pulumi", "destroy", syscall.SIGSTOP)
-		return len(stopped) > 0, nil
-	})
+	res := n.dyn.Resource(crs).Namespace(ns)
 	init := podInit(uid)
 	if init == 0 {
 		t.Fatal("found no PID 1 of the operator container")
@@ -204,7 +194,7 @@ func containerKilled(t *testing.T, n *node, opNS, sel, stateDir, ns string) {
 		return n.restarts(t, opNS, pod) > restarts, nil
 	})
 	within(t, reconcile, "the object gone", func(ctx context.Context) (bool, error) {
-		_, err := res.Get(ctx, "doomed", metav1.GetOptions{})
+		_, err := res.Get(ctx, doomed, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
 	gone := time.Since(killed)
@@ -215,8 +205,39 @@ func containerKilled(t *testing.T, n *node, opNS, sel, stateDir, ns string) {
 	if len(locks) != 0 || slices.ContainsFunc(stacks, func(s string) bool { return strings.Contains(s, "doomed") }) {
 		t.Errorf("backend after the destroy: stacks %v, locks %v", stacks, locks)
 	}
-	t.Logf("container killed mid-destroy: no process of it left after %s; the restarted container finished the destroy %s after the kill",
-		left.Round(100*time.Millisecond), gone.Round(100*time.Millisecond))
+	t.Logf("container killed mid-destroy of %s: no process of it left after %s; the restarted container finished the destroy %s after the kill",
+		doomed, left.Round(100*time.Millisecond), gone.Round(100*time.Millisecond))
+}
+
+// catchDestroy creates an object, waits for it to be Ready, deletes it and stops (SIGSTOP) the
+// destroy's pulumi process in pod uid, looking every 20 ms. A destroy can end within a
+// fraction of a second: one that ended before it was seen is let be and another object tried,
+// at most 5. It returns the object whose destroy is stopped and the stopped pids, or "" when
+// every destroy was missed.
+func catchDestroy(t *testing.T, n *node, uid, ns string) (string, []int) {
+	t.Helper()
+	ctx := context.Background()
+	res := n.dyn.Resource(crs).Namespace(ns)
+	for attempt := 1; attempt <= 5; attempt++ {
+		name := fmt.Sprintf("doomed-%d", attempt)
+		if _, err := res.Create(ctx, sample(t, ns, name, "localhost,8080\n"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		n.waitReady(t, ns, name, reconcile)
+		if err := res.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if stopped := signalPodProcs(uid, "pulumi", "destroy", syscall.SIGSTOP); len(stopped) > 0 {
+				return name, stopped
+			}
+			if _, err := res.Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				t.Logf("%s: its destroy ended before it was seen; trying another object", name)
+				break
+			}
+		}
+	}
+	return "", nil
 }
 
 func countOf(xs []string, x string) int {
