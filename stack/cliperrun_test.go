@@ -170,3 +170,39 @@ func wrappedManager(t *testing.T, dir, before string) *Manager {
 	}
 	return m
 }
+
+// TestUpRefreshSkippedOnNewStack: RunOptions.Refresh is dropped for an up that makes its stack
+// (nothing to read) and kept on a stack that exists, for this Manager and for another one that
+// has not seen the stack before (another process, or a cluster rebuilt with its backend kept).
+func TestUpRefreshSkippedOnNewStack(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "args.log")
+	// The CLI's arguments when it runs an up ($1 is the --non-interactive that the Automation
+	// API's command runner puts first).
+	logUp := fmt.Sprintf("[ \"$2\" = up ] && printf '%%s\\n' \"$*\" >> %q", log)
+	m := wrappedManager(t, dir, logUp)
+	name, _ := m.StackName("ns", "refresh")
+	ctx := context.Background()
+	if _, err := m.Up(ctx, name, program("one", 0), RunOptions{Refresh: true}); err != nil {
+		t.Fatalf("first up: %v", err)
+	}
+	if _, err := m.Up(ctx, name, program("two", 0), RunOptions{Refresh: true}); err != nil {
+		t.Fatalf("second up: %v", err)
+	}
+	other := wrappedManager(t, dir, logUp)
+	if _, err := other.Up(ctx, name, program("three", 0), RunOptions{Refresh: true}); err != nil {
+		t.Fatalf("up by another Manager: %v", err)
+	}
+	raw, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	var got []bool
+	for _, l := range lines {
+		got = append(got, slices.Contains(strings.Fields(l), "--refresh"))
+	}
+	if want := []bool{false, true, true}; !slices.Equal(got, want) {
+		t.Fatalf("ups with --refresh %v, want %v; their arguments:\n%s", got, want, raw)
+	}
+}

@@ -56,7 +56,8 @@ func (r Result) Changed() bool {
 type RunOptions struct {
 	// Refresh reads the live objects into the state before diffing (`pulumi up --refresh`), so
 	// that changes made outside Pulumi (drift) are seen and undone. It costs one read per
-	// resource. Up and Preview only; Refresh and Destroy ignore it.
+	// resource. Up and Preview only; Refresh and Destroy ignore it. An up that creates the
+	// stack skips it: a new stack holds nothing to read.
 	Refresh bool
 	// Diff shows a detailed diff of every change in the progress output (`--diff`). Up and
 	// Preview only; Refresh and Destroy ignore it.

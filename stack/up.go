@@ -17,6 +17,8 @@ import (
 func (m *Manager) Up(ctx context.Context, stackName string, program pulumi.RunFunc, opts RunOptions) (Result, error) {
 	res := Result{Operation: "up", Start: time.Now()}
 	out, _, err := m.operate(ctx, stackName, true, &res, func() (engineOutcome, error) {
+		opts := opts
+		opts.Refresh = opts.Refresh && !res.created
 		return m.engine(ctx, stackName, "up", res.program(program, opts), engineArgs("up", opts), opts)
 	})
 	if err != nil {

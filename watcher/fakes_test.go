@@ -11,7 +11,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -71,6 +73,12 @@ func (j *journal) take() []string {
 	return out
 }
 
+// ranUp reports whether journal entries hold an up, with or without refresh, in the
+// background or not: for the checks that no up ran.
+func ranUp(entries []string) bool {
+	return slices.ContainsFunc(entries, func(e string) bool { return strings.HasPrefix(e, "up ") })
+}
+
 // fakeStacks is the Stacks of the unit tests: stack names are the real stack.Name rule
 // (cluster "test"), operations only record themselves in the journal and return what the
 // test set, which is how a test makes Pulumi fail in ways a real run cannot be made to on
@@ -109,6 +117,11 @@ type fakeStacks struct {
 	// requested refresh) with what it applies: the unit fixture puts the owned objects of d
 	// there, as a real up does, so that the look after a repair finds them repaired.
 	onRefreshUp func(d api.Desired)
+	// made holds the stacks an Up has made (a failed one too: stack.Manager makes the stack
+	// before the engine runs) and Destroy has not removed. An Up that makes its stack skips the
+	// refresh, as stack.Manager does (RunOptions.Refresh): the journal says what ran, ups what
+	// the watcher asked.
+	made map[string]bool
 }
 
 func (s *fakeStacks) StackName(namespace, name string) (string, error) {
@@ -124,6 +137,13 @@ func (s *fakeStacks) Up(ctx context.Context, d api.Desired, adopt infra.Adopt, o
 	defer s.mu.Unlock()
 	s.ups = append(s.ups, opts)
 	s.adopts = append(s.adopts, adopt)
+	if name, _ := s.StackName(d.Namespace, d.Name); !s.made[name] {
+		if s.made == nil {
+			s.made = map[string]bool{}
+		}
+		s.made[name] = true
+		opts.Refresh = false
+	}
 	if opts.Background {
 		s.j.add("up refresh=%v background", opts.Refresh)
 	} else {
@@ -169,6 +189,11 @@ func (s *fakeStacks) Up(ctx context.Context, d api.Desired, adopt infra.Adopt, o
 
 func (s *fakeStacks) Destroy(ctx context.Context, stackName string, _ stack.RunOptions) (stack.Result, error) {
 	s.j.add("destroy %s", stackName)
+	if s.destroyErr == nil {
+		s.mu.Lock()
+		delete(s.made, stackName)
+		s.mu.Unlock()
+	}
 	if s.hang {
 		<-ctx.Done()
 		return stack.Result{Operation: "destroy", Start: time.Now(), End: time.Now()}, errors.New("destroy cancelled")

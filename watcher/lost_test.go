@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
 	"github.com/pulumi-operator/pulumi-operator/infra"
@@ -140,4 +141,81 @@ func (f *fixture) objectsGone(t *testing.T, name string) {
 		_, e3 := f.cluster.Kube.CoreV1().ConfigMaps(f.ns).Get(ctx, name+api.ConfigMapSuffix, metav1.GetOptions{})
 		return apierrors.IsNotFound(e1) && apierrors.IsNotFound(e2) && apierrors.IsNotFound(e3)
 	})
+}
+
+// TestStateOutlivesObjects: the backend keeps a stack whose objects the cluster no longer has,
+// and a KindCustomHttp of the same namespace and name is created anew, as after a cluster is
+// rebuilt (or a namespace deleted without the operator running) with the backend kept. The
+// first up meets a state that names objects that do not exist; the object must still become
+// Ready with its three objects, at the new spec, and no retry loop of "not found" may remain.
+// One object comes back with the same spec (Pulumi sees no difference to apply), another with
+// a changed one (Pulumi would update a Service that is gone). The real program and provider.
+func TestStateOutlivesObjects(t *testing.T) {
+	testenv.RequireKubernetesPlugin(t, stack.FindKubernetesPluginFor)
+	opts := Options{Resync: time.Hour}
+	f := startWrapped(t, opts, func(p *programStacks) Stacks { return realProgram{p} })
+	ctx := context.Background()
+	const spec = "  replicaCount: 1\n  port: 80\n  configMapData: {hostports: \"a,1\"}\n"
+	for _, name := range []string{"same", "changed"} {
+		f.create(t, name, spec)
+		f.waitFor(t, name, "Ready", readyAt(1))
+	}
+	// The cluster loses the objects and the KindCustomHttps; the backend keeps the stacks.
+	f.stop()
+	for _, name := range []string{"same", "changed"} {
+		if _, err := f.cr.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.cr.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_ = f.cluster.Kube.AppsV1().Deployments(f.ns).Delete(ctx, name, metav1.DeleteOptions{})
+		_ = f.cluster.Kube.CoreV1().Services(f.ns).Delete(ctx, name, metav1.DeleteOptions{})
+		_ = f.cluster.Kube.CoreV1().ConfigMaps(f.ns).Delete(ctx, name+api.ConfigMapSuffix, metav1.DeleteOptions{})
+		f.objectsGone(t, name)
+		if !strings.Contains(f.stackState(t, name), "kubernetes:core/v1:Service") {
+			t.Fatalf("the stack of %s holds no Service: nothing to test", name)
+		}
+	}
+	f.create(t, "same", spec)
+	f.create(t, "changed", "  replicaCount: 2\n  port: 8080\n  configMapData: {hostports: \"b,2\"}\n")
+	f.stop = f.run(t, opts)
+
+	for _, name := range []string{"same", "changed"} {
+		f.waitFor(t, name, "Ready", readyAt(1))
+	}
+	svc, err := f.cluster.Kube.CoreV1().Services(f.ns).Get(ctx, "changed", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the Service of changed after Ready: %v", err)
+	}
+	if p := svc.Spec.Ports[0].Port; p != 8080 {
+		t.Errorf("Service changed port %d, want the new spec's 8080", p)
+	}
+	cm, err := f.cluster.Kube.CoreV1().ConfigMaps(f.ns).Get(ctx, "changed"+api.ConfigMapSuffix, metav1.GetOptions{})
+	if err != nil || cm.Data["hostports"] != "b,2" {
+		t.Errorf("ConfigMap of changed: %v %v, want hostports b,2", cm, err)
+	}
+	if f.deploymentReplicas(t, "changed") != 2 {
+		t.Errorf("Deployment changed: want the new spec's 2 replicas")
+	}
+	for _, name := range []string{"same"} {
+		for _, get := range []func() error{
+			func() error {
+				_, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(ctx, name, metav1.GetOptions{})
+				return err
+			},
+			func() error {
+				_, err := f.cluster.Kube.CoreV1().Services(f.ns).Get(ctx, name, metav1.GetOptions{})
+				return err
+			},
+			func() error {
+				_, err := f.cluster.Kube.CoreV1().ConfigMaps(f.ns).Get(ctx, name+api.ConfigMapSuffix, metav1.GetOptions{})
+				return err
+			},
+		} {
+			if err := get(); err != nil {
+				t.Errorf("%s Ready but its object is missing: %v", name, err)
+			}
+		}
+	}
 }

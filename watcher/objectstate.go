@@ -19,8 +19,8 @@ type objectState struct {
 	applied applied
 	// handledRequest is the reconcile-request annotation value last acted on, for the same reason.
 	handledRequest string
-	// lastRefresh is when the last up with a refresh (drift repair, reconcile request) started
-	// (Options.MinRefreshInterval).
+	// lastRefresh is when the last paced up (plan.paced: drift repair, reconcile request)
+	// started (Options.MinRefreshInterval).
 	lastRefresh time.Time
 	// destroyed is the UID whose stack was destroyed and finalizer removed: a delivery of the
 	// object from before the finalizer's removal must not destroy again (that destroy finds no

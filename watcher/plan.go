@@ -28,6 +28,13 @@ type plan struct {
 	requested string
 }
 
+// paced reports whether p's up is a refresh a tenant can ask for again and again (a drift
+// repair, a reconcile request), which Options.MinRefreshInterval spaces out; the refresh of a
+// first up or a retry is not.
+func (p plan) paced() bool {
+	return p.refresh && (p.why == ReasonRepaired || p.why == ReasonRequested)
+}
+
 // background reports whether p's up is work no user waits on as they wait on their create or
 // change: a drift repair, a requested refresh, a program upgrade (stack.RunOptions.Background).
 func (p plan) background() bool {
@@ -35,7 +42,7 @@ func (p plan) background() bool {
 }
 
 // plan decides, in this order: a spec (or program, stack, salt) not yet applied -> up
-// (Created the first time, Updated after); else a new reconcile-request annotation value ->
+// (Created the first time, Updated after; with refresh the first time and on a retry); else a new reconcile-request annotation value ->
 // up with refresh (Requested); else a stack whose operation the change of leader cut short
 // (interrupted) -> up with refresh (Resumed); else owned objects changed by hand -> up with
 // refresh (Repaired); else nothing. objectState's applied and handledRequest stand in for status writes
@@ -46,6 +53,12 @@ func (w *Watcher) plan(ctx context.Context, cr *api.KindCustomHttp, d api.Desire
 	switch {
 	case !upToDate(cr, p.digest) && st.applied != (applied{cr.UID, cr.Generation, p.digest}):
 		p.run, p.why = true, ReasonUpdated
+		// With a refresh when what the stack holds may not be what the cluster has: the object's
+		// first up (its stack, when it exists already, was made by another cluster, a laptop or
+		// an object of the same name before it; stack.Manager skips the refresh of a stack the
+		// up creates), and every retry of a failed up (an up that failed on an object deleted
+		// behind Pulumi's back fails so until the state forgets it).
+		p.refresh = cr.Status.AppliedDigest == "" || retrying(cr)
 		if cr.Status.AppliedDigest == "" {
 			p.why = ReasonCreated
 		} else if w.programOnly(cr, d, stackName) {

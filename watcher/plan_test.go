@@ -55,7 +55,9 @@ func TestUnitPlan(t *testing.T) {
 		})
 	}
 	for name, tc := range map[string]planCase{
-		"create: finalizer first, then the up, Created": {
+		// The first up asks for a refresh: the stack may exist already with objects the
+		// cluster no longer has (stack.Manager skips it for a stack the up creates).
+		"create: finalizer first, then the up with refresh, Created": {
 			setup: func(f *unitFixture) {
 				u := kch("web", nil)
 				dep, svc, cm := owned(f.t, u)
@@ -63,6 +65,7 @@ func TestUnitPlan(t *testing.T) {
 				f.create(u)
 			},
 			changes: map[string]int{"create": 3},
+			asked:   []bool{true},
 			journal: []string{finalizerAdded, statusProgressing, "up refresh=false", statusReady},
 			events:  []string{"Normal Created"},
 			check: func(t *testing.T, o *api.KindCustomHttp, _ string) {
@@ -102,7 +105,9 @@ func TestUnitPlan(t *testing.T) {
 			setup:   setImage,
 			journal: []string{statusProgressing, "up refresh=false", statusReady},
 		},
-		"update: retrying a failed up keeps the failure visible (no Progressing write)": {
+		// A retry refreshes: the failure may come from a state that names an object the
+		// cluster no longer has.
+		"update: retrying a failed up keeps the failure visible (no Progressing write), with refresh": {
 			applied: true,
 			setup: func(f *unitFixture) {
 				setImage(f)
@@ -113,7 +118,8 @@ func TestUnitPlan(t *testing.T) {
 				f.stacks.upErr = nil
 				f.deliver("web")
 			},
-			journal: []string{"up refresh=false", statusReady},
+			journal: []string{"up refresh=true", statusReady},
+			asked:   []bool{false, true},
 			check: func(t *testing.T, o *api.KindCustomHttp, _ string) {
 				wantCondition(t, o, api.ConditionReady, metav1.ConditionTrue, api.ReasonSucceeded)
 			},
@@ -273,6 +279,10 @@ func TestUnitPlan(t *testing.T) {
 type planCase struct {
 	applied bool
 	changes map[string]int // what the fake up reports changed; default none
+	// asked is RunOptions.Refresh of each up of the case (setup's too), when set: the refresh
+	// the watcher asked for, which the journal's entry leaves out for an up that makes its
+	// stack, as stack.Manager does.
+	asked   []bool
 	setup   func(f *unitFixture)
 	journal []string
 	events  []string
@@ -299,6 +309,7 @@ func (tc planCase) run(t *testing.T, resynced bool) {
 	if tc.applied {
 		before = f.storedCR("web").Status.AppliedDigest
 	}
+	f.stacks.ups = nil
 	tc.setup(f)
 	f.journal.take()
 	f.events()
@@ -310,6 +321,15 @@ func (tc planCase) run(t *testing.T, resynced bool) {
 	}
 	if got := f.events(); !slices.Equal(got, tc.events) {
 		t.Errorf("events %q, want %q", got, tc.events)
+	}
+	if tc.asked != nil {
+		var asked []bool
+		for _, o := range f.stacks.ups {
+			asked = append(asked, o.Refresh)
+		}
+		if !slices.Equal(asked, tc.asked) {
+			t.Errorf("ups asked for refresh %v, want %v", asked, tc.asked)
+		}
 	}
 	if tc.check != nil {
 		tc.check(t, f.storedCR("web"), before)
@@ -433,8 +453,9 @@ func TestUnitIdleMemory(t *testing.T) {
 				u.SetResourceVersion(version)
 				f.create(u)
 			},
-			// The fake up makes no objects, so the readiness that follows finds none.
-			want:   []string{statusProgressing, "up refresh=false", "status Ready=False/DeploymentMissing Reconciling=True/DeploymentMissing"},
+			// Its first up, on the stack the deleted one left (the fake's delete ran no
+			// destroy), refreshes, and the fake's refreshing up makes its objects.
+			want:   []string{statusProgressing, "up refresh=true", statusReady},
 			events: []string{"Normal " + ReasonCreated},
 		},
 	} {

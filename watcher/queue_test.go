@@ -222,7 +222,7 @@ func TestUnitFairShare(t *testing.T) {
 		if err := f.reconcile("web"); err != nil {
 			t.Fatal(err)
 		}
-		if got := f.journal.take(); slices.Contains(got, "up refresh=false") {
+		if got := f.journal.take(); ranUp(got) {
 			t.Errorf("an up over the namespace's cap: %q", got)
 		}
 		if err := f.reconcile("web"); err != nil { // a second look parks it once, not twice

@@ -269,7 +269,7 @@ func (w *Watcher) apply(ctx context.Context, o *object, d api.Desired, stackName
 	key := cache.MetaObjectToName(u)
 	w.objects.update(key, func(s *objectState) {
 		s.applied = applied{}
-		if p.refresh {
+		if p.paced() {
 			s.lastRefresh = time.Now()
 		}
 	})
@@ -358,11 +358,13 @@ func (w *Watcher) updateReadiness(ctx context.Context, o *object, d api.Desired)
 	return rolloutResult(h)
 }
 
-// refreshWait is how long key's up p must wait: the rest of MinRefreshInterval since its last up
-// with a refresh, when p only refreshes (drift repair, a reconcile request); 0 otherwise, and for
-// the resumption of an operation the change of leader cut short, which no tenant can cause.
+// refreshWait is how long key's up p must wait: the rest of MinRefreshInterval since its last
+// paced up (plan.paced: a drift repair or a reconcile request, what a tenant can repeat at
+// will), when p is one; 0 otherwise: a spec or program to apply (with a refresh on a first up or
+// a retry) and the resumption of an operation the change of leader cut short, which no tenant
+// can cause.
 func (w *Watcher) refreshWait(key cache.ObjectName, p plan) time.Duration {
-	if !p.refresh || p.why == ReasonCreated || p.why == ReasonUpdated || p.why == ReasonResumed || w.opts.MinRefreshInterval < 0 {
+	if !p.paced() || w.opts.MinRefreshInterval < 0 {
 		return 0
 	}
 	last := w.objects.get(key).lastRefresh

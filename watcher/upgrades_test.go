@@ -54,7 +54,7 @@ func TestUnitProgramUpgradePaced(t *testing.T) {
 			if err := f.reconcile("web"); err != nil {
 				t.Fatal(err)
 			}
-			if got := f.journal.take(); slices.Contains(got, "up refresh=false background") {
+			if got := f.journal.take(); ranUp(got) {
 				t.Fatalf("a program upgrade ran before its turn: %q", got)
 			}
 			if got := gauge(t, f.registry, "pulumi_operator_stacks_program_outdated"); got != 1 {
@@ -67,7 +67,7 @@ func TestUnitProgramUpgradePaced(t *testing.T) {
 			if err := f.reconcile("web"); err != nil {
 				t.Fatal(err)
 			}
-			if got := f.journal.take(); slices.Contains(got, "up refresh=false background") {
+			if got := f.journal.take(); ranUp(got) {
 				t.Fatalf("a program upgrade ran before its turn: %q", got)
 			}
 			if n := f.w.upgrades.pending(); n != 1 {
