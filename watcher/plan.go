@@ -42,11 +42,12 @@ func (p plan) background() bool {
 }
 
 // plan decides, in this order: a spec (or program, stack, salt) not yet applied -> up
-// (Created the first time, Updated after; with refresh the first time and on a retry); else a new reconcile-request annotation value ->
-// up with refresh (Requested); else a stack whose operation the change of leader cut short
-// (interrupted) -> up with refresh (Resumed); else owned objects changed by hand -> up with
-// refresh (Repaired); else nothing. objectState's applied and handledRequest stand in for status writes
-// the informer has not shown yet, so a stale cache copy starts no second up.
+// (Created the first time, Updated after; with refresh the first time and on a retry); else a
+// new reconcile-request annotation value -> up with refresh (Requested); else a stack whose
+// operation the change of leader cut short (interrupted) -> up with refresh (Resumed); else
+// owned objects changed by hand -> up with refresh (Repaired); else nothing. objectState's
+// applied and handledRequest stand in for status writes the informer has not shown yet, so a
+// stale cache copy starts no second up.
 func (w *Watcher) plan(ctx context.Context, cr *api.KindCustomHttp, d api.Desired, stackName string) plan {
 	p := plan{digest: w.digest(d, stackName), requested: cr.Annotations[api.ReconcileRequestAnnotation]}
 	st := w.objects.get(cache.MetaObjectToName(cr))
