@@ -77,6 +77,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if d, err := time.ParseDuration(os.Getenv(forkerEnv)); err == nil {
+		forker(d) // TestProcessEnvironsSkipsForks's stand-in for an operator
+		os.Exit(0)
+	}
 	code := m.Run()
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
@@ -531,12 +535,23 @@ func (o *operator) processCommandLines() []string {
 // processEnvirons returns the environment of each of the operator's processes but the
 // operator itself (whose environment the test wrote), by command line (NULs as spaces), each
 // environment's entries joined by newlines.
+//
+// A process whose command line is the operator's own is left out: it is the operator, or a
+// child the operator has forked and not yet exec'd. Go starts a child with clone(CLONE_VM|
+// CLONE_VFORK), so until its execve the child shares the operator's memory, and
+// /proc/<pid>/environ shows the operator's environment, secrets and all, though the child
+// will never run with it. The command line is read before the environment: a process that
+// shows another command line has exec'd, and the environment read after it is its own.
 func (o *operator) processEnvirons() map[string]string {
+	own := strings.Join(o.args, "\x00") + "\x00"
 	out := map[string]string{}
 	for _, p := range taggedPIDs(o.tag, o.pid()) {
-		env, err1 := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p))
-		cmd, err2 := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
-		if err1 == nil && err2 == nil {
+		cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+		if err != nil || len(cmd) == 0 || string(cmd) == own {
+			continue // gone, a zombie, or the operator before an exec (see above)
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p))
+		if err == nil {
 			out[strings.ReplaceAll(string(cmd), "\x00", " ")] = strings.ReplaceAll(string(env), "\x00", "\n")
 		}
 	}

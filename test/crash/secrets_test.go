@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -251,6 +252,56 @@ func TestPassphraseNeverLeaks(t *testing.T) {
 		len(secrets), len(op.logs.String())+len(opWrong.logs.String()), len(objects()), len(events), len(cmds), len(envs), pluginEnvirons)
 
 	atRest.check(t, "after the delete")
+}
+
+// forkerEnv, set to a duration, makes the test binary a forker (see TestMain): for that long
+// it starts children (/bin/true) one after another, each with only the tag of its own
+// environment.
+const forkerEnv = "PULUMI_OPERATOR_CRASH_TEST_FORKER"
+
+// forker runs children, one at a time, each with an environment of the tag alone, for d.
+func forker(d time.Duration) {
+	env := []string{tagEnv + "=" + os.Getenv(tagEnv)}
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		c := exec.Command("/bin/true")
+		c.Env = env
+		_ = c.Run()
+	}
+}
+
+// TestProcessEnvironsSkipsForks checks the sampling TestPassphraseNeverLeaks relies on: a
+// process that starts children with a clean environment (a forker, its environment holding a
+// secret) is never reported as a child that holds the secret, though a read of
+// /proc/<pid>/environ between a child's fork and its exec shows the forker's environment. The
+// raw reads are counted too, and logged: they show how often the old sampling would have
+// reported a leak that is not one. It samples until it has seen 300 children (at most a
+// minute, the forker's time).
+func TestProcessEnvironsSkipsForks(t *testing.T) {
+	const want = 300
+	secret := "forker-secret-" + randomHex(8)
+	tag := fmt.Sprintf("forker-%d-%d", os.Getpid(), time.Now().UnixNano())
+	o := &operator{t: t, name: "forker", args: []string{os.Args[0]}, tag: tag, logs: &logBuffer{},
+		env: []string{forkerEnv + "=1m", "FORKER_SECRET=" + secret, tagEnv + "=" + tag}}
+	o.start()
+	t.Cleanup(func() { killTagged(tag, 0) })
+	sampled, raw := 0, 0
+	for sampled < want && o.pid() != 0 {
+		for cmdline, env := range o.processEnvirons() {
+			sampled++
+			if strings.Contains(env, secret) {
+				t.Fatalf("process %q shows the forker's secret in its environment: a child that never runs with it", cmdline)
+			}
+		}
+		for _, p := range taggedPIDs(tag, o.pid()) {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p)); err == nil && bytes.Contains(b, []byte(secret)) {
+				raw++
+			}
+		}
+	}
+	t.Logf("sampled %d children's environments, none with the secret; %d raw reads of a child's environ showed the forker's", sampled, raw)
+	if sampled < want {
+		t.Fatalf("the forker ended (a minute) before %d of its children were sampled: the check proves too little\n%s", want, o.logs.String())
+	}
 }
 
 // context60 is the text around s[i:i+n], 60 bytes either side.
