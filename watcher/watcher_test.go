@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -165,10 +166,76 @@ func (f *fixture) waitFor(t *testing.T, name, what string, cond func(*api.KindCu
 			return cond(o), nil
 		})
 	if err != nil {
+		if last != nil {
+			last.ManagedFields = nil
+		}
 		b, _ := yaml.Marshal(last)
-		t.Fatalf("%s never happened (%v); last object:\n%s", what, err, b)
+		t.Fatalf("%s never happened (%v); last object:\n%s\n%s", what, err, b, f.describeRollout(name))
 	}
 	return last
+}
+
+// describeRollout says, for a failure message, what the cluster holds of name's rollout: its
+// Deployment (UID, generation, replica counts, collision count, conditions), the namespace's
+// ReplicaSets and pods with their controllers, the Nodes' Ready conditions and taints, and the
+// Events of name's objects.
+func (f *fixture) describeRollout(name string) string {
+	ctx := context.Background()
+	var b strings.Builder
+	if d, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+		fmt.Fprintf(&b, "Deployment %s: %v\n", name, err)
+	} else {
+		st := d.Status
+		fmt.Fprintf(&b, "Deployment %s uid %s generation %d: observed %d, replicas %d, updated %d, ready %d, available %d, collisions %v\n",
+			name, d.UID, d.Generation, st.ObservedGeneration, st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.AvailableReplicas, ptrString(st.CollisionCount))
+		for _, c := range st.Conditions {
+			fmt.Fprintf(&b, "  %s %s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
+		}
+	}
+	controller := func(m metav1.Object) string {
+		if r := metav1.GetControllerOf(m); r != nil {
+			return r.Kind + " " + r.Name + " " + string(r.UID)
+		}
+		return "none"
+	}
+	if l, err := f.cluster.Kube.AppsV1().ReplicaSets(f.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, rs := range l.Items {
+			fmt.Fprintf(&b, "ReplicaSet %s uid %s (controller %s, deleting %v): replicas %d, ready %d, available %d\n", rs.Name, rs.UID,
+				controller(&rs), rs.DeletionTimestamp != nil, rs.Status.Replicas, rs.Status.ReadyReplicas, rs.Status.AvailableReplicas)
+		}
+	}
+	if l, err := f.cluster.Kube.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range l.Items {
+			fmt.Fprintf(&b, "Pod %s (controller %s, deleting %v): %s, node %q\n", p.Name, controller(&p), p.DeletionTimestamp != nil, p.Status.Phase, p.Spec.NodeName)
+		}
+	}
+	if l, err := f.cluster.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+		for _, n := range l.Items {
+			fmt.Fprintf(&b, "Node %s: taints %v", n.Name, n.Spec.Taints)
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					fmt.Fprintf(&b, ", Ready %s since %s (%s)", c.Status, c.LastTransitionTime.UTC().Format(time.RFC3339), c.Reason)
+				}
+			}
+			b.WriteString("\n")
+		}
+	}
+	if l, err := f.cluster.Kube.CoreV1().Events(f.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, e := range l.Items {
+			if strings.HasPrefix(e.InvolvedObject.Name, name) {
+				fmt.Fprintf(&b, "Event %s %s %s: %s (%d times)\n", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, e.Count)
+			}
+		}
+	}
+	return b.String()
+}
+
+// ptrString is *p in %v, or "nil".
+func ptrString[T any](p *T) string {
+	if p == nil {
+		return "nil"
+	}
+	return fmt.Sprint(*p)
 }
 
 func cond(o *api.KindCustomHttp, typ string) metav1.Condition {
