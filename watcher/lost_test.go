@@ -169,10 +169,19 @@ func TestStateOutlivesObjects(t *testing.T) {
 		if err := f.cr.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		_ = f.cluster.Kube.AppsV1().Deployments(f.ns).Delete(ctx, name, metav1.DeleteOptions{})
+		// In the foreground, as a rebuilt cluster has none left: the Deployment is gone only
+		// once its ReplicaSet and pods are (objectsGone waits for it).
+		foreground := metav1.DeletePropagationForeground
+		_ = f.cluster.Kube.AppsV1().Deployments(f.ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &foreground})
 		_ = f.cluster.Kube.CoreV1().Services(f.ns).Delete(ctx, name, metav1.DeleteOptions{})
 		_ = f.cluster.Kube.CoreV1().ConfigMaps(f.ns).Delete(ctx, name+api.ConfigMapSuffix, metav1.DeleteOptions{})
 		f.objectsGone(t, name)
+		poll(t, "the ReplicaSets and pods of "+name+" gone", func() bool {
+			sel := metav1.ListOptions{LabelSelector: infra.LabelInstance + "=" + name}
+			rs, e1 := f.cluster.Kube.AppsV1().ReplicaSets(f.ns).List(ctx, sel)
+			pods, e2 := f.cluster.Kube.CoreV1().Pods(f.ns).List(ctx, sel)
+			return e1 == nil && e2 == nil && len(rs.Items) == 0 && len(pods.Items) == 0
+		})
 		if !strings.Contains(f.stackState(t, name), "kubernetes:core/v1:Service") {
 			t.Fatalf("the stack of %s holds no Service: nothing to test", name)
 		}
