@@ -189,7 +189,7 @@ func (s *fakeStacks) Up(ctx context.Context, d api.Desired, adopt infra.Adopt, o
 
 func (s *fakeStacks) Destroy(ctx context.Context, stackName string, _ stack.RunOptions) (stack.Result, error) {
 	s.j.add("destroy %s", stackName)
-	if s.destroyErr == nil {
+	if s.destroyErr == nil && !s.hang { // a destroy that fails or is cancelled leaves its stack
 		s.mu.Lock()
 		delete(s.made, stackName)
 		s.mu.Unlock()
