@@ -19,6 +19,9 @@
 #   CLUSTER_POD_CIDR                 virtual Pod IPs handed out by kwok [10.244.0.1/16]
 #   CLUSTER_TIMEOUT                  seconds to wait for each step  [60]
 #   CLUSTER_CONTROLLER_MANAGER_QPS   kube-controller-manager's --kube-api-qps (burst twice it) [100]
+#   CLUSTER_CONTROLLER_MANAGER_VMODULE  its --vmodule: the Deployment controller
+#                                    log each sync, so a test that waits for a rollout can say
+#                                    what it did [deployment_controller=4]
 #   CLUSTER_KEEP_ON_FAILURE=1        leave processes running when up fails (default: stop them)
 #
 # Output: $CLUSTER_DIR/kubeconfig (admin token, group system:masters, verified against the
@@ -47,6 +50,7 @@ TIMEOUT="${CLUSTER_TIMEOUT:-60}"
 # (test/tenants TestFairShare's control run; docs/benchmarks.md "Tenants" has the figures).
 # Clusters shared by tenants raise it, as this one does.
 KCM_API_QPS="${CLUSTER_CONTROLLER_MANAGER_QPS:-100}"
+KCM_VMODULE="${CLUSTER_CONTROLLER_MANAGER_VMODULE:-deployment_controller=4}"
 
 mkdir -p "${CLUSTER_DIR}"
 CLUSTER_DIR="$(cd "${CLUSTER_DIR}" && pwd)"
@@ -293,7 +297,8 @@ start kube-controller-manager \
 	--cluster-signing-key-file="${PKI}/ca.key" \
 	--service-cluster-ip-range="${SERVICE_CIDR}" \
 	--kube-api-qps="${KCM_API_QPS}" \
-	--kube-api-burst="$((KCM_API_QPS * 2))"
+	--kube-api-burst="$((KCM_API_QPS * 2))" \
+	--vmodule="${KCM_VMODULE}"
 
 start kube-scheduler \
 	--kubeconfig="${KUBECONFIG_FILE}" \

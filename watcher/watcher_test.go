@@ -170,43 +170,31 @@ func (f *fixture) waitFor(t *testing.T, name, what string, cond func(*api.KindCu
 			last.ManagedFields = nil
 		}
 		b, _ := yaml.Marshal(last)
-		t.Fatalf("%s never happened (%v); last object:\n%s\n%s", what, err, b, f.describeRollout(name))
+		ready := "no object read"
+		if last != nil {
+			c := readyCondition(last)
+			ready = fmt.Sprintf("%s %s since %s at generation %d: %s", c.Status, c.Reason, c.LastTransitionTime.UTC().Format(time.RFC3339), c.ObservedGeneration, c.Message)
+		}
+		t.Fatalf("%s never happened (%v); last object:\n%s\n%sthe object's Ready: %s", what, err, b, f.describeRollout(name), ready)
 	}
 	return last
 }
 
-// describeRollout says, for a failure message, what the cluster holds of name's rollout: its
-// Deployment (UID, generation, replica counts, collision count, conditions), the namespace's
-// ReplicaSets and pods with their controllers, the Nodes' Ready conditions and taints, and the
-// Events of name's objects.
+// describeRollout says, for a failure message, what the cluster holds of name's rollout: the
+// Events of name's objects, the Nodes' Ready conditions and taints, the namespace's pods, what
+// kube-controller-manager logged of name's Deployment and ReplicaSets, the ReplicaSets with
+// their controllers, and last its Deployment (UID, resourceVersion, generation, replica counts,
+// collision count, conditions with their times). Last, because CI shows the tail of a long
+// failure.
 func (f *fixture) describeRollout(name string) string {
 	ctx := context.Background()
 	var b strings.Builder
-	if d, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
-		fmt.Fprintf(&b, "Deployment %s: %v\n", name, err)
-	} else {
-		st := d.Status
-		fmt.Fprintf(&b, "Deployment %s uid %s generation %d: observed %d, replicas %d, updated %d, ready %d, available %d, collisions %v\n",
-			name, d.UID, d.Generation, st.ObservedGeneration, st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.AvailableReplicas, ptrString(st.CollisionCount))
-		for _, c := range st.Conditions {
-			fmt.Fprintf(&b, "  %s %s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
-		}
-	}
-	controller := func(m metav1.Object) string {
-		if r := metav1.GetControllerOf(m); r != nil {
-			return r.Kind + " " + r.Name + " " + string(r.UID)
-		}
-		return "none"
-	}
-	if l, err := f.cluster.Kube.AppsV1().ReplicaSets(f.ns).List(ctx, metav1.ListOptions{}); err == nil {
-		for _, rs := range l.Items {
-			fmt.Fprintf(&b, "ReplicaSet %s uid %s (controller %s, deleting %v): replicas %d, ready %d, available %d\n", rs.Name, rs.UID,
-				controller(&rs), rs.DeletionTimestamp != nil, rs.Status.Replicas, rs.Status.ReadyReplicas, rs.Status.AvailableReplicas)
-		}
-	}
-	if l, err := f.cluster.Kube.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{}); err == nil {
-		for _, p := range l.Items {
-			fmt.Fprintf(&b, "Pod %s (controller %s, deleting %v): %s, node %q\n", p.Name, controller(&p), p.DeletionTimestamp != nil, p.Status.Phase, p.Spec.NodeName)
+	if l, err := f.cluster.Kube.CoreV1().Events(f.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, e := range l.Items {
+			if strings.HasPrefix(e.InvolvedObject.Name, name) {
+				fmt.Fprintf(&b, "Event %s %s %s: %s (%d times, last %s)\n", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message,
+					e.Count, e.LastTimestamp.UTC().Format(time.RFC3339))
+			}
 		}
 	}
 	if l, err := f.cluster.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
@@ -220,13 +208,36 @@ func (f *fixture) describeRollout(name string) string {
 			b.WriteString("\n")
 		}
 	}
-	if l, err := f.cluster.Kube.CoreV1().Events(f.ns).List(ctx, metav1.ListOptions{}); err == nil {
-		for _, e := range l.Items {
-			if strings.HasPrefix(e.InvolvedObject.Name, name) {
-				fmt.Fprintf(&b, "Event %s %s %s: %s (%d times)\n", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, e.Count)
-			}
+	controller := func(m metav1.Object) string {
+		if r := metav1.GetControllerOf(m); r != nil {
+			return r.Kind + " " + r.Name + " " + string(r.UID)
+		}
+		return "none"
+	}
+	if l, err := f.cluster.Kube.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range l.Items {
+			fmt.Fprintf(&b, "Pod %s (controller %s, deleting %v): %s, node %q\n", p.Name, controller(&p), p.DeletionTimestamp != nil, p.Status.Phase, p.Spec.NodeName)
 		}
 	}
+	b.WriteString(f.cluster.ComponentLog("kube-controller-manager", f.ns+"/"+name, 20))
+	if l, err := f.cluster.Kube.AppsV1().ReplicaSets(f.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, rs := range l.Items {
+			fmt.Fprintf(&b, "ReplicaSet %s uid %s rv %s (controller %s, deleting %v): replicas %d, ready %d, available %d\n", rs.Name, rs.UID,
+				rs.ResourceVersion, controller(&rs), rs.DeletionTimestamp != nil, rs.Status.Replicas, rs.Status.ReadyReplicas, rs.Status.AvailableReplicas)
+		}
+	}
+	if d, err := f.cluster.Kube.AppsV1().Deployments(f.ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+		fmt.Fprintf(&b, "Deployment %s: %v\n", name, err)
+	} else {
+		st := d.Status
+		for _, c := range st.Conditions {
+			fmt.Fprintf(&b, "  Deployment condition %s %s %s, updated %s: %s\n", c.Type, c.Status, c.Reason, c.LastUpdateTime.UTC().Format(time.RFC3339), c.Message)
+		}
+		fmt.Fprintf(&b, "Deployment %s uid %s rv %s generation %d, created %s: observed %d, replicas %d, updated %d, ready %d, available %d, collisions %v\n",
+			name, d.UID, d.ResourceVersion, d.Generation, d.CreationTimestamp.UTC().Format(time.RFC3339), st.ObservedGeneration,
+			st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.AvailableReplicas, ptrString(st.CollisionCount))
+	}
+	fmt.Fprintf(&b, "described at %s\n", time.Now().UTC().Format(time.RFC3339))
 	return b.String()
 }
 
@@ -237,6 +248,9 @@ func ptrString[T any](p *T) string {
 	}
 	return fmt.Sprint(*p)
 }
+
+// readyCondition is o's Ready condition (the zero Condition when it has none).
+func readyCondition(o *api.KindCustomHttp) metav1.Condition { return cond(o, api.ConditionReady) }
 
 func cond(o *api.KindCustomHttp, typ string) metav1.Condition {
 	for _, c := range o.Status.Conditions {

@@ -246,3 +246,29 @@ func FreeAddr(t testing.TB) string {
 	t.Helper()
 	return fmt.Sprintf("127.0.0.1:%d", FreePort(t))
 }
+
+// ComponentLog is the last max lines (each cut at 300 bytes) of the local cluster's log of component (for example
+// "kube-controller-manager"; hack/cluster-up.sh writes them to logs/<component>.log beside the
+// kubeconfig) that contain match, for a failure message: the cluster's logs are removed when
+// `make test` ends, so what a test does not print of them is lost. It says why when there is
+// no such log.
+func (c *Cluster) ComponentLog(component, match string, max int) string {
+	p := filepath.Join(filepath.Dir(c.Kubeconfig), "logs", component+".log")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return fmt.Sprintf("(no %s log: %v)\n", component, err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, match) {
+			if len(l) > 300 {
+				l = l[:300] + " ..."
+			}
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > max {
+		lines = lines[len(lines)-max:]
+	}
+	return fmt.Sprintf("%s log, %d lines with %q:\n%s", component, len(lines), match, strings.Join(append(lines, ""), "\n"))
+}
