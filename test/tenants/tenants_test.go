@@ -21,7 +21,6 @@ import (
 
 	"github.com/prometheus/procfs"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -340,11 +339,6 @@ func TestFairShare(t *testing.T) {
 			op := startOperator(t, c, bin, state, args...)
 			defer op.stop()
 			prefix := strings.ReplaceAll(strings.ToLower(path), " ", "")
-			// This run's objects of the quiet namespace go while its operator runs: the next
-			// run's operator (every namespace, one up at a time in each) must find the quiet
-			// namespace as this one did, with none of this run's objects to look at, or one of
-			// their ups would hold the slot its new objects wait for.
-			defer deleteObjects(t, c, quiet, prefix+"-")
 			var quietTimes []time.Duration
 			for i := range 3 {
 				quietTimes = append(quietTimes, readyAfter(t, c, quiet, fmt.Sprintf("%s-quiet-%d", prefix, i), time.Minute))
@@ -373,44 +367,6 @@ func TestFairShare(t *testing.T) {
 				t.Errorf("%s: a new object in another namespace took %s to Ready with the busy namespace's load, %.2fx its %s on a quiet cluster; want at most %gx", path, loaded, ratio, quietTime, maxFairShareRatio)
 			}
 		})
-	}
-}
-
-// deleteObjects deletes the KindCustomHttps of this test run in namespace ns whose names start
-// with prefix, and waits (at most 2 minutes) until they are gone: their finalizers removed by
-// the running operator, after it destroyed their stacks.
-func deleteObjects(t *testing.T, c *testenv.Cluster, ns, prefix string) {
-	t.Helper()
-	ctx := context.Background()
-	mine := func() ([]string, error) {
-		l, err := c.Client.Resource(crs).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: runLabel + "=" + runID})
-		if err != nil {
-			return nil, err
-		}
-		var names []string
-		for _, o := range l.Items {
-			if strings.HasPrefix(o.GetName(), prefix) {
-				names = append(names, o.GetName())
-			}
-		}
-		return names, nil
-	}
-	names, err := mine()
-	if err != nil {
-		t.Fatalf("list the objects of %s to delete: %v", ns, err)
-	}
-	for _, name := range names {
-		if err := c.Client.Resource(crs).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Fatalf("delete %s/%s: %v", ns, name, err)
-		}
-	}
-	var left []string
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		left, err = mine()
-		return err == nil && len(left) == 0, nil
-	})
-	if err != nil {
-		t.Fatalf("deleted objects of %s still there after 2 minutes: %v", ns, left)
 	}
 }
 
