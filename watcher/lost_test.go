@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	api "github.com/pulumi-operator/pulumi-operator/api/v1"
@@ -156,10 +157,13 @@ func TestStateOutlivesObjects(t *testing.T) {
 	f := startWrapped(t, opts, func(p *programStacks) Stacks { return realProgram{p} })
 	ctx := context.Background()
 	const spec = "  replicaCount: 1\n  port: 80\n  configMapData: {hostports: \"a,1\"}\n"
+	start := time.Now()
+	phase := func(what string) { t.Logf("%s after %s", what, time.Since(start).Round(10*time.Millisecond)) }
 	for _, name := range []string{"same", "changed"} {
 		f.create(t, name, spec)
 		f.waitFor(t, name, "Ready", readyAt(1))
 	}
+	phase("both objects Ready")
 	// The cluster loses the objects and the KindCustomHttps; the backend keeps the stacks.
 	f.stop()
 	for _, name := range []string{"same", "changed"} {
@@ -186,12 +190,14 @@ func TestStateOutlivesObjects(t *testing.T) {
 			t.Fatalf("the stack of %s holds no Service: nothing to test", name)
 		}
 	}
+	phase("the objects and KindCustomHttps gone, the stacks kept")
 	f.create(t, "same", spec)
 	f.create(t, "changed", "  replicaCount: 2\n  port: 8080\n  configMapData: {hostports: \"b,2\"}\n")
 	f.stop = f.run(t, opts)
 
 	for _, name := range []string{"same", "changed"} {
 		f.waitFor(t, name, "Ready", readyAt(1))
+		phase(name + " Ready again")
 	}
 	svc, err := f.cluster.Kube.CoreV1().Services(f.ns).Get(ctx, "changed", metav1.GetOptions{})
 	if err != nil {
@@ -226,5 +232,39 @@ func TestStateOutlivesObjects(t *testing.T) {
 				t.Errorf("%s Ready but its object is missing: %v", name, err)
 			}
 		}
+	}
+}
+
+// TestFixtureWatchesItsNamespaceOnly: a test's watcher, one restarted with options that name no
+// namespace too (TestStateOutlivesObjects restarts its watcher so), reconciles the objects of
+// its own namespace only. The cluster is shared with the tests and packages that run beside
+// this one. A restart that watched every namespace reconciled their objects too (in CI, the
+// tenants package's: it wrote their status under its own digest, so their operator ran ups
+// nobody asked for), and this test's objects waited behind all of them.
+func TestFixtureWatchesItsNamespaceOnly(t *testing.T) {
+	f := startWrapped(t, Options{Resync: time.Hour}, nil)
+	ctx := context.Background()
+	other := f.cluster.Namespace(t)
+	theirs := f.cluster.Client.Resource(api.GroupVersionResource).Namespace(other)
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(api.GroupVersionResource.GroupVersion().String())
+	u.SetKind("KindCustomHttp")
+	u.SetName("theirs")
+	if err := unstructured.SetNestedField(u.Object, map[string]any{"replicaCount": int64(1), "port": int64(80)}, "spec"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := theirs.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.stop()
+	f.stop = f.run(t, Options{Resync: time.Hour})
+	f.create(t, "mine", "  replicaCount: 1\n  port: 80\n")
+	f.waitFor(t, "mine", "Ready", readyAt(1))
+	got, err := theirs.Get(ctx, "theirs", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := unstructured.NestedMap(got.Object, "status"); len(got.GetFinalizers()) > 0 || len(st) > 0 {
+		t.Fatalf("the object of namespace %s got finalizers %v and status %v from the watcher of namespace %s", other, got.GetFinalizers(), st, f.ns)
 	}
 }

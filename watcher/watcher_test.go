@@ -108,7 +108,8 @@ func testLogger() *slog.Logger {
 // testEnvDigestKey is the digest key of the tests' watchers (Options.EnvDigestKey).
 var testEnvDigestKey = []byte("watcher tests' env digest key")
 
-// run starts a Watcher with opts and returns its stop function, which waits for Run.
+// run starts a Watcher with opts, in the fixture's namespace (opts.Namespace, when set, must be
+// it), and returns its stop function, which waits for Run.
 func (f *fixture) run(t *testing.T, opts Options) func() {
 	t.Helper()
 	if opts.Registry == nil {
@@ -116,6 +117,18 @@ func (f *fixture) run(t *testing.T, opts Options) func() {
 	}
 	if opts.EnvDigestKey == nil {
 		opts.EnvDigestKey = testEnvDigestKey
+	}
+	// The cluster is shared with the other tests and packages that run beside this one: a
+	// watcher started without a namespace would reconcile all of their objects (and write their
+	// status) as well as this test's.
+	if opts.Namespace == "" {
+		opts.Namespace = f.ns
+	}
+	if opts.Namespace != f.ns {
+		t.Fatalf("a test's watcher watches its own namespace %s, not %q", f.ns, opts.Namespace)
+	}
+	if opts.Logger == nil {
+		opts.Logger = testLogger()
 	}
 	var stacks Stacks = f.stacks
 	if f.watched != nil {
