@@ -236,11 +236,11 @@ func TestStateOutlivesObjects(t *testing.T) {
 }
 
 // TestFixtureWatchesItsNamespaceOnly: a test's watcher, one restarted with options that name no
-// namespace too (TestStateOutlivesObjects restarts its watcher so), reconciles the objects of
+// namespace too (as TestStateOutlivesObjects restarts its watcher), reconciles the objects of
 // its own namespace only. The cluster is shared with the tests and packages that run beside
-// this one. A restart that watched every namespace reconciled their objects too (in CI, the
-// tenants package's: it wrote their status under its own digest, so their operator ran ups
-// nobody asked for), and this test's objects waited behind all of them.
+// this one: a watcher of every namespace would reconcile their objects too, write their status
+// under its own digest (so that their operator runs ups nobody asked for), and keep this test's
+// objects waiting behind all of theirs.
 func TestFixtureWatchesItsNamespaceOnly(t *testing.T) {
 	f := startWrapped(t, Options{Resync: time.Hour}, nil)
 	ctx := context.Background()
