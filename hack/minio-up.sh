@@ -16,7 +16,8 @@
 #   MINIO_BUCKET         bucket to create                          [pulumi-state]
 #   MINIO_REGION         region the server reports and signs with  [us-east-1]
 #   BIN_DIR              where bin/minio is; built there by hack/build-minio.sh if missing [<repo>/bin]
-#   MINIO_TIMEOUT        seconds to wait for the server to start   [60]
+#   MINIO_TIMEOUT        seconds to wait for the server to start, and again for it to answer
+#                        the bucket requests other than 503 (initializing) [60]
 #
 # Idempotent: when the server is already up it only makes sure the bucket exists.
 # Prints, last, the environment the backend tests need:
@@ -66,7 +67,10 @@ ENDPOINT="http://127.0.0.1:${MINIO_PORT}"
 # One minio-up/minio-down at a time per MINIO_DIR. The server must not inherit the lock's fd.
 proc::lock "${MINIO_DIR}/.lock" || log::die "could not lock ${MINIO_DIR}/.lock: another minio-up/minio-down is running"
 
-ready() { curl -fsS -o /dev/null --max-time 2 "${ENDPOINT}/minio/health/ready" 2>/dev/null; }
+# Ready for S3 requests: /minio/health/cluster answers 200 only once the object layer, the bucket
+# metadata and IAM are initialized. (/minio/health/ready answers 200 before that, and a signed
+# request sent then gets 503 "Server not initialized".)
+ready() { curl -fsS -o /dev/null --max-time 2 "${ENDPOINT}/minio/health/cluster" 2>/dev/null; }
 
 # s3 METHOD PATH: a SigV4-signed S3 request with the root credentials; prints the HTTP status.
 # The credentials go to curl through a config on stdin, keeping them off its command line.
@@ -108,12 +112,22 @@ else
 	log::info "started (pid ${pid}, ${ENDPOINT}, $((SECONDS - start))s)"
 fi
 
+# s3_settled METHOD PATH: s3, asked again every 0.2 s while the server answers 503 (still
+# initializing, or busy), for at most TIMEOUT seconds; prints the last HTTP status.
+s3_settled() {
+	local code deadline=$((SECONDS + TIMEOUT))
+	while code="$(s3 "$1" "$2")" && [[ "${code}" == 503 ]] && ((SECONDS < deadline)); do
+		sleep 0.2
+	done
+	[[ -n "${code}" ]] && echo "${code}"
+}
+
 # The bucket: HEAD says whether it exists; PUT creates it (200), a concurrent creator's 409 is fine.
-code="$(s3 HEAD "/${MINIO_BUCKET}")" || log::die "cannot reach ${ENDPOINT}"
+code="$(s3_settled HEAD "/${MINIO_BUCKET}")" || log::die "cannot reach ${ENDPOINT}"
 case "${code}" in
 200) ;;
 404)
-	code="$(s3 PUT "/${MINIO_BUCKET}")" || log::die "cannot reach ${ENDPOINT}"
+	code="$(s3_settled PUT "/${MINIO_BUCKET}")" || log::die "cannot reach ${ENDPOINT}"
 	[[ "${code}" == 200 || "${code}" == 409 ]] ||
 		log::die "create bucket ${MINIO_BUCKET}: HTTP ${code}: $(cat "${MINIO_DIR}/last-response.xml")"
 	log::info "created bucket ${MINIO_BUCKET}"

@@ -1,5 +1,6 @@
 // Package cluster_test tests hack/cluster-up.sh, the local simulated cluster that `make test`,
-// `make run` and the bench start, where a test can make one of its parts fail on purpose.
+// `make run` and the bench start, and hack/minio-up.sh, the S3 server of `make test`, where a
+// test can make one of their parts fail on purpose.
 package cluster_test
 
 import (
