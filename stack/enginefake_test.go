@@ -6,13 +6,13 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"google.golang.org/grpc"
 
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol"
 	"github.com/pulumi-operator/pulumi-operator/agent/protocol/enginepb"
+	"github.com/pulumi-operator/pulumi-operator/internal/testenv"
 )
 
 // fakeEngineEnv, set in a stand-in engine host's environment, makes this test binary serve it
@@ -27,20 +27,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// fakeEngine writes a stand-in engine host for mode (fakeEngineEnv) into a temporary directory
-// and returns its path: a script that runs this test binary as that host.
+// fakeEngine is the path of a stand-in engine host for mode (fakeEngineEnv): a script that
+// runs this test binary as that host (testenv.StandIn).
 func fakeEngine(t *testing.T, mode string) string {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), EngineHost)
-	script := fmt.Sprintf("#!/bin/sh\n%s=%s exec %q \"$@\"\n", fakeEngineEnv, mode, self)
-	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return testenv.StandIn(t, EngineHost, fakeEngineEnv, mode)
 }
 
 // serveFakeEngine serves the Engine service on file descriptor 3 as the real host does, until

@@ -161,8 +161,8 @@ func (f *fixture) create(t *testing.T, name, specYAML string) {
 	}
 }
 
-// waitFor polls the object until cond holds, failing with the last status seen.
-func (f *fixture) waitFor(t *testing.T, name, what string, cond func(*api.KindCustomHttp) bool) *api.KindCustomHttp {
+// waitFor polls the object until done holds, failing with the last status seen.
+func (f *fixture) waitFor(t *testing.T, name, what string, done func(*api.KindCustomHttp) bool) *api.KindCustomHttp {
 	t.Helper()
 	var last *api.KindCustomHttp
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true,
@@ -176,7 +176,7 @@ func (f *fixture) waitFor(t *testing.T, name, what string, cond func(*api.KindCu
 				return false, err
 			}
 			last = o
-			return cond(o), nil
+			return done(o), nil
 		})
 	if err != nil {
 		if last != nil {
@@ -185,7 +185,7 @@ func (f *fixture) waitFor(t *testing.T, name, what string, cond func(*api.KindCu
 		b, _ := yaml.Marshal(last)
 		ready := "no object read"
 		if last != nil {
-			c := readyCondition(last)
+			c := cond(last, api.ConditionReady)
 			ready = fmt.Sprintf("%s %s since %s at generation %d: %s", c.Status, c.Reason, c.LastTransitionTime.UTC().Format(time.RFC3339), c.ObservedGeneration, c.Message)
 		}
 		t.Fatalf("%s never happened (%v); last object:\n%s\n%sthe object's Ready: %s", what, err, b, f.describeRollout(name), ready)
@@ -261,9 +261,6 @@ func ptrString[T any](p *T) string {
 	}
 	return fmt.Sprint(*p)
 }
-
-// readyCondition is o's Ready condition (the zero Condition when it has none).
-func readyCondition(o *api.KindCustomHttp) metav1.Condition { return cond(o, api.ConditionReady) }
 
 func cond(o *api.KindCustomHttp, typ string) metav1.Condition {
 	for _, c := range o.Status.Conditions {

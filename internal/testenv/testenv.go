@@ -272,3 +272,22 @@ func (c *Cluster) ComponentLog(component, match string, max int) string {
 	}
 	return fmt.Sprintf("%s log, %d lines with %q:\n%s", component, len(lines), match, strings.Join(append(lines, ""), "\n"))
 }
+
+// StandIn writes an executable script named name into a new temporary directory and returns its
+// path: it runs this test binary with env=value added to its environment and the script's
+// arguments, so that the binary's TestMain, seeing env set, serves as a stand-in for the program
+// name (a server made to fail on purpose) instead of running the tests. The value travels in the
+// script because the scripts under test may start programs with a cleared environment.
+func StandIn(t testing.TB, name, env, value string) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), name)
+	script := fmt.Sprintf("#!/bin/sh\n%s=%s exec %q \"$@\"\n", env, value, self)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

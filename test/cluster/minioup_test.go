@@ -72,10 +72,6 @@ func serveFakeMinIO(n503 string, args []string) {
 // MINIO_TIMEOUT, naming the status. The server is the stand-in of serveFakeMinIO.
 func TestMinIOUpWaitsOutInitializing(t *testing.T) {
 	root := testenv.RepoRoot()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for name, tc := range map[string]struct {
 		n503     string
 		wantUp   bool
@@ -91,11 +87,7 @@ func TestMinIOUpWaitsOutInitializing(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			bin := t.TempDir()
-			script := fmt.Sprintf("#!/bin/sh\n%s=%s exec %q \"$@\"\n", fakeMinIOEnv, tc.n503, self)
-			if err := os.WriteFile(filepath.Join(bin, "minio"), []byte(script), 0o755); err != nil {
-				t.Fatal(err)
-			}
+			bin := filepath.Dir(testenv.StandIn(t, "minio", fakeMinIOEnv, tc.n503))
 			dir := filepath.Join(t.TempDir(), "minio")
 			t.Cleanup(func() { stopPidFile(t, filepath.Join(dir, "minio.pid")) })
 			cmd := exec.Command(filepath.Join(root, "hack", "minio-up.sh"))
